@@ -1,0 +1,291 @@
+//! The list of benchmark cases and their parameters per mode, shared by the
+//! showdown binary (and its `--rss-child` re-executions) and the tests, so the
+//! child process runs exactly the case the parent measured.
+
+use crate::workloads::{self, Ledger};
+use crate::{with_allocator, Allocator};
+use std::alloc::GlobalAlloc;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Tiny parameters for `cargo test` in debug mode.
+    Tiny,
+    /// The default: the whole showdown in well under two minutes on 2 cores.
+    Quick,
+    /// Roughly 5-10x more work per case, plus more thread counts.
+    Full,
+}
+
+#[derive(Clone, Debug)]
+pub struct SuiteConfig {
+    pub mode: Mode,
+    /// Overrides the thread counts of `threads` and `mixed`.
+    pub threads: Option<Vec<usize>>,
+}
+
+/// Workload groups, the names accepted by `--only`.
+pub const GROUPS: [&str; 8] = [
+    "single_size",
+    "bulk",
+    "threads",
+    "producer_consumer",
+    "live_cliff",
+    "realloc_growth",
+    "mixed",
+    "rss_payload",
+];
+
+/// The sizes of the single-thread sweep.
+pub const SINGLE_SIZES: [usize; 14] = [
+    8,
+    16,
+    32,
+    64,
+    128,
+    256,
+    512,
+    1 << 10,
+    4 << 10,
+    16 << 10,
+    64 << 10,
+    256 << 10,
+    1 << 20,
+    4 << 20,
+];
+
+/// The sizes of the RSS/payload workload: just above 512, 1024 and 2048, where
+/// power-of-two-ish size classes waste the most.
+pub const RSS_SIZES: [usize; 3] = [520, 1100, 2100];
+
+#[derive(Clone, Debug)]
+pub enum Kind {
+    Single { size: usize, iters: u64 },
+    Bulk { n: usize, size: usize, rounds: u64 },
+    Threads { t: usize, ops: u64 },
+    ProducerConsumer { n: u64 },
+    LiveCliff { n: usize },
+    Realloc { max: usize, step: usize },
+    Mixed { t: usize, ops: u64, size_div: u64 },
+    RssPayload { size: usize, total: usize },
+}
+
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub group: &'static str,
+    /// Unique, e.g. `single_size/64B`; what `--rss-child` takes.
+    pub name: String,
+    pub kind: Kind,
+    /// Whether the showdown measures peak RSS for this case in child processes.
+    pub rss: bool,
+}
+
+/// One timed run of a case with one allocator.
+#[derive(Clone, Copy, Debug)]
+pub struct RunResult {
+    pub elapsed: Duration,
+    /// Allocation+free pairs (reallocs for `realloc_growth`), for ns/op.
+    pub ops: u64,
+    pub ledger: Ledger,
+    /// `live_cliff` only: ns per allocation over the first and last 10 %.
+    pub first_ns: Option<f64>,
+    pub last_ns: Option<f64>,
+    /// Bytes of payload live at the peak, where that is exact.
+    pub payload_bytes: Option<u64>,
+}
+
+pub fn size_label(size: usize) -> String {
+    if size >= 1 << 20 && size.is_multiple_of(1 << 20) {
+        format!("{}MiB", size >> 20)
+    } else if size >= 1 << 10 && size.is_multiple_of(1 << 10) {
+        format!("{}KiB", size >> 10)
+    } else {
+        format!("{size}B")
+    }
+}
+
+/// All cases for `cfg`, in presentation order.
+pub fn cases(cfg: &SuiteConfig) -> Vec<Case> {
+    let mode = cfg.mode;
+    let pick = |tiny: u64, quick: u64, full: u64| match mode {
+        Mode::Tiny => tiny,
+        Mode::Quick => quick,
+        Mode::Full => full,
+    };
+    let mut out = Vec::new();
+    let mut push = |group: &'static str, name: String, kind: Kind, rss: bool| {
+        out.push(Case {
+            group,
+            name,
+            kind,
+            rss,
+        })
+    };
+
+    for size in SINGLE_SIZES {
+        // Same byte volume per size, clamped so tiny sizes do not run for
+        // ever and huge ones still do enough iterations to be timed.
+        let iters = match mode {
+            Mode::Tiny => 20,
+            Mode::Quick => ((2u64 << 30) / size as u64).clamp(64, 1_000_000),
+            Mode::Full => ((16u64 << 30) / size as u64).clamp(512, 10_000_000),
+        };
+        push(
+            "single_size",
+            format!("single_size/{}", size_label(size)),
+            Kind::Single { size, iters },
+            false,
+        );
+    }
+
+    let bulk_n = pick(100, 1000, 1000) as usize;
+    for size in [16, 256, 4096] {
+        push(
+            "bulk",
+            format!("bulk/{bulk_n}x{}", size_label(size)),
+            Kind::Bulk {
+                n: bulk_n,
+                size,
+                rounds: pick(2, 200, 2000),
+            },
+            false,
+        );
+    }
+
+    let default_threads: &[usize] = match mode {
+        Mode::Tiny => &[2, 4],
+        _ => &[2, 4, 8],
+    };
+    let thread_counts = cfg.threads.as_deref().unwrap_or(default_threads);
+    for &t in thread_counts {
+        push(
+            "threads",
+            format!("threads/{t}t"),
+            Kind::Threads {
+                t,
+                ops: pick(500, 10_000, 100_000),
+            },
+            false,
+        );
+    }
+
+    push(
+        "producer_consumer",
+        "producer_consumer".into(),
+        Kind::ProducerConsumer {
+            n: pick(2_000, 200_000, 2_000_000),
+        },
+        false,
+    );
+
+    push(
+        "live_cliff",
+        "live_cliff".into(),
+        Kind::LiveCliff {
+            n: pick(5_000, 2_300_000, 2_300_000) as usize,
+        },
+        true,
+    );
+
+    push(
+        "realloc_growth",
+        "realloc_growth".into(),
+        Kind::Realloc {
+            max: pick(1 << 20, 16 << 20, 64 << 20) as usize,
+            step: 64 << 10,
+        },
+        false,
+    );
+
+    let mixed_threads: &[usize] = match mode {
+        Mode::Tiny => &[2],
+        Mode::Quick => &[2],
+        Mode::Full => &[2, 4, 8],
+    };
+    let mixed_threads = cfg.threads.as_deref().unwrap_or(mixed_threads);
+    for &t in mixed_threads {
+        push(
+            "mixed",
+            format!("mixed/{t}t"),
+            Kind::Mixed {
+                t,
+                ops: pick(3_000, 100_000, 1_000_000),
+                size_div: pick(16, 1, 1),
+            },
+            true,
+        );
+    }
+
+    for size in RSS_SIZES {
+        push(
+            "rss_payload",
+            format!("rss_payload/{}", size_label(size)),
+            Kind::RssPayload {
+                size,
+                total: pick(256 << 10, 200_000_000, 200_000_000) as usize,
+            },
+            true,
+        );
+    }
+    out
+}
+
+impl Case {
+    /// Runs the case once with `alloc` and times it.
+    pub fn run(&self, alloc: Allocator) -> RunResult {
+        with_allocator!(alloc, |a| run_on(&self.kind, a))
+    }
+
+    /// Bytes of harness bookkeeping (pointer vectors) the case allocates from
+    /// the system allocator; the RSS child pre-touches that much before taking
+    /// its baseline so the bookkeeping is not charged to the allocator.
+    pub fn bookkeeping_bytes(&self) -> usize {
+        let ptr = std::mem::size_of::<usize>();
+        match self.kind {
+            Kind::LiveCliff { n } => n * ptr,
+            Kind::RssPayload { size, total } => total / size.max(1) * ptr,
+            Kind::Bulk { n, .. } => n * ptr,
+            _ => 0,
+        }
+    }
+}
+
+fn run_on<A: GlobalAlloc + Sync>(kind: &Kind, a: &'static A) -> RunResult {
+    let start = Instant::now();
+    let mut first_ns = None;
+    let mut last_ns = None;
+    let mut payload_bytes = None;
+    let ledger = match *kind {
+        Kind::Single { size, iters } => workloads::single_size(a, size, iters),
+        Kind::Bulk { n, size, rounds } => workloads::bulk(a, n, size, rounds),
+        Kind::Threads { t, ops } => workloads::threads(a, t, ops),
+        Kind::ProducerConsumer { n } => workloads::producer_consumer(a, n),
+        Kind::LiveCliff { n } => {
+            let c = workloads::live_cliff(a, n);
+            first_ns = Some(c.first_ns);
+            last_ns = Some(c.last_ns);
+            payload_bytes = Some(c.ledger.peak_live_bytes);
+            c.ledger
+        }
+        Kind::Realloc { max, step } => workloads::realloc_growth(a, max, step),
+        Kind::Mixed { t, ops, size_div } => workloads::mixed(a, t, ops, size_div),
+        Kind::RssPayload { size, total } => {
+            let l = workloads::rss_payload(a, size, total);
+            payload_bytes = Some(l.peak_live_bytes);
+            l
+        }
+    };
+    let elapsed = start.elapsed();
+    let ops = match kind {
+        Kind::Realloc { .. } => ledger.reallocs,
+        _ => ledger.allocs,
+    };
+    RunResult {
+        elapsed,
+        ops,
+        ledger,
+        first_ns,
+        last_ns,
+        payload_bytes,
+    }
+}

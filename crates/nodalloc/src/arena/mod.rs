@@ -1,0 +1,428 @@
+//! The arena: one address-space reservation split into a power-of-two **region** per usable node,
+//! so the origin node of any heap pointer is `(p - base) >> region_shift`: a subtraction and a
+//! shift, no lookup. Each region is bound to its node with `mbind` (except on one node, or on a
+//! simulated topology) and hands out whole 32 KiB units as bags and large spans (see
+//! [`region`]); the [`pagemap`] describes every unit.
+//!
+//! The reservation is `MAP_NORESERVE` and large (1 TiB per node by default) so no workload meets
+//! a wall; it shrinks to fit `RLIMIT_AS` and halves until the kernel accepts it. When a node's
+//! region is exhausted, spans come from the other regions, nearest node first.
+//!
+//! An arena is created once for the process (the global allocator's) or once per test, lives in
+//! its own metadata mapping and is never moved. Layer: calls only `os`; used by `node`.
+
+pub mod pagemap;
+pub mod region;
+
+use crate::os::{
+    self, options::ThpChoice, topology::ThpMode, topology::Topology, topology::MAX_NODES,
+};
+use crate::size_class::{UNIT, UNIT_SHIFT};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use pagemap::PageMap;
+use region::{Decay, Region, SpanUse, CHUNK_UNITS};
+
+/// Everything the arena needs to know besides the topology.
+#[derive(Clone, Copy, Debug)]
+pub struct ArenaConfig {
+    /// Bytes reserved per node (a power of two, at least 64 MiB).
+    pub region_bytes: u64,
+    /// `MPOL_BIND` instead of `MPOL_PREFERRED` for the regions.
+    pub strict_binding: bool,
+    pub thp: ThpChoice,
+    pub decay: Decay,
+}
+
+pub struct Arena {
+    base: usize,
+    end: usize,
+    region_shift: u32,
+    node_count: usize,
+    map: PageMap,
+    regions: *const Region,
+    /// Spans a node took from another node's region because its own was exhausted.
+    steals: [AtomicUsize; MAX_NODES],
+    bind_failed: AtomicBool,
+    pub decay: Decay,
+    pub topology: Topology,
+}
+
+// SAFETY: regions are Sync (span locks), the page map is Sync, and the rest is immutable after
+// `create` or atomic.
+unsafe impl Sync for Arena {}
+// SAFETY: as for Sync: the arena is process-wide memory, not tied to a thread.
+unsafe impl Send for Arena {}
+
+/// Smallest region: 32 chunks, enough for any bag and a few large objects.
+pub const MIN_REGION_SHIFT: u32 = 26;
+
+impl Arena {
+    /// Reserves the heap for `topology` and builds its metadata. `None` only if even the smallest
+    /// reservation fails.
+    pub fn create(topology: &Topology, config: &ArenaConfig) -> Option<&'static Arena> {
+        let nodes = topology.node_count();
+        let mut shift = 63
+            - config
+                .region_bytes
+                .max(1 << MIN_REGION_SHIFT)
+                .leading_zeros();
+        if let Some(limit) = topology.address_space_limit() {
+            // Leave half the address-space limit to the program (stacks, code, other mappings).
+            let budget = limit / 2 / nodes as u64;
+            while shift > MIN_REGION_SHIFT && (1u64 << shift) + (1u64 << shift) / 256 > budget {
+                shift -= 1;
+            }
+        }
+        loop {
+            if let Some(arena) = Self::try_create(topology, config, shift) {
+                return Some(arena);
+            }
+            if shift == MIN_REGION_SHIFT {
+                return None;
+            }
+            shift -= 1;
+        }
+    }
+
+    fn try_create(topology: &Topology, config: &ArenaConfig, shift: u32) -> Option<&'static Arena> {
+        let nodes = topology.node_count();
+        let region = 1usize << shift;
+        let total = region.checked_mul(nodes)?;
+        let units = total >> UNIT_SHIFT;
+        let header = round_up(core::mem::size_of::<Arena>(), os::PAGE_SIZE);
+        let regions_bytes = round_up(nodes * core::mem::size_of::<Region>(), os::PAGE_SIZE);
+        let metadata_bytes = header + regions_bytes + PageMap::bytes_for(units);
+        let metadata = os::reserve(metadata_bytes)?;
+        let Some(base) = os::reserve_aligned(total, CHUNK_UNITS * UNIT) else {
+            // SAFETY: we just mapped `metadata` and nothing refers to it.
+            unsafe { os::unmap(metadata, metadata_bytes) };
+            return None;
+        };
+        // Metadata is read piecemeal and sparsely: huge pages would only inflate RSS.
+        os::advise(metadata, metadata_bytes, libc::MADV_NOHUGEPAGE);
+        let huge = match config.thp {
+            ThpChoice::On => Some(libc::MADV_HUGEPAGE),
+            ThpChoice::Off => Some(libc::MADV_NOHUGEPAGE),
+            ThpChoice::Auto if topology.thp_mode() == ThpMode::Madvise => Some(libc::MADV_HUGEPAGE),
+            ThpChoice::Auto => None,
+        };
+        if let Some(advice) = huge {
+            os::advise(base, total, advice);
+        }
+        let arena = metadata as *mut Arena;
+        // SAFETY: `metadata` is a fresh zeroed mapping large enough for the header, the regions
+        // and the page map, laid out in that order; nothing else can see it yet.
+        unsafe {
+            let regions = metadata.add(header) as *mut Region;
+            let map = PageMap::new(base as usize, units, metadata.add(header + regions_bytes));
+            core::ptr::addr_of_mut!((*arena).base).write(base as usize);
+            core::ptr::addr_of_mut!((*arena).end).write(base as usize + total);
+            core::ptr::addr_of_mut!((*arena).region_shift).write(shift);
+            core::ptr::addr_of_mut!((*arena).node_count).write(nodes);
+            core::ptr::addr_of_mut!((*arena).map).write(map);
+            core::ptr::addr_of_mut!((*arena).regions).write(regions);
+            core::ptr::addr_of_mut!((*arena).decay).write(config.decay);
+            // A copy without a 30 KiB temporary on the stack.
+            core::ptr::copy_nonoverlapping(topology, core::ptr::addr_of_mut!((*arena).topology), 1);
+            for node in 0..nodes {
+                let start = base as usize + node * region;
+                Region::init(regions.add(node), start, start + region);
+            }
+        }
+        // SAFETY: fully initialised above; it lives until process exit.
+        let arena: &'static Arena = unsafe { &*arena };
+        arena.bind_regions(config.strict_binding);
+        Some(arena)
+    }
+
+    /// Binds each region to its node. Skipped on one node and on simulated topologies; a failure
+    /// (EPERM in a container, EINVAL for a node we may not use) warns once and leaves the region
+    /// unbound: memory still works, only placement is left to the kernel.
+    fn bind_regions(&self, strict: bool) {
+        if self.node_count < 2 || self.topology.is_simulated() {
+            return;
+        }
+        let mode = if strict {
+            os::MPOL_BIND
+        } else {
+            os::MPOL_PREFERRED
+        };
+        for node in 0..self.node_count {
+            let region = self.region(node);
+            let os_node = self.topology.node(node).os_id;
+            if let Err(errno) = os::bind_memory(
+                region.start() as *mut u8,
+                region.end() - region.start(),
+                mode,
+                os_node,
+            ) {
+                if !self.bind_failed.swap(true, Ordering::Relaxed) {
+                    os::warn(|w| {
+                        w.str("mbind of node ")
+                            .decimal(os_node as u64)
+                            .str("'s region failed (errno ")
+                            .decimal(errno as u64)
+                            .str("); memory placement is left to the kernel");
+                    });
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    pub fn base(&self) -> usize {
+        self.base
+    }
+
+    #[inline(always)]
+    pub fn region_shift(&self) -> u32 {
+        self.region_shift
+    }
+
+    pub fn region_bytes(&self) -> usize {
+        1 << self.region_shift
+    }
+
+    #[inline(always)]
+    pub fn node_count(&self) -> usize {
+        self.node_count
+    }
+
+    #[inline(always)]
+    pub fn contains(&self, address: usize) -> bool {
+        address.wrapping_sub(self.base) < self.end - self.base
+    }
+
+    /// The node whose region holds `address`, or `None` outside the arena.
+    #[inline(always)]
+    pub fn origin_of(&self, address: usize) -> Option<usize> {
+        if self.contains(address) {
+            Some((address - self.base) >> self.region_shift)
+        } else {
+            None
+        }
+    }
+
+    #[inline(always)]
+    pub fn map(&self) -> &PageMap {
+        &self.map
+    }
+
+    pub fn region(&self, node: usize) -> &Region {
+        assert!(node < self.node_count);
+        // SAFETY: `regions` holds `node_count` initialised regions (see `try_create`).
+        unsafe { &*self.regions.add(node) }
+    }
+
+    /// Hands out a span for `node`, from its own region if it can serve, else from the nearest
+    /// other region. Returns the address and the node that supplied it.
+    pub fn alloc_span(
+        &self,
+        node: usize,
+        units: usize,
+        align_units: usize,
+        usage: SpanUse,
+    ) -> Option<(usize, usize)> {
+        if let Some(address) = self
+            .region(node)
+            .alloc(&self.map, units, align_units, usage)
+        {
+            return Some((address, node));
+        }
+        let mut order = [0u8; MAX_NODES];
+        let count = self.topology.nearest_nodes(node, &mut order);
+        for &other in &order[..count] {
+            let other = other as usize;
+            if let Some(address) = self
+                .region(other)
+                .alloc(&self.map, units, align_units, usage)
+            {
+                self.steals[node].fetch_add(1, Ordering::Relaxed);
+                return Some((address, other));
+            }
+        }
+        None
+    }
+
+    /// Returns a span to the region it came from.
+    ///
+    /// # Safety
+    /// `address` must head a span of `units` units handed out by `alloc_span` and not freed since,
+    /// with no live object left in it.
+    pub unsafe fn free_span(&self, address: usize, units: usize) {
+        let node = self.origin_of(address).expect("span inside the arena");
+        self.region(node)
+            .free(&self.map, address, units, self.decay);
+    }
+
+    pub fn steals(&self, node: usize) -> usize {
+        self.steals[node].load(Ordering::Relaxed)
+    }
+
+    /// Decommits free spans the policy says are due, in every region (all, when `force`).
+    pub fn purge(&self, force: bool) {
+        for node in 0..self.node_count {
+            self.region(node).purge(&self.map, self.decay, force);
+        }
+    }
+
+    /// Takes every span lock (fork `prepare`). Pair with [`Arena::unlock_all`].
+    pub fn lock_all(&self) {
+        for node in 0..self.node_count {
+            self.region(node).lock_for_fork();
+        }
+    }
+
+    pub fn unlock_all(&self) {
+        for node in 0..self.node_count {
+            self.region(node).unlock_after_fork();
+        }
+    }
+}
+
+/// `value` rounded up to a multiple of `to`.
+pub(crate) fn round_up(value: usize, to: usize) -> usize {
+    value.next_multiple_of(to)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::os::cpuset::CpuSet;
+    use pagemap::Kind;
+
+    /// A test arena on `nodes` simulated nodes with small regions.
+    pub fn test_arena(nodes: usize, region_bytes: u64, retain_bytes: usize) -> &'static Arena {
+        let mut topology = Box::new(Topology::single(CpuSet::new()));
+        topology.detect_into(nodes);
+        let config = ArenaConfig {
+            region_bytes,
+            strict_binding: false,
+            thp: ThpChoice::Auto,
+            decay: Decay {
+                delay_ns: 0,
+                retain_bytes,
+            },
+        };
+        Arena::create(&topology, &config).expect("test arena")
+    }
+
+    #[test]
+    fn origin_is_the_region_index() {
+        for nodes in [1, 2, 4, 8] {
+            let arena = test_arena(nodes, 64 << 20, 0);
+            assert_eq!(arena.node_count(), nodes);
+            for node in 0..nodes {
+                let (address, from) = arena.alloc_span(node, 1, 1, SpanUse::Large).unwrap();
+                assert_eq!(from, node);
+                assert_eq!(arena.origin_of(address), Some(node));
+                assert_eq!(arena.origin_of(address + UNIT - 1), Some(node));
+            }
+            assert_eq!(arena.origin_of(arena.base() - 1), None);
+            assert_eq!(arena.origin_of(arena.base() + (nodes << 26)), None);
+        }
+    }
+
+    #[test]
+    fn spans_are_tagged_and_coalesce_when_freed() {
+        let arena = test_arena(1, 64 << 20, usize::MAX);
+        let map = arena.map();
+        let spans: Vec<usize> = (0..6)
+            .map(|_| arena.alloc_span(0, 3, 1, SpanUse::Large).unwrap().0)
+            .collect();
+        for pair in spans.windows(2) {
+            assert_ne!(pair[0], pair[1]);
+        }
+        assert_eq!(map.tag(spans[0]).kind(), Kind::Large);
+        assert_eq!(map.tag(spans[0] + UNIT).kind(), Kind::LargeBody);
+        // Free 1, 3 and then 2: three adjacent spans must merge into one of nine units.
+        let mut sorted = spans.clone();
+        sorted.sort();
+        // SAFETY: each span was handed out above and holds nothing.
+        unsafe {
+            arena.free_span(sorted[1], 3);
+            arena.free_span(sorted[3], 3);
+            arena.free_span(sorted[2], 3);
+        }
+        assert_eq!(map.tag(sorted[1]).kind(), Kind::Free);
+        // SAFETY: reading a free span's descriptor; no other thread uses this arena.
+        let units = unsafe { (*map.meta(map.unit_of(sorted[1]))).units };
+        assert_eq!(units, 9);
+        assert_eq!(map.tag(sorted[1] + 8 * UNIT).kind(), Kind::FreeTail);
+        assert_eq!(map.tag(sorted[2]).kind(), Kind::Unused);
+        // A 9-unit request reuses exactly that hole.
+        let (again, _) = arena.alloc_span(0, 9, 1, SpanUse::Large).unwrap();
+        assert_eq!(again, sorted[1]);
+    }
+
+    #[test]
+    fn aligned_spans_are_aligned() {
+        let arena = test_arena(1, 64 << 20, usize::MAX);
+        for align_units in [1, 2, 4, 32] {
+            let (address, _) = arena.alloc_span(0, 1, align_units, SpanUse::Large).unwrap();
+            assert_eq!(address % (align_units * UNIT), 0);
+        }
+    }
+
+    #[test]
+    fn a_full_region_spills_to_the_nearest_node() {
+        let arena = test_arena(4, 64 << 20, usize::MAX);
+        // Fill node 1 (64 MiB = 2048 units) with 2 MiB spans.
+        for _ in 0..32 {
+            assert_eq!(arena.alloc_span(1, 64, 1, SpanUse::Large).unwrap().1, 1);
+        }
+        let (_, from) = arena.alloc_span(1, 64, 1, SpanUse::Large).unwrap();
+        assert!(
+            from == 0 || from == 2,
+            "spilled to node {from}, not a nearest one"
+        );
+        assert_eq!(arena.steals(1), 1);
+    }
+
+    #[test]
+    fn free_memory_past_the_budget_is_decommitted() {
+        let arena = test_arena(1, 64 << 20, 1 << 20);
+        let region = arena.region(0);
+        let spans: Vec<usize> = (0..8)
+            .map(|_| arena.alloc_span(0, 32, 1, SpanUse::Large).unwrap().0)
+            .collect();
+        for &span in &spans {
+            // SAFETY: touching memory we were handed.
+            unsafe { (span as *mut u8).write_bytes(1, 32 * UNIT) };
+        }
+        let before = region.committed.load(Ordering::Relaxed);
+        assert_eq!(before, 8 * 32 * UNIT);
+        for &span in &spans {
+            // SAFETY: each span was handed out above and holds nothing live.
+            unsafe { arena.free_span(span, 32) };
+        }
+        // Delay 0: everything beyond the 1 MiB budget goes back at once.
+        assert!(region.dirty_bytes() <= 1 << 20);
+        assert!(region.committed.load(Ordering::Relaxed) <= 1 << 20);
+        assert!(region.decommitted.load(Ordering::Relaxed) >= before - (1 << 20));
+        arena.purge(true);
+        assert_eq!(region.committed.load(Ordering::Relaxed), 0);
+        assert_eq!(region.active.load(Ordering::Relaxed), 0);
+        // Decommitted memory reads as zero when handed out again.
+        let (again, _) = arena.alloc_span(0, 32, 1, SpanUse::Large).unwrap();
+        // SAFETY: reading memory we were handed.
+        assert_eq!(unsafe { *(again as *const u8) }, 0);
+    }
+
+    #[test]
+    fn large_spans_grow_and_shrink_in_place() {
+        let arena = test_arena(1, 64 << 20, usize::MAX);
+        let map = arena.map();
+        let region = arena.region(0);
+        let (a, _) = arena.alloc_span(0, 4, 1, SpanUse::Large).unwrap();
+        // At the frontier: growth always succeeds, past the current chunk too.
+        assert!(region.grow(map, a, 4, 100));
+        assert_eq!(map.tag(a + 99 * UNIT).kind(), Kind::LargeBody);
+        let (b, _) = arena.alloc_span(0, 4, 1, SpanUse::Large).unwrap();
+        assert_eq!(b, a + 100 * UNIT, "the next span follows the grown one");
+        region.shrink(map, a, 100, 10, arena.decay);
+        assert_eq!(map.tag(a + 10 * UNIT).kind(), Kind::Free);
+        assert!(region.grow(map, a, 10, 50), "grows into its own freed tail");
+        assert!(!region.grow(map, a, 50, 101), "b is in the way");
+    }
+}

@@ -1,0 +1,227 @@
+//! The page map: for every 32 KiB unit of the arena, a 32-bit **tag** (what the unit is) and a
+//! 64-byte **unit descriptor** (meaningful on the first unit of a bag or span, and on the last
+//! unit of a free span). Both arrays are reserved `MAP_NORESERVE` and touched sparsely, so a
+//! terabyte of address space costs a few pages of metadata per megabyte actually used.
+//!
+//! `free(p)` needs only `tags[(p - base) >> 15]`: the kind, the size class and, inside a bag,
+//! the distance back to the bag's first unit. No header precedes any object.
+//!
+//! Tags are atomics because `free` reads them without a lock; they are written only under the
+//! lock that owns the unit (a region's span lock), and a unit's tag is stable while any object
+//! in it is live. Descriptors are plain memory guarded by the same locks as their owners.
+
+use crate::size_class::{SizeClass, UNIT_SHIFT};
+use core::sync::atomic::{AtomicU32, Ordering};
+
+/// What a unit is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Not handed out: never used, or inside a free span.
+    Unused,
+    /// The first unit of a bag of small objects.
+    Bag,
+    /// A later unit of a bag.
+    BagBody,
+    /// The first unit of a large object.
+    Large,
+    /// A later unit of a large object.
+    LargeBody,
+    /// The first unit of a free span (its descriptor holds the span length).
+    Free,
+    /// The last unit of a free span of two or more units (its descriptor holds the length).
+    FreeTail,
+}
+
+/// A decoded tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tag(pub u32);
+
+impl Tag {
+    pub const UNUSED: Tag = Tag(0);
+    pub const LARGE: Tag = Tag(3);
+    pub const LARGE_BODY: Tag = Tag(4);
+    pub const FREE: Tag = Tag(5);
+    pub const FREE_TAIL: Tag = Tag(6);
+
+    pub fn bag(class: SizeClass, offset_units: usize) -> Tag {
+        let kind = if offset_units == 0 { 1 } else { 2 };
+        Tag(kind | (class.0 as u32) << 8 | (offset_units as u32) << 16)
+    }
+
+    #[inline(always)]
+    pub fn kind(self) -> Kind {
+        match self.0 & 0xf {
+            1 => Kind::Bag,
+            2 => Kind::BagBody,
+            3 => Kind::Large,
+            4 => Kind::LargeBody,
+            5 => Kind::Free,
+            6 => Kind::FreeTail,
+            _ => Kind::Unused,
+        }
+    }
+
+    /// True for both units of a bag (first and later).
+    #[inline(always)]
+    pub fn is_bag(self) -> bool {
+        matches!(self.0 & 0xf, 1 | 2)
+    }
+
+    #[inline(always)]
+    pub fn class(self) -> SizeClass {
+        SizeClass((self.0 >> 8) as u8)
+    }
+
+    /// Units back to the bag's first unit.
+    #[inline(always)]
+    pub fn offset_units(self) -> usize {
+        (self.0 >> 16) as usize
+    }
+}
+
+/// Descriptor of a unit. Bag fields are owned by the node heap's class lock; span fields by the
+/// region's span lock. All-zero is a valid, empty descriptor.
+#[repr(C, align(64))]
+pub struct UnitMeta {
+    /// Length in units of the bag or span this unit starts (or, for a free tail, ends).
+    pub units: usize,
+    /// Links: the class's partial-bag list, or a free-span size bucket.
+    pub next: *mut UnitMeta,
+    pub prev: *mut UnitMeta,
+    /// Bag: its own free objects (returned from thread heaps).
+    pub free: *mut u8,
+    /// Bag: objects carved from it so far (the rest is still untouched memory).
+    pub carved: u32,
+    /// Bag: objects out of the bag (in use, or cached in a thread heap or transfer ring).
+    pub live: u32,
+    /// Free span: the age list of committed ("dirty") free spans, oldest first.
+    pub older: *mut UnitMeta,
+    pub newer: *mut UnitMeta,
+    /// Free span: when it was freed, in monotonic ns; 0 for a decommitted ("clean") span.
+    pub freed_at: u64,
+}
+
+/// The two parallel arrays, indexed by unit number.
+pub struct PageMap {
+    base: usize,
+    units: usize,
+    tags: *const AtomicU32,
+    metas: *mut UnitMeta,
+}
+
+// SAFETY: the map only hands out references to atomics (tags) and raw pointers (descriptors)
+// whose users synchronise through the owning locks, as the module documentation states.
+unsafe impl Sync for PageMap {}
+// SAFETY: as for Sync; the arrays are process-wide mappings, not thread-bound.
+unsafe impl Send for PageMap {}
+
+impl PageMap {
+    /// Bytes of metadata needed to map `units` units.
+    pub fn bytes_for(units: usize) -> usize {
+        units * (core::mem::size_of::<AtomicU32>() + core::mem::size_of::<UnitMeta>())
+    }
+
+    /// # Safety
+    /// `storage` must be zeroed, writable, 64-byte aligned, at least `bytes_for(units)` long, and
+    /// live (and be used by nothing else) for as long as the map.
+    pub unsafe fn new(base: usize, units: usize, storage: *mut u8) -> PageMap {
+        let metas = storage as *mut UnitMeta;
+        // SAFETY: the tags follow the descriptors inside `storage` (contract above).
+        let tags =
+            unsafe { storage.add(units * core::mem::size_of::<UnitMeta>()) } as *const AtomicU32;
+        PageMap {
+            base,
+            units,
+            tags,
+            metas,
+        }
+    }
+
+    #[inline(always)]
+    pub fn unit_of(&self, address: usize) -> usize {
+        (address - self.base) >> UNIT_SHIFT
+    }
+
+    #[inline(always)]
+    pub fn address_of(&self, unit: usize) -> usize {
+        self.base + (unit << UNIT_SHIFT)
+    }
+
+    #[inline(always)]
+    pub fn contains(&self, address: usize) -> bool {
+        address.wrapping_sub(self.base) >> UNIT_SHIFT < self.units
+    }
+
+    /// The tag of the unit holding `address` (which must lie inside the arena).
+    #[inline(always)]
+    pub fn tag(&self, address: usize) -> Tag {
+        debug_assert!(self.contains(address));
+        // SAFETY: `address` is inside the arena, so its unit index is within the tag array.
+        Tag(unsafe { &*self.tags.add(self.unit_of(address)) }.load(Ordering::Relaxed))
+    }
+
+    pub fn set_tag(&self, unit: usize, tag: Tag) {
+        assert!(unit < self.units);
+        // SAFETY: bounds checked above. Release: whoever later reads this tag for an object of
+        // the unit got the object through a lock or queue that orders after this store anyway.
+        unsafe { &*self.tags.add(unit) }.store(tag.0, Ordering::Release);
+    }
+
+    /// The descriptor of unit `unit`.
+    #[inline(always)]
+    pub fn meta(&self, unit: usize) -> *mut UnitMeta {
+        debug_assert!(unit < self.units);
+        // SAFETY: in bounds of the descriptor array.
+        unsafe { self.metas.add(unit) }
+    }
+
+    /// The unit number of a descriptor pointer.
+    #[inline(always)]
+    pub fn unit_of_meta(&self, meta: *const UnitMeta) -> usize {
+        (meta as usize - self.metas as usize) / core::mem::size_of::<UnitMeta>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_round_trip() {
+        for class in [0u8, 17, 103] {
+            for offset in [0, 1, 63] {
+                let tag = Tag::bag(SizeClass(class), offset);
+                assert!(tag.is_bag());
+                assert_eq!(tag.class(), SizeClass(class));
+                assert_eq!(tag.offset_units(), offset);
+                assert_eq!(
+                    tag.kind(),
+                    if offset == 0 {
+                        Kind::Bag
+                    } else {
+                        Kind::BagBody
+                    }
+                );
+            }
+        }
+        assert_eq!(Tag::UNUSED.kind(), Kind::Unused);
+        assert_eq!(Tag::LARGE.kind(), Kind::Large);
+        assert!(!Tag::LARGE.is_bag() && !Tag::FREE.is_bag());
+        assert_eq!(core::mem::size_of::<UnitMeta>(), 64);
+    }
+
+    #[test]
+    fn page_map_looks_up_units() {
+        let units = 1024;
+        let storage = crate::os::reserve(PageMap::bytes_for(units)).unwrap();
+        let base = 1 << 40;
+        // SAFETY: a fresh zeroed mapping of the right size, used only here.
+        let map = unsafe { PageMap::new(base, units, storage) };
+        assert!(map.contains(base) && map.contains(base + (units << UNIT_SHIFT) - 1));
+        assert!(!map.contains(base - 1) && !map.contains(base + (units << UNIT_SHIFT)));
+        map.set_tag(5, Tag::bag(SizeClass(3), 2));
+        assert_eq!(map.tag(map.address_of(5) + 100).class(), SizeClass(3));
+        assert_eq!(map.tag(map.address_of(6)), Tag::UNUSED);
+        assert_eq!(map.unit_of_meta(map.meta(77)), 77);
+    }
+}

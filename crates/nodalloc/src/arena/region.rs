@@ -1,0 +1,597 @@
+//! A node region's span pool: the memory of one node, handed out in whole units.
+//!
+//! The region grows a **frontier** through its reserved range in 2 MiB chunks (each can be one
+//! transparent huge page, and all threads of the node carve their bags from the same chunks:
+//! NUMAlloc's incremental sharing of huge pages). Freed spans go into size **buckets** and
+//! coalesce with free neighbours of the same state, found through the page map's boundary tags.
+//!
+//! Free spans are either **dirty** (still committed: reusing them costs no page fault) or
+//! **clean** (decommitted with `MADV_DONTNEED`). Dirty spans sit on an age list; the oldest are
+//! decommitted once they have been free for the decommit delay *and* the node holds more dirty
+//! bytes than its retained budget. This is the large-object cache and the bag pool at once.
+//!
+//! Everything mutable sits behind the region's span lock. The few counters read by `stats()`
+//! are atomics written under the lock.
+
+use super::pagemap::{Kind, PageMap, Tag, UnitMeta};
+use super::round_up;
+use crate::ds::spinlock::SpinLock;
+use crate::os;
+use crate::size_class::{SizeClass, MAX_BAG_UNITS, UNIT, UNIT_SHIFT};
+use core::cell::UnsafeCell;
+use core::ptr::null_mut;
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+/// Units per 2 MiB chunk, the step by which the frontier advances.
+pub const CHUNK_UNITS: usize = 64;
+/// Exact-size buckets for spans up to a chunk, then one bucket per power of two.
+const EXACT_BUCKETS: usize = MAX_BAG_UNITS;
+const NUM_BUCKETS: usize = 128;
+
+/// What a span is handed out for; decides the tags written over it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpanUse {
+    Bag(SizeClass),
+    Large,
+}
+
+struct PoolState {
+    frontier: usize,
+    buckets: [*mut UnitMeta; NUM_BUCKETS],
+    nonempty: u128,
+    oldest: *mut UnitMeta,
+    newest: *mut UnitMeta,
+    dirty_bytes: usize,
+}
+
+pub struct Region {
+    lock: SpinLock,
+    state: UnsafeCell<PoolState>,
+    start: usize,
+    end: usize,
+    /// Bytes the frontier has passed (address space in use or once used).
+    pub mapped: AtomicUsize,
+    /// Bytes handed out or free-but-dirty: an upper bound of the region's resident memory.
+    pub committed: AtomicUsize,
+    /// Bytes of spans currently handed out (bags and large objects).
+    pub active: AtomicUsize,
+    /// Bytes returned to the OS so far.
+    pub decommitted: AtomicUsize,
+}
+
+// SAFETY: `state` is only touched with `lock` held; the rest is immutable after `init` or atomic.
+unsafe impl Sync for Region {}
+
+/// Decommit policy, from the options.
+#[derive(Clone, Copy, Debug)]
+pub struct Decay {
+    pub delay_ns: u64,
+    pub retain_bytes: usize,
+}
+
+fn bucket_of(units: usize) -> usize {
+    if units <= EXACT_BUCKETS {
+        units - 1
+    } else {
+        let log = (usize::BITS - 1 - units.leading_zeros()) as usize; // 2^log <= units
+        (EXACT_BUCKETS + log - 6).min(NUM_BUCKETS - 1)
+    }
+}
+
+impl Region {
+    /// Sets the range of a zeroed region. Must run before the region is shared.
+    ///
+    /// # Safety
+    /// `this` must point to zeroed memory for a `Region` that nobody else uses yet.
+    pub unsafe fn init(this: *mut Region, start: usize, end: usize) {
+        // SAFETY: exclusive access to zeroed memory (contract above); all-zero is a valid Region
+        // (unlocked lock, empty buckets, null lists, zero counters).
+        unsafe {
+            (*this).start = start;
+            (*this).end = end;
+            (*(*this).state.get()).frontier = start;
+        }
+    }
+
+    pub fn start(&self) -> usize {
+        self.start
+    }
+
+    pub fn end(&self) -> usize {
+        self.end
+    }
+
+    /// Hands out `units` units aligned to `align_units`, tagged for `usage`. `None` when the
+    /// region can neither reuse a free span nor advance its frontier.
+    pub fn alloc(
+        &self,
+        map: &PageMap,
+        units: usize,
+        align_units: usize,
+        usage: SpanUse,
+    ) -> Option<usize> {
+        let _guard = self.lock.lock();
+        // SAFETY: the span lock is held.
+        let state = unsafe { &mut *self.state.get() };
+        let address = self
+            .take_free(state, map, units, align_units)
+            .or_else(|| self.advance_frontier(state, map, units, align_units))?;
+        self.tag_in_use(map, address, units, usage);
+        self.active
+            .fetch_add(units << UNIT_SHIFT, Ordering::Relaxed);
+        Some(address)
+    }
+
+    /// Returns a span to the pool (dirty), coalescing with dirty neighbours, then decommits what
+    /// the decay policy says is due.
+    pub fn free(&self, map: &PageMap, address: usize, units: usize, decay: Decay) {
+        let now = os::monotonic_ns().max(1);
+        let _guard = self.lock.lock();
+        // SAFETY: the span lock is held.
+        let state = unsafe { &mut *self.state.get() };
+        self.active
+            .fetch_sub(units << UNIT_SHIFT, Ordering::Relaxed);
+        let first = map.unit_of(address);
+        for unit in first..first + units {
+            map.set_tag(unit, Tag::UNUSED);
+        }
+        self.insert_coalesced(state, map, first, units, now);
+        self.purge_locked(state, map, now, decay, false);
+    }
+
+    /// Grows a large span in place to `new_units` if the units after it are free (or are the
+    /// frontier). Returns false, changing nothing, otherwise.
+    pub fn grow(&self, map: &PageMap, address: usize, old_units: usize, new_units: usize) -> bool {
+        let _guard = self.lock.lock();
+        // SAFETY: the span lock is held.
+        let state = unsafe { &mut *self.state.get() };
+        let extra = new_units - old_units;
+        let next = address + (old_units << UNIT_SHIFT);
+        let Some(needed_end) = next.checked_add(extra << UNIT_SHIFT) else {
+            return false;
+        };
+        // The free span right after us, if any, and where the free room after us ends.
+        let mut neighbour = null_mut();
+        let mut room_end = next;
+        if next < state.frontier && map.tag(next).kind() == Kind::Free {
+            neighbour = map.meta(map.unit_of(next));
+            // SAFETY: the span lock is held and `neighbour` heads a free span of this region.
+            room_end = next + (unsafe { (*neighbour).units } << UNIT_SHIFT);
+        }
+        let extend_to = if needed_end <= room_end {
+            None
+        } else if room_end == state.frontier {
+            let frontier =
+                round_up(needed_end - self.start, CHUNK_UNITS << UNIT_SHIFT) + self.start;
+            if frontier > self.end {
+                return false;
+            }
+            Some(frontier)
+        } else {
+            return false;
+        };
+        if !neighbour.is_null() {
+            // SAFETY: as above.
+            let (available, freed_at) = unsafe { ((*neighbour).units, (*neighbour).freed_at) };
+            self.remove_free(state, neighbour);
+            let used = available.min(extra);
+            self.account_taken(used, freed_at != 0);
+            if available > used {
+                self.insert_free(
+                    state,
+                    map,
+                    map.unit_of(next) + used,
+                    available - used,
+                    freed_at,
+                );
+            }
+        }
+        if let Some(frontier) = extend_to {
+            state.frontier = frontier;
+            self.mapped.store(frontier - self.start, Ordering::Relaxed);
+            self.committed
+                .fetch_add(needed_end - room_end, Ordering::Relaxed);
+            if frontier > needed_end {
+                let spare = (frontier - needed_end) >> UNIT_SHIFT;
+                self.insert_free(state, map, map.unit_of(needed_end), spare, 0);
+            }
+        }
+        let first = map.unit_of(address);
+        for unit in first + old_units..first + new_units {
+            map.set_tag(unit, Tag::LARGE_BODY);
+        }
+        // SAFETY: the span lock is held; `address` heads a large span we own.
+        unsafe { (*map.meta(first)).units = new_units };
+        self.active
+            .fetch_add(extra << UNIT_SHIFT, Ordering::Relaxed);
+        true
+    }
+
+    /// Shrinks a large span in place, returning its tail to the pool.
+    pub fn shrink(
+        &self,
+        map: &PageMap,
+        address: usize,
+        old_units: usize,
+        new_units: usize,
+        decay: Decay,
+    ) {
+        debug_assert!(new_units >= 1 && new_units < old_units);
+        {
+            let _guard = self.lock.lock();
+            // SAFETY: the span lock is held; `address` heads a large span we own.
+            unsafe { (*map.meta(map.unit_of(address))).units = new_units };
+        }
+        self.free(
+            map,
+            address + (new_units << UNIT_SHIFT),
+            old_units - new_units,
+            decay,
+        );
+    }
+
+    /// Decommits dirty spans that the policy says are due (all of them when `force`).
+    pub fn purge(&self, map: &PageMap, decay: Decay, force: bool) {
+        let now = os::monotonic_ns().max(1);
+        let _guard = self.lock.lock();
+        // SAFETY: the span lock is held.
+        let state = unsafe { &mut *self.state.get() };
+        self.purge_locked(state, map, now, decay, force);
+    }
+
+    /// Bytes of free spans still committed.
+    pub fn dirty_bytes(&self) -> usize {
+        let _guard = self.lock.lock();
+        // SAFETY: the span lock is held.
+        unsafe { (*self.state.get()).dirty_bytes }
+    }
+
+    pub fn lock_for_fork(&self) {
+        self.lock.acquire();
+    }
+
+    pub fn unlock_after_fork(&self) {
+        self.lock.release();
+    }
+
+    fn purge_locked(
+        &self,
+        state: &mut PoolState,
+        map: &PageMap,
+        now: u64,
+        decay: Decay,
+        force: bool,
+    ) {
+        while !state.oldest.is_null() {
+            let oldest = state.oldest;
+            // SAFETY: the span lock is held; the age list holds heads of dirty free spans.
+            let (units, freed_at) = unsafe { ((*oldest).units, (*oldest).freed_at) };
+            if !force
+                && (state.dirty_bytes <= decay.retain_bytes
+                    || now.saturating_sub(freed_at) < decay.delay_ns)
+            {
+                break;
+            }
+            self.remove_free(state, oldest);
+            let first = map.unit_of_meta(oldest);
+            let bytes = units << UNIT_SHIFT;
+            // SAFETY: the span is free (no live object) and inside our region.
+            unsafe { os::decommit(map.address_of(first) as *mut u8, bytes) };
+            self.committed.fetch_sub(bytes, Ordering::Relaxed);
+            self.decommitted.fetch_add(bytes, Ordering::Relaxed);
+            self.insert_coalesced(state, map, first, units, 0);
+        }
+    }
+
+    /// Finds a free span of at least `units` (aligned) and carves the request from it.
+    fn take_free(
+        &self,
+        state: &mut PoolState,
+        map: &PageMap,
+        units: usize,
+        align_units: usize,
+    ) -> Option<usize> {
+        let needed = units + align_units - 1;
+        let mut bucket = bucket_of(units);
+        // In an exact bucket every span fits an unaligned request; a log bucket is scanned a little.
+        loop {
+            let mask = state.nonempty >> bucket;
+            if mask == 0 {
+                return None;
+            }
+            bucket += mask.trailing_zeros() as usize;
+            let mut candidate = state.buckets[bucket];
+            let mut scanned = 0;
+            while !candidate.is_null() && scanned < 16 {
+                // SAFETY: the span lock is held; bucket lists hold heads of free spans.
+                let span_units = unsafe { (*candidate).units };
+                let head = map.unit_of_meta(candidate);
+                if let Some(offset) = fit(map.address_of(head), span_units, units, align_units) {
+                    return Some(
+                        self.carve(state, map, candidate, head, span_units, offset, units),
+                    );
+                }
+                // SAFETY: as above.
+                candidate = unsafe { (*candidate).next };
+                scanned += 1;
+            }
+            if bucket + 1 >= NUM_BUCKETS || needed == 0 {
+                return None;
+            }
+            bucket += 1;
+        }
+    }
+
+    /// Cuts `[offset, offset + units)` out of the free span at `head`, returning the address.
+    #[allow(clippy::too_many_arguments)]
+    fn carve(
+        &self,
+        state: &mut PoolState,
+        map: &PageMap,
+        meta: *mut UnitMeta,
+        head: usize,
+        span_units: usize,
+        offset: usize,
+        units: usize,
+    ) -> usize {
+        // SAFETY: the span lock is held; `meta` heads a free span.
+        let freed_at = unsafe { (*meta).freed_at };
+        let dirty = freed_at != 0;
+        self.remove_free(state, meta);
+        self.account_taken(units, dirty);
+        if offset > 0 {
+            self.insert_free(state, map, head, offset, freed_at);
+        }
+        let after = span_units - offset - units;
+        if after > 0 {
+            self.insert_free(state, map, head + offset + units, after, freed_at);
+        }
+        map.address_of(head + offset)
+    }
+
+    /// Counts `units` leaving the free pool: dirty ones were committed already, clean ones are
+    /// about to be touched.
+    fn account_taken(&self, units: usize, dirty: bool) {
+        if !dirty {
+            self.committed
+                .fetch_add(units << UNIT_SHIFT, Ordering::Relaxed);
+        }
+    }
+
+    fn advance_frontier(
+        &self,
+        state: &mut PoolState,
+        map: &PageMap,
+        units: usize,
+        align_units: usize,
+    ) -> Option<usize> {
+        // A clean free span touching the frontier is extended rather than stranded.
+        let mut start = state.frontier;
+        if start > self.start {
+            let last = start - UNIT;
+            let tag = map.tag(last);
+            if matches!(tag.kind(), Kind::Free | Kind::FreeTail) {
+                // SAFETY: the span lock is held; free heads and tails record the span length.
+                let length = unsafe { (*map.meta(map.unit_of(last))).units };
+                let head = map.unit_of(last) + 1 - length;
+                let meta = map.meta(head);
+                // SAFETY: as above.
+                if unsafe { (*meta).freed_at } == 0 {
+                    self.remove_free(state, meta);
+                    start = map.address_of(head);
+                }
+            }
+        }
+        let align = align_units << UNIT_SHIFT;
+        let aligned = round_up(start - self.start, align) + self.start;
+        let needed_end = aligned.checked_add(units << UNIT_SHIFT)?;
+        let new_frontier = (round_up(needed_end - self.start, CHUNK_UNITS << UNIT_SHIFT)
+            + self.start)
+            .max(state.frontier);
+        if new_frontier > self.end || needed_end > self.end {
+            if start != state.frontier {
+                // Put back the span we took off the frontier.
+                let length = (state.frontier - start) >> UNIT_SHIFT;
+                self.insert_free(state, map, map.unit_of(start), length, 0);
+            }
+            return None;
+        }
+        state.frontier = new_frontier;
+        self.mapped
+            .store(new_frontier - self.start, Ordering::Relaxed);
+        self.committed
+            .fetch_add(units << UNIT_SHIFT, Ordering::Relaxed);
+        if aligned > start {
+            self.insert_free(
+                state,
+                map,
+                map.unit_of(start),
+                (aligned - start) >> UNIT_SHIFT,
+                0,
+            );
+        }
+        if new_frontier > needed_end {
+            self.insert_free(
+                state,
+                map,
+                map.unit_of(needed_end),
+                (new_frontier - needed_end) >> UNIT_SHIFT,
+                0,
+            );
+        }
+        Some(aligned)
+    }
+
+    fn tag_in_use(&self, map: &PageMap, address: usize, units: usize, usage: SpanUse) {
+        let first = map.unit_of(address);
+        for offset in 0..units {
+            let tag = match usage {
+                SpanUse::Bag(class) => Tag::bag(class, offset),
+                SpanUse::Large if offset == 0 => Tag::LARGE,
+                SpanUse::Large => Tag::LARGE_BODY,
+            };
+            map.set_tag(first + offset, tag);
+        }
+        let meta = map.meta(first);
+        // SAFETY: the span lock is held and the span is now ours; reset every field.
+        unsafe {
+            *meta = UnitMeta {
+                units,
+                next: null_mut(),
+                prev: null_mut(),
+                free: null_mut(),
+                carved: 0,
+                live: 0,
+                older: null_mut(),
+                newer: null_mut(),
+                freed_at: 0,
+            };
+        }
+    }
+
+    /// Inserts a free span, first merging it with free neighbours in the same state (dirty with
+    /// dirty, clean with clean). `freed_at` 0 means clean.
+    fn insert_coalesced(
+        &self,
+        state: &mut PoolState,
+        map: &PageMap,
+        mut first: usize,
+        mut units: usize,
+        freed_at: u64,
+    ) {
+        let dirty = freed_at != 0;
+        let address = map.address_of(first);
+        if address > self.start {
+            let left = address - UNIT;
+            if matches!(map.tag(left).kind(), Kind::Free | Kind::FreeTail) {
+                // SAFETY: the span lock is held; free heads and tails record the span length.
+                let length = unsafe { (*map.meta(map.unit_of(left))).units };
+                let head = map.unit_of(left) + 1 - length;
+                let meta = map.meta(head);
+                // SAFETY: as above.
+                if (unsafe { (*meta).freed_at } != 0) == dirty {
+                    self.remove_free(state, meta);
+                    map.set_tag(map.unit_of(left), Tag::UNUSED);
+                    first = head;
+                    units += length;
+                }
+            }
+        }
+        let right = map.address_of(first + units);
+        if right < state.frontier && map.tag(right).kind() == Kind::Free {
+            let meta = map.meta(map.unit_of(right));
+            // SAFETY: the span lock is held; `meta` heads a free span.
+            let (length, right_dirty) = unsafe { ((*meta).units, (*meta).freed_at != 0) };
+            if right_dirty == dirty {
+                self.remove_free(state, meta);
+                map.set_tag(map.unit_of(right), Tag::UNUSED);
+                units += length;
+            }
+        }
+        // A merged dirty span keeps the newest time: it is only as old as its youngest part.
+        self.insert_free(state, map, first, units, freed_at);
+    }
+
+    /// Puts a span into its bucket (and the age list and `dirty_bytes` if dirty), writing its
+    /// boundary tags.
+    fn insert_free(
+        &self,
+        state: &mut PoolState,
+        map: &PageMap,
+        first: usize,
+        units: usize,
+        freed_at: u64,
+    ) {
+        let meta = map.meta(first);
+        let bucket = bucket_of(units);
+        // SAFETY: the span lock is held; the span is free and these descriptors are ours.
+        unsafe {
+            *meta = UnitMeta {
+                units,
+                next: state.buckets[bucket],
+                prev: null_mut(),
+                free: null_mut(),
+                carved: 0,
+                live: 0,
+                older: null_mut(),
+                newer: null_mut(),
+                freed_at,
+            };
+            if !state.buckets[bucket].is_null() {
+                (*state.buckets[bucket]).prev = meta;
+            }
+            if freed_at != 0 {
+                state.dirty_bytes += units << UNIT_SHIFT;
+                (*meta).older = state.newest;
+                if state.newest.is_null() {
+                    state.oldest = meta;
+                } else {
+                    (*state.newest).newer = meta;
+                }
+                state.newest = meta;
+            }
+            if units > 1 {
+                (*map.meta(first + units - 1)).units = units;
+            }
+        }
+        state.buckets[bucket] = meta;
+        state.nonempty |= 1 << bucket;
+        map.set_tag(first, Tag::FREE);
+        if units > 1 {
+            map.set_tag(first + units - 1, Tag::FREE_TAIL);
+        }
+    }
+
+    /// Unlinks a free span from its bucket and, if dirty, from the age list and `dirty_bytes`.
+    /// Leaves its tags.
+    fn remove_free(&self, state: &mut PoolState, meta: *mut UnitMeta) {
+        // SAFETY: the span lock is held; `meta` heads a free span linked into our lists.
+        unsafe {
+            let bucket = bucket_of((*meta).units);
+            if (*meta).prev.is_null() {
+                state.buckets[bucket] = (*meta).next;
+                if (*meta).next.is_null() {
+                    state.nonempty &= !(1 << bucket);
+                }
+            } else {
+                (*(*meta).prev).next = (*meta).next;
+            }
+            if !(*meta).next.is_null() {
+                (*(*meta).next).prev = (*meta).prev;
+            }
+            if (*meta).freed_at != 0 {
+                state.dirty_bytes -= (*meta).units << UNIT_SHIFT;
+                if (*meta).older.is_null() {
+                    state.oldest = (*meta).newer;
+                } else {
+                    (*(*meta).older).newer = (*meta).newer;
+                }
+                if (*meta).newer.is_null() {
+                    state.newest = (*meta).older;
+                } else {
+                    (*(*meta).newer).older = (*meta).older;
+                }
+            }
+            (*meta).next = null_mut();
+            (*meta).prev = null_mut();
+            (*meta).older = null_mut();
+            (*meta).newer = null_mut();
+        }
+    }
+}
+
+/// Where in a free span `[start, start + span_units)` an aligned request of `units` fits:
+/// the offset in units, preferring the span's start.
+fn fit(start: usize, span_units: usize, units: usize, align_units: usize) -> Option<usize> {
+    if span_units < units {
+        return None;
+    }
+    let align = align_units << UNIT_SHIFT;
+    let aligned = round_up(start, align);
+    let offset = (aligned - start) >> UNIT_SHIFT;
+    if offset + units <= span_units {
+        Some(offset)
+    } else {
+        None
+    }
+}

@@ -1,0 +1,199 @@
+//! The process-wide instance behind [`crate::NodAlloc`]: created lazily at the first
+//! allocation, without allocating, and never torn down.
+//!
+//! Start-up reads the options and the topology, reserves the arena, builds the node heaps,
+//! registers a `pthread` key whose destructor flushes a thread's caches when it exits, the
+//! `pthread_atfork` handlers that hold every allocator lock across `fork`, and (with
+//! `NODALLOC_STATS=1`) an `atexit` report. Each thread's heap lives in a `const`-initialised
+//! thread-local without a destructor, so reaching it is one TLS-relative address.
+
+use crate::arena::{region::Decay, Arena, ArenaConfig};
+use crate::bind;
+use crate::ds::spinlock::SpinLock;
+use crate::node::NodeHeaps;
+use crate::os;
+use crate::os::options::Options;
+use crate::os::topology::Topology;
+use crate::thread::{HeapState, ThreadHeap};
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+
+static INSTANCE: AtomicPtr<NodeHeaps> = AtomicPtr::new(core::ptr::null_mut());
+static INIT_LOCK: SpinLock = SpinLock::new();
+/// Set while the instance is being built: a nested call (there should be none) fails cleanly.
+static INITIALISING: AtomicUsize = AtomicUsize::new(0);
+static THREADS_STARTED: AtomicUsize = AtomicUsize::new(0);
+static THREADS_LIVE: AtomicUsize = AtomicUsize::new(0);
+static EXIT_KEY: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+struct OptionsCell(UnsafeCell<Option<Options>>);
+// SAFETY: written once under INIT_LOCK before INSTANCE is published (release), read only after
+// INSTANCE is seen (acquire).
+unsafe impl Sync for OptionsCell {}
+static OPTIONS: OptionsCell = OptionsCell(UnsafeCell::new(None));
+
+thread_local! {
+    static HEAP: UnsafeCell<ThreadHeap> =
+        const { UnsafeCell::new(ThreadHeap::with_attach_hook(Some(attach_current_thread))) };
+}
+
+/// Runs `f` on the calling thread's heap.
+#[inline(always)]
+pub(crate) fn with_heap<R>(f: impl FnOnce(&mut ThreadHeap) -> R) -> R {
+    // SAFETY: the heap is only ever touched by its own thread, and nothing `f` calls re-enters
+    // the allocator (no internal path allocates), so this is the only live reference.
+    HEAP.with(|heap| f(unsafe { &mut *heap.get() }))
+}
+
+/// The instance, creating it on first use. `None` if the arena cannot be reserved at all.
+#[inline]
+pub(crate) fn instance() -> Option<&'static NodeHeaps> {
+    let heaps = INSTANCE.load(Ordering::Acquire);
+    if !heaps.is_null() {
+        // SAFETY: INSTANCE only ever holds a leaked, fully built NodeHeaps.
+        return Some(unsafe { &*heaps });
+    }
+    create_instance()
+}
+
+/// The instance if it exists, without creating it.
+pub(crate) fn existing_instance() -> Option<&'static NodeHeaps> {
+    // SAFETY: as in `instance`.
+    unsafe { INSTANCE.load(Ordering::Acquire).as_ref() }
+}
+
+pub(crate) fn options() -> Option<&'static Options> {
+    existing_instance()?;
+    // SAFETY: OPTIONS was written before INSTANCE was published (see OptionsCell).
+    unsafe { (*OPTIONS.0.get()).as_ref() }
+}
+
+#[cold]
+#[inline(never)]
+fn create_instance() -> Option<&'static NodeHeaps> {
+    let _guard = INIT_LOCK.lock();
+    let heaps = INSTANCE.load(Ordering::Acquire);
+    if !heaps.is_null() {
+        // SAFETY: as in `instance`.
+        return Some(unsafe { &*heaps });
+    }
+    if INITIALISING.swap(1, Ordering::Relaxed) != 0 {
+        return None;
+    }
+    let options = Options::from_env();
+    // The topology is built in a scratch mapping: it is too big for an arbitrary thread's stack.
+    let scratch = os::reserve(core::mem::size_of::<Topology>())? as *mut Topology;
+    // SAFETY: a fresh zeroed mapping of the right size, ours alone; all-zero bytes are a valid
+    // Topology (integers, bools, `None`, and enums whose first variant is 0).
+    let topology = unsafe { &mut *scratch };
+    topology.detect_into(options.simulate_nodes);
+    let config = ArenaConfig {
+        region_bytes: options.region_bytes,
+        strict_binding: options.strict_binding,
+        thp: options.thp,
+        decay: Decay {
+            delay_ns: options.decommit_delay_ns,
+            retain_bytes: options.retain_bytes as usize,
+        },
+    };
+    let arena = Arena::create(topology, &config);
+    // SAFETY: the scratch mapping is ours and the arena copied the topology.
+    unsafe { os::unmap(scratch as *mut u8, core::mem::size_of::<Topology>()) };
+    let Some(arena) = arena else {
+        os::warn(|w| {
+            w.str("cannot reserve address space for the heap; allocations will fail");
+        });
+        return None;
+    };
+    let heaps = NodeHeaps::create(arena)?;
+    // SAFETY: we hold INIT_LOCK and INSTANCE is still null, so nobody reads OPTIONS yet.
+    unsafe { *OPTIONS.0.get() = Some(options) };
+    register_process_hooks(options.stats_at_exit);
+    INSTANCE.store(
+        heaps as *const NodeHeaps as *mut NodeHeaps,
+        Ordering::Release,
+    );
+    Some(heaps)
+}
+
+fn register_process_hooks(stats_at_exit: bool) {
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: pthread_key_create writes the new key; the destructor is an extern "C" fn that
+    // lives for the whole process.
+    if unsafe { libc::pthread_key_create(&mut key, Some(thread_exit)) } == 0 {
+        EXIT_KEY.store(key as usize, Ordering::Release);
+    }
+    // SAFETY: the three handlers are extern "C" fns with no arguments, valid for the process.
+    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+    if stats_at_exit {
+        // SAFETY: an extern "C" fn with no arguments, valid for the process.
+        unsafe { libc::atexit(print_stats_at_exit) };
+    }
+}
+
+/// The attach hook of every thread heap: binds the thread and homes its heap.
+fn attach_current_thread(heap: &mut ThreadHeap) -> bool {
+    let Some(heaps) = instance() else {
+        return false;
+    };
+    let Some(options) = options() else {
+        return false;
+    };
+    let index = THREADS_STARTED.fetch_add(1, Ordering::Relaxed);
+    let node = bind::bind_current_thread(&heaps.arena.topology, options, index);
+    heap.attach(heaps, node);
+    THREADS_LIVE.fetch_add(1, Ordering::Relaxed);
+    let key = EXIT_KEY.load(Ordering::Acquire);
+    if key != usize::MAX {
+        // SAFETY: `key` is a live pthread key; the value is this thread's heap, which stays
+        // valid until the thread's TLS is torn down, after the key destructors ran.
+        unsafe {
+            libc::pthread_setspecific(
+                key as libc::pthread_key_t,
+                heap as *mut ThreadHeap as *const libc::c_void,
+            )
+        };
+    }
+    true
+}
+
+extern "C" fn thread_exit(heap: *mut libc::c_void) {
+    // SAFETY: the value was set by `attach_current_thread` to this thread's heap, which is alive
+    // while key destructors run.
+    let heap = unsafe { &mut *(heap as *mut ThreadHeap) };
+    if heap.state == HeapState::Active {
+        heap.retire();
+        THREADS_LIVE.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+extern "C" fn fork_prepare() {
+    INIT_LOCK.acquire();
+    if let Some(heaps) = existing_instance() {
+        heaps.lock_all();
+    }
+}
+
+extern "C" fn fork_parent() {
+    if let Some(heaps) = existing_instance() {
+        heaps.unlock_all();
+    }
+    INIT_LOCK.release();
+}
+
+extern "C" fn fork_child() {
+    // Only the forking thread exists in the child; the locks it took in `prepare` are its own.
+    if let Some(heaps) = existing_instance() {
+        heaps.unlock_all();
+    }
+    INIT_LOCK.release();
+    THREADS_LIVE.store(1, Ordering::Relaxed);
+}
+
+extern "C" fn print_stats_at_exit() {
+    crate::stats().write_to(2);
+}
+
+pub(crate) fn live_threads() -> usize {
+    THREADS_LIVE.load(Ordering::Relaxed)
+}

@@ -1,0 +1,242 @@
+//! # nodalloc
+//!
+//! A NUMA-aware memory allocator for Linux, after NUMAlloc (Yang et al., ISMM 2023): one reserved
+//! heap split into a region per NUMA node, threads bound to nodes, freed objects always returned
+//! to the node they came from, and small objects carved from huge pages shared by all threads of
+//! a node.
+//!
+//! ```no_run
+//! #[global_allocator]
+//! static GLOBAL: nodalloc::NodAlloc = nodalloc::NodAlloc::new();
+//! ```
+//!
+//! Besides the allocator: [`stats`] (a snapshot: allocated, active, committed and mapped bytes,
+//! per node and per size class, remote frees, steals), [`node_of`], [`current_node`],
+//! [`NodAlloc::alloc_on_node`], [`topology`] (what the allocator saw), [`purge`] and
+//! [`options`] (every `NODALLOC_*` environment option with its default).
+//!
+//! Layers, bottom up (see `docs/DESIGN.md`): [`os`] (syscalls, `/sys`, options) → [`arena`]
+//! (regions, spans, page map) → [`node`] (node heaps) → [`thread`] (thread heaps) → the faces
+//! (this file's `GlobalAlloc`; the C ABI lives in its own crate).
+#![deny(unsafe_op_in_unsafe_fn)]
+
+#[cfg(not(loom))]
+pub mod arena;
+#[cfg(not(loom))]
+mod bind;
+pub mod ds;
+#[cfg(not(loom))]
+mod global;
+#[cfg(not(loom))]
+pub mod node;
+#[cfg(not(loom))]
+pub mod os;
+#[cfg(not(loom))]
+pub mod size_class;
+#[cfg(not(loom))]
+mod stats;
+mod sync;
+#[cfg(not(loom))]
+pub mod thread;
+
+#[cfg(not(loom))]
+pub use face::*;
+
+#[cfg(not(loom))]
+mod face {
+    use crate::global::{existing_instance, instance, with_heap};
+    use crate::size_class::{class_of, SizeClass};
+    use core::alloc::{GlobalAlloc, Layout};
+    use core::ptr::null_mut;
+
+    pub use crate::os::options::{OptionSpec, OPTIONS};
+    pub use crate::os::topology::{NodeInfo, OvercommitMode, ThpMode, Topology};
+    pub use crate::stats::{ClassStats, NodeStats, Stats};
+
+    /// The allocator. Zero-sized and `const`: all state is process-wide, created at the first
+    /// allocation.
+    pub struct NodAlloc;
+
+    impl NodAlloc {
+        pub const fn new() -> Self {
+            NodAlloc
+        }
+
+        /// Allocates memory on `node` (an index into [`topology`]'s usable nodes), whatever the
+        /// calling thread's node; the only way to place data on a node without CPUs. Null when
+        /// the node does not exist or no memory is left. Free it like any other allocation.
+        pub fn alloc_on_node(&self, layout: Layout, node: usize) -> *mut u8 {
+            let Some(heaps) = instance() else {
+                return null_mut();
+            };
+            if node >= heaps.arena.node_count() {
+                return null_mut();
+            }
+            match class_of(layout.size(), layout.align()) {
+                Some(class) => match heaps.take_from_bags(node, class, 1) {
+                    Some(batch) => {
+                        heaps
+                            .class(node, class)
+                            .allocs
+                            .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+                        batch.head
+                    }
+                    None => null_mut(),
+                },
+                None => heaps.alloc_large(node, layout.size(), layout.align()),
+            }
+        }
+    }
+
+    impl Default for NodAlloc {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn alloc_large(layout: Layout) -> *mut u8 {
+        let Some(heaps) = instance() else {
+            return null_mut();
+        };
+        let node = with_heap(|heap| {
+            heap.run_attach_hook();
+            heap.node()
+        });
+        heaps.alloc_large(node, layout.size(), layout.align())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn free_large(ptr: *mut u8) {
+        match existing_instance() {
+            Some(heaps) => heaps.free_large(ptr as usize),
+            None => crate::node::report(ptr, crate::node::Misuse::InvalidPointer),
+        }
+    }
+
+    #[inline(always)]
+    fn alloc_small(class: SizeClass) -> *mut u8 {
+        with_heap(|heap| {
+            let object = heap.alloc_cached(class);
+            if !object.is_null() {
+                object
+            } else {
+                heap.alloc_slow(class)
+            }
+        })
+    }
+
+    // SAFETY: `alloc` returns null or a block of at least `layout.size()` bytes aligned to
+    // `layout.align()` that no other live allocation overlaps; `dealloc` accepts exactly such
+    // blocks (with the same layout) and never touches other memory.
+    unsafe impl GlobalAlloc for NodAlloc {
+        #[inline]
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            match class_of(layout.size(), layout.align()) {
+                Some(class) => alloc_small(class),
+                None => alloc_large(layout),
+            }
+        }
+
+        #[inline]
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            match class_of(layout.size(), layout.align()) {
+                // SAFETY: `ptr` was returned by `alloc` with this layout, hence of this class.
+                Some(class) => with_heap(|heap| unsafe { heap.free(ptr, class) }),
+                None => free_large(ptr),
+            }
+        }
+
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: forwarded contract.
+            let ptr = unsafe { self.alloc(layout) };
+            if !ptr.is_null() {
+                // SAFETY: `ptr` holds at least `layout.size()` writable bytes.
+                unsafe { ptr.write_bytes(0, layout.size()) };
+            }
+            ptr
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            let old_class = class_of(layout.size(), layout.align());
+            let new_class = class_of(new_size, layout.align());
+            match (old_class, new_class) {
+                (Some(old), Some(new)) if old == new => return ptr,
+                (None, None) => {
+                    if let Some(heaps) = existing_instance() {
+                        if heaps.resize_large_in_place(ptr as usize, new_size) {
+                            return ptr;
+                        }
+                    }
+                }
+                _ => {}
+            }
+            // SAFETY: the caller guarantees `new_size` with this alignment is a valid layout.
+            let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+            // SAFETY: forwarded contract.
+            let new_ptr = unsafe { self.alloc(new_layout) };
+            if !new_ptr.is_null() {
+                // SAFETY: both blocks are live, distinct, and hold at least the copied length.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(ptr, new_ptr, layout.size().min(new_size));
+                    self.dealloc(ptr, layout);
+                }
+            }
+            new_ptr
+        }
+    }
+
+    /// A snapshot of the allocator's statistics (empty before the first allocation). Publishes
+    /// the calling thread's counters first; other running threads lag by at most one batch.
+    pub fn stats() -> Stats {
+        match existing_instance() {
+            Some(heaps) => {
+                with_heap(|heap| heap.publish_all());
+                Stats::collect(heaps, crate::global::live_threads())
+            }
+            None => Stats::empty(),
+        }
+    }
+
+    /// Prints [`stats`] to stderr without allocating.
+    pub fn print_stats() {
+        stats().write_to(2);
+    }
+
+    /// The node whose memory holds `ptr`, if nodalloc handed it out.
+    pub fn node_of(ptr: *const u8) -> Option<usize> {
+        existing_instance()?.arena.origin_of(ptr as usize)
+    }
+
+    /// The calling thread's home node (binding it first if it has not allocated yet).
+    pub fn current_node() -> usize {
+        with_heap(|heap| {
+            heap.run_attach_hook();
+            heap.node()
+        })
+    }
+
+    /// The machine as the allocator sees it (creating the allocator if needed).
+    pub fn topology() -> Option<&'static Topology> {
+        instance().map(|heaps| &heaps.arena.topology)
+    }
+
+    /// Returns every cached free object to its bags and every free page beyond nothing to the
+    /// OS now, without waiting for the decommit delay (like glibc's `malloc_trim(0)`). Other
+    /// threads' caches are left alone.
+    pub fn purge() {
+        let Some(heaps) = existing_instance() else {
+            return;
+        };
+        with_heap(|heap| heap.flush());
+        heaps.flush_all();
+        heaps.arena.purge(true);
+    }
+
+    /// Every `NODALLOC_*` option: name, default and meaning.
+    pub fn options() -> &'static [OptionSpec] {
+        OPTIONS
+    }
+}

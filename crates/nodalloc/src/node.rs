@@ -1,0 +1,534 @@
+//! The middle layer: one **node heap** per node, shared by that node's threads.
+//!
+//! Per size class a node heap has a [`TransferRing`] of batches (threads hand whole batches to
+//! each other with one CAS), and under it the **central bag lists**: the bags of this node's
+//! region that still have free or never-carved objects, behind the class lock. Batches are broken
+//! up into bags only when the ring overflows or underflows. A bag that falls empty goes back to
+//! the region (and eventually to the OS).
+//!
+//! Each node heap also has a remote-free [`Inbox`]: threads of other nodes push chains of this
+//! node's objects there; a thread of this node sorts them back into bags on its slow path. So an
+//! object always returns to its origin node and is never reused by another node's thread.
+//!
+//! A bag always belongs to the node heap of the region that holds it. When a node's region is
+//! exhausted, a thread of that node takes objects from the nearest other node heap (a steal),
+//! and frees them later through that node's inbox.
+//!
+//! Layer: calls `arena`; used by `thread` and the faces.
+
+use crate::arena::pagemap::{Kind, UnitMeta};
+use crate::arena::region::SpanUse;
+use crate::arena::Arena;
+use crate::ds::inbox::Inbox;
+use crate::ds::ring::{Batch, TransferRing, RING_SLOTS};
+use crate::ds::spinlock::SpinLock;
+use crate::ds::{next_of, set_next};
+use crate::os::{self, topology::MAX_NODES};
+use crate::size_class::{SizeClass, NUM_CLASSES, UNIT, UNIT_SHIFT};
+use core::cell::UnsafeCell;
+use core::ptr::null_mut;
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Bytes of objects a class's transfer ring may hold per node. More would keep bags alive (and
+/// memory committed) for objects nobody asked for; less would send producer/consumer pairs to the
+/// bag lock too often.
+const RING_BYTES: usize = 256 << 10;
+
+/// Per class, per node: the transfer ring and the central bag lists.
+pub struct ClassHeap {
+    ring: TransferRing,
+    lock: SpinLock,
+    /// Bags with a free or uncarved object, linked through their descriptors (class lock).
+    partial: UnsafeCell<*mut UnitMeta>,
+    /// Objects handed to (and returned by) programs, as published by thread heaps.
+    pub allocs: AtomicU64,
+    pub frees: AtomicU64,
+    /// Bags currently carved for this class on this node.
+    pub bags: AtomicUsize,
+}
+
+/// One node's heap.
+pub struct NodeHeap {
+    inbox: Inbox,
+    /// Objects that arrived from other nodes' threads.
+    pub remote_frees: AtomicU64,
+    /// Batches or objects this node's threads took from other nodes' heaps.
+    pub steals: AtomicU64,
+    pub large_allocs: AtomicU64,
+    pub large_frees: AtomicU64,
+    pub large_bytes: AtomicUsize,
+    classes: [ClassHeap; NUM_CLASSES],
+}
+
+// SAFETY: the UnsafeCell fields are only touched with the class lock held.
+unsafe impl Sync for NodeHeap {}
+
+/// The middle layer of one allocator instance: the arena and its node heaps.
+pub struct NodeHeaps {
+    pub arena: &'static Arena,
+    heaps: *const NodeHeap,
+}
+
+// SAFETY: node heaps are Sync and live as long as the arena; the pointer is never written.
+unsafe impl Sync for NodeHeaps {}
+// SAFETY: as for Sync.
+unsafe impl Send for NodeHeaps {}
+
+/// Why a pointer was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Misuse {
+    InvalidPointer,
+    DoubleFree,
+}
+
+impl NodeHeaps {
+    /// Builds the node heaps of `arena` in a fresh mapping. `None` if the mapping fails.
+    pub fn create(arena: &'static Arena) -> Option<&'static NodeHeaps> {
+        let nodes = arena.node_count();
+        let bytes =
+            core::mem::size_of::<NodeHeaps>() + 64 + nodes * core::mem::size_of::<NodeHeap>();
+        let memory = os::reserve(bytes)?;
+        let this = memory as *mut NodeHeaps;
+        let heaps_offset = (core::mem::size_of::<NodeHeaps>() + 63) & !63;
+        // SAFETY: a fresh zeroed mapping of `bytes`, exclusively ours; all-zero is a valid
+        // NodeHeap (empty inbox, unlocked locks, empty lists, zero counters) once its rings are
+        // numbered, which we do before anyone can see it.
+        unsafe {
+            let heaps = memory.add(heaps_offset) as *const NodeHeap;
+            this.write(NodeHeaps { arena, heaps });
+            for node in 0..nodes {
+                for class in &(*heaps.add(node)).classes {
+                    class.ring.init();
+                }
+            }
+            Some(&*this)
+        }
+    }
+
+    #[inline(always)]
+    pub fn node(&self, node: usize) -> &NodeHeap {
+        debug_assert!(node < self.arena.node_count());
+        // SAFETY: `heaps` holds `node_count` node heaps (see `create`).
+        unsafe { &*self.heaps.add(node) }
+    }
+
+    #[inline(always)]
+    pub fn class(&self, node: usize, class: SizeClass) -> &ClassHeap {
+        &self.node(node).classes[class.index()]
+    }
+
+    /// A batch of free objects of `class` for a thread of `node`: from the ring, else carved from
+    /// the node's bags, else (own region exhausted) stolen from the nearest node that has some.
+    pub fn refill(&self, node: usize, class: SizeClass) -> Option<Batch> {
+        if let Some(batch) = self.class(node, class).ring.pop() {
+            return Some(batch);
+        }
+        self.take_from_bags(node, class, class.batch())
+    }
+
+    /// Up to `want` objects from bags, own node first, then other nodes nearest first.
+    pub fn take_from_bags(&self, node: usize, class: SizeClass, want: usize) -> Option<Batch> {
+        if let Some(batch) = self.take_from_node_bags(node, class, want) {
+            return Some(batch);
+        }
+        let mut order = [0u8; MAX_NODES];
+        let count = self.arena.topology.nearest_nodes(node, &mut order);
+        for &other in &order[..count] {
+            let other = other as usize;
+            let stolen = self
+                .class(other, class)
+                .ring
+                .pop()
+                .or_else(|| self.take_from_node_bags(other, class, want));
+            if stolen.is_some() {
+                self.node(node).steals.fetch_add(1, Ordering::Relaxed);
+                return stolen;
+            }
+        }
+        None
+    }
+
+    /// Objects from `node`'s own bags, carving a new bag from its own region if needed.
+    fn take_from_node_bags(&self, node: usize, class: SizeClass, want: usize) -> Option<Batch> {
+        let heap = self.class(node, class);
+        let map = self.arena.map();
+        let size = class.size();
+        let capacity = class.capacity() as u32;
+        let _guard = heap.lock.lock();
+        // SAFETY: the class lock is held for the rest of this function.
+        let partial = unsafe { &mut *heap.partial.get() };
+        let mut batch = Batch {
+            head: null_mut(),
+            tail: null_mut(),
+            count: 0,
+        };
+        while batch.count < want {
+            if partial.is_null() {
+                let region = self.arena.region(node);
+                let Some(address) = region.alloc(map, class.bag_units(), 1, SpanUse::Bag(class))
+                else {
+                    break;
+                };
+                heap.bags.fetch_add(1, Ordering::Relaxed);
+                *partial = map.meta(map.unit_of(address));
+            }
+            let bag = *partial;
+            let start = map.address_of(map.unit_of_meta(bag));
+            // SAFETY: the class lock is held and `bag` is one of this class's bags.
+            unsafe {
+                while batch.count < want {
+                    let object = if !(*bag).free.is_null() {
+                        let object = (*bag).free;
+                        (*bag).free = next_of(object);
+                        object
+                    } else if (*bag).carved < capacity {
+                        let object = (start + (*bag).carved as usize * size) as *mut u8;
+                        (*bag).carved += 1;
+                        object
+                    } else {
+                        break;
+                    };
+                    (*bag).live += 1;
+                    set_next(object, batch.head);
+                    if batch.tail.is_null() {
+                        batch.tail = object;
+                    }
+                    batch.head = object;
+                    batch.count += 1;
+                }
+                if (*bag).free.is_null() && (*bag).carved == capacity {
+                    unlink(partial, bag);
+                }
+            }
+        }
+        if batch.count == 0 {
+            None
+        } else {
+            Some(batch)
+        }
+    }
+
+    /// Takes back a batch a thread of `node` drained: into the ring if it has room, else into
+    /// the bags. Every object must be of `class` and from `node`'s region.
+    pub fn release(&self, node: usize, class: SizeClass, batch: Batch) {
+        let heap = self.class(node, class);
+        let cap = (RING_BYTES / (class.batch() * class.size())).clamp(2, RING_SLOTS);
+        if let Err(batch) = heap.ring.push(batch, cap) {
+            if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head) {
+                report(object, misuse);
+            }
+        }
+    }
+
+    /// Returns a null-terminated chain of `class` objects of `node`'s region to their bags,
+    /// releasing bags that fall empty. Stops at the first object that is not a live object of
+    /// this class (an invalid or double free) and reports it.
+    pub fn return_to_bags(
+        &self,
+        node: usize,
+        class: SizeClass,
+        chain: *mut u8,
+    ) -> Result<(), (*mut u8, Misuse)> {
+        let heap = self.class(node, class);
+        let map = self.arena.map();
+        let size = class.size();
+        let capacity = class.capacity() as u32;
+        let _guard = heap.lock.lock();
+        // SAFETY: the class lock is held for the rest of this function.
+        let partial = unsafe { &mut *heap.partial.get() };
+        let mut object = chain;
+        while !object.is_null() {
+            // SAFETY: chains given to us are linked through first words of free objects.
+            let next = unsafe { next_of(object) };
+            let address = object as usize;
+            if self.arena.origin_of(address) != Some(node) {
+                return Err((object, Misuse::InvalidPointer));
+            }
+            let tag = map.tag(address);
+            if !tag.is_bag() || tag.class() != class {
+                return Err((object, Misuse::InvalidPointer));
+            }
+            let first = map.unit_of(address) - tag.offset_units();
+            let start = map.address_of(first);
+            if (address - start) % size != 0 {
+                return Err((object, Misuse::InvalidPointer));
+            }
+            let bag = map.meta(first);
+            // SAFETY: the class lock is held and the tag says `bag` is a bag of this class.
+            unsafe {
+                if (address - start) / size >= (*bag).carved as usize {
+                    return Err((object, Misuse::InvalidPointer));
+                }
+                if (*bag).live == 0 {
+                    return Err((object, Misuse::DoubleFree));
+                }
+                let was_full = (*bag).free.is_null() && (*bag).carved == capacity;
+                set_next(object, (*bag).free);
+                (*bag).free = object;
+                (*bag).live -= 1;
+                if (*bag).live == 0 {
+                    if !was_full {
+                        unlink(partial, bag);
+                    }
+                    heap.bags.fetch_sub(1, Ordering::Relaxed);
+                    // SAFETY: no object of the bag is out any more.
+                    self.arena.free_span(start, (*bag).units);
+                } else if was_full {
+                    push_front(partial, bag);
+                }
+            }
+            object = next;
+        }
+        Ok(())
+    }
+
+    /// Hands a chain of objects of `origin`'s region to that node's inbox.
+    ///
+    /// # Safety
+    /// A well-formed chain of freed objects from `origin`'s region, owned by the caller.
+    pub unsafe fn send_remote(&self, origin: usize, head: *mut u8, tail: *mut u8, count: usize) {
+        let heap = self.node(origin);
+        heap.remote_frees.fetch_add(count as u64, Ordering::Relaxed);
+        // SAFETY: forwarded contract.
+        unsafe { heap.inbox.push_chain(head, tail) };
+    }
+
+    /// Sorts `node`'s inbox back into its bags. Cheap when the inbox is empty.
+    pub fn drain_inbox(&self, node: usize) {
+        let heap = self.node(node);
+        if heap.inbox.is_empty_hint() {
+            return;
+        }
+        let mut object = heap.inbox.take_all();
+        let map = self.arena.map();
+        // Group by class so each class lock is taken once.
+        let mut chains = [null_mut::<u8>(); NUM_CLASSES];
+        while !object.is_null() {
+            // SAFETY: inbox chains are linked through first words of freed objects.
+            let next = unsafe { next_of(object) };
+            let tag = map.tag(object as usize);
+            if !tag.is_bag() {
+                report(object, Misuse::InvalidPointer);
+            }
+            let class = tag.class().index();
+            // SAFETY: as above; we own the object now.
+            unsafe { set_next(object, chains[class]) };
+            chains[class] = object;
+            object = next;
+        }
+        for (class, &chain) in chains.iter().enumerate() {
+            if !chain.is_null() {
+                if let Err((object, misuse)) =
+                    self.return_to_bags(node, SizeClass(class as u8), chain)
+                {
+                    report(object, misuse);
+                }
+            }
+        }
+    }
+
+    /// Empties every ring and inbox of every node into the bags (for `purge`).
+    pub fn flush_all(&self) {
+        for node in 0..self.arena.node_count() {
+            self.drain_inbox(node);
+            for class in 0..NUM_CLASSES {
+                let class = SizeClass(class as u8);
+                while let Some(batch) = self.class(node, class).ring.pop() {
+                    if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head) {
+                        report(object, misuse);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A large object (a span of whole units) for `node`, spilling to the nearest node when
+    /// its region is exhausted. Null when no region can serve.
+    pub fn alloc_large(&self, node: usize, size: usize, align: usize) -> *mut u8 {
+        let Some(units) = size.checked_add(UNIT - 1).map(|s| s >> UNIT_SHIFT) else {
+            return null_mut();
+        };
+        let align_units = (align >> UNIT_SHIFT).max(1);
+        if units == 0
+            || units > self.arena.region_bytes() >> UNIT_SHIFT
+            || align_units > units.max(1) << 20
+        {
+            return null_mut();
+        }
+        match self
+            .arena
+            .alloc_span(node, units, align_units, SpanUse::Large)
+        {
+            Some((address, from)) => {
+                let heap = self.node(from);
+                heap.large_allocs.fetch_add(1, Ordering::Relaxed);
+                heap.large_bytes
+                    .fetch_add(units << UNIT_SHIFT, Ordering::Relaxed);
+                address as *mut u8
+            }
+            None => null_mut(),
+        }
+    }
+
+    /// Bytes usable in the large object at `address`, or the misuse if it is not one.
+    pub fn large_units(&self, address: usize) -> Result<usize, Misuse> {
+        let map = self.arena.map();
+        if !self.arena.contains(address) || address & (UNIT - 1) != 0 {
+            return Err(Misuse::InvalidPointer);
+        }
+        match map.tag(address).kind() {
+            // SAFETY: a Large tag means the unit heads a live large span whose descriptor holds
+            // its length; the caller owns the object, so nobody frees it concurrently.
+            Kind::Large => Ok(unsafe { (*map.meta(map.unit_of(address))).units }),
+            Kind::Free | Kind::FreeTail | Kind::Unused => Err(Misuse::DoubleFree),
+            _ => Err(Misuse::InvalidPointer),
+        }
+    }
+
+    /// Frees a large object, or reports misuse.
+    pub fn free_large(&self, address: usize) {
+        match self.large_units(address) {
+            Ok(units) => {
+                let node = self
+                    .arena
+                    .origin_of(address)
+                    .expect("checked by large_units");
+                let heap = self.node(node);
+                heap.large_frees.fetch_add(1, Ordering::Relaxed);
+                heap.large_bytes
+                    .fetch_sub(units << UNIT_SHIFT, Ordering::Relaxed);
+                // SAFETY: `address` heads a live large span of `units` units that the caller
+                // gives up.
+                unsafe { self.arena.free_span(address, units) };
+            }
+            Err(misuse) => report(address as *mut u8, misuse),
+        }
+    }
+
+    /// Resizes a large object in place (growing into free space after it, or shrinking).
+    /// Returns false, changing nothing, if it cannot.
+    pub fn resize_large_in_place(&self, address: usize, new_size: usize) -> bool {
+        let Ok(units) = self.large_units(address) else {
+            return false;
+        };
+        let Some(new_units) = new_size.checked_add(UNIT - 1).map(|s| s >> UNIT_SHIFT) else {
+            return false;
+        };
+        let node = self
+            .arena
+            .origin_of(address)
+            .expect("checked by large_units");
+        let region = self.arena.region(node);
+        let heap = self.node(node);
+        if new_units == units {
+            return true;
+        }
+        if new_units == 0 {
+            return false;
+        }
+        if new_units < units {
+            region.shrink(
+                self.arena.map(),
+                address,
+                units,
+                new_units,
+                self.arena.decay,
+            );
+            heap.large_bytes
+                .fetch_sub((units - new_units) << UNIT_SHIFT, Ordering::Relaxed);
+            return true;
+        }
+        if new_units > self.arena.region_bytes() >> UNIT_SHIFT {
+            return false;
+        }
+        if region.grow(self.arena.map(), address, units, new_units) {
+            heap.large_bytes
+                .fetch_add((new_units - units) << UNIT_SHIFT, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Bytes usable at `address` (the class size or the span length), for any live object.
+    pub fn usable_size(&self, address: usize) -> Result<usize, Misuse> {
+        if !self.arena.contains(address) {
+            return Err(Misuse::InvalidPointer);
+        }
+        let map = self.arena.map();
+        let tag = map.tag(address);
+        if tag.is_bag() {
+            let start = map.address_of(map.unit_of(address) - tag.offset_units());
+            let size = tag.class().size();
+            if (address - start) % size != 0 {
+                return Err(Misuse::InvalidPointer);
+            }
+            return Ok(size);
+        }
+        self.large_units(address).map(|units| units << UNIT_SHIFT)
+    }
+
+    /// Takes every lock of the instance, node heaps first, then span locks (fork `prepare`).
+    /// The order matches the only nesting the allocator has: class lock, then span lock.
+    pub fn lock_all(&self) {
+        for node in 0..self.arena.node_count() {
+            for class in &self.node(node).classes {
+                class.lock.acquire();
+            }
+        }
+        self.arena.lock_all();
+    }
+
+    pub fn unlock_all(&self) {
+        self.arena.unlock_all();
+        for node in 0..self.arena.node_count() {
+            for class in &self.node(node).classes {
+                class.lock.release();
+            }
+        }
+    }
+}
+
+/// Aborts with a message naming the pointer: continuing would corrupt the heap.
+#[cold]
+pub fn report(object: *mut u8, misuse: Misuse) -> ! {
+    os::fatal(|w| {
+        match misuse {
+            Misuse::InvalidPointer => w.str("free(): invalid pointer "),
+            Misuse::DoubleFree => w.str("free(): double free of "),
+        };
+        w.hex(object as usize);
+    })
+}
+
+/// # Safety
+/// The class lock owning the list is held and `bag` is on it.
+unsafe fn unlink(list: &mut *mut UnitMeta, bag: *mut UnitMeta) {
+    // SAFETY: forwarded contract; links are only touched under that lock.
+    unsafe {
+        if (*bag).prev.is_null() {
+            *list = (*bag).next;
+        } else {
+            (*(*bag).prev).next = (*bag).next;
+        }
+        if !(*bag).next.is_null() {
+            (*(*bag).next).prev = (*bag).prev;
+        }
+        (*bag).next = null_mut();
+        (*bag).prev = null_mut();
+    }
+}
+
+/// # Safety
+/// The class lock owning the list is held and `bag` is on no list.
+unsafe fn push_front(list: &mut *mut UnitMeta, bag: *mut UnitMeta) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        (*bag).prev = null_mut();
+        (*bag).next = *list;
+        if !(*list).is_null() {
+            (**list).prev = bag;
+        }
+        *list = bag;
+    }
+}

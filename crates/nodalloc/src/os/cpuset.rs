@@ -1,0 +1,175 @@
+//! Fixed-size bit sets for CPUs and nodes, and the kernel's list format (`0-3,8,10-11`).
+//!
+//! Sized for machines far larger than glibc's default `cpu_set_t` (1024 CPUs), so affinity
+//! calls never fail with `EINVAL` on a big host.
+
+/// CPUs a set can hold. `sched_getaffinity` fails if the kernel's mask is larger than ours.
+pub const MAX_CPUS: usize = 4096;
+const CPU_WORDS: usize = MAX_CPUS / 64;
+/// Node mask words handed to `mbind`; the kernel supports at most 1024 nodes.
+pub const MAX_NODE_WORDS: usize = 16;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct CpuSet {
+    words: [u64; CPU_WORDS],
+}
+
+impl Default for CpuSet {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl core::fmt::Debug for CpuSet {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl CpuSet {
+    pub const fn new() -> Self {
+        CpuSet {
+            words: [0; CPU_WORDS],
+        }
+    }
+
+    pub fn insert(&mut self, cpu: usize) {
+        if cpu < MAX_CPUS {
+            self.words[cpu / 64] |= 1 << (cpu % 64);
+        }
+    }
+
+    pub fn contains(&self, cpu: usize) -> bool {
+        cpu < MAX_CPUS && self.words[cpu / 64] & (1 << (cpu % 64)) != 0
+    }
+
+    pub fn count(&self) -> usize {
+        self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.words.iter().all(|&w| w == 0)
+    }
+
+    pub fn intersection(&self, other: &CpuSet) -> CpuSet {
+        let mut result = CpuSet::new();
+        for (i, word) in result.words.iter_mut().enumerate() {
+            *word = self.words[i] & other.words[i];
+        }
+        result
+    }
+
+    pub fn is_subset_of(&self, other: &CpuSet) -> bool {
+        self.words
+            .iter()
+            .zip(other.words.iter())
+            .all(|(a, b)| a & !b == 0)
+    }
+
+    /// The `n`-th CPU of the set in ascending order.
+    pub fn nth(&self, n: usize) -> Option<usize> {
+        self.iter().nth(n)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..MAX_CPUS).filter(move |&cpu| self.contains(cpu))
+    }
+
+    /// Parses the kernel's list format; ignores trailing whitespace and entries past `MAX_CPUS`.
+    pub fn parse_list(text: &[u8]) -> Option<CpuSet> {
+        let mut set = CpuSet::new();
+        for_each_in_list(text, |value| set.insert(value))?;
+        Some(set)
+    }
+}
+
+/// Calls `each` for every number of a kernel list (`0-3,8`). `None` if the text is malformed.
+pub fn for_each_in_list(text: &[u8], mut each: impl FnMut(usize)) -> Option<()> {
+    let text = trim(text);
+    if text.is_empty() {
+        return Some(());
+    }
+    for part in text.split(|&b| b == b',') {
+        let part = trim(part);
+        let mut bounds = part.splitn(2, |&b| b == b'-');
+        let low = parse_decimal(bounds.next()?)?;
+        let high = match bounds.next() {
+            Some(high) => parse_decimal(high)?,
+            None => low,
+        };
+        if high < low {
+            return None;
+        }
+        for value in low..=high.min(low + MAX_CPUS) {
+            each(value);
+        }
+    }
+    Some(())
+}
+
+pub fn trim(mut text: &[u8]) -> &[u8] {
+    while let [first, rest @ ..] = text {
+        if first.is_ascii_whitespace() || *first == 0 {
+            text = rest;
+        } else {
+            break;
+        }
+    }
+    while let [rest @ .., last] = text {
+        if last.is_ascii_whitespace() || *last == 0 {
+            text = rest;
+        } else {
+            break;
+        }
+    }
+    text
+}
+
+pub fn parse_decimal(text: &[u8]) -> Option<usize> {
+    let text = trim(text);
+    if text.is_empty() || text.len() > 19 {
+        return None;
+    }
+    let mut value = 0usize;
+    for &digit in text {
+        if !digit.is_ascii_digit() {
+            return None;
+        }
+        value = value * 10 + (digit - b'0') as usize;
+    }
+    Some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_kernel_lists() {
+        let set = CpuSet::parse_list(b"0-3,8,10-11\n").unwrap();
+        assert_eq!(set.iter().collect::<Vec<_>>(), vec![0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(set.count(), 7);
+        assert_eq!(set.nth(4), Some(8));
+        assert!(CpuSet::parse_list(b"").unwrap().is_empty());
+        assert!(CpuSet::parse_list(b"3-1").is_none());
+        assert!(CpuSet::parse_list(b"a-b").is_none());
+    }
+
+    #[test]
+    fn intersection_and_subset() {
+        let a = CpuSet::parse_list(b"0-7").unwrap();
+        let b = CpuSet::parse_list(b"4-11").unwrap();
+        let both = a.intersection(&b);
+        assert_eq!(both.iter().collect::<Vec<_>>(), vec![4, 5, 6, 7]);
+        assert!(both.is_subset_of(&a) && both.is_subset_of(&b));
+        assert!(!a.is_subset_of(&b));
+    }
+
+    #[test]
+    fn large_cpu_numbers_fit() {
+        let set = CpuSet::parse_list(b"4000-4095").unwrap();
+        assert_eq!(set.count(), 96);
+        assert!(set.contains(4095) && !set.contains(3999));
+    }
+}

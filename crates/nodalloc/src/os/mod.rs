@@ -1,0 +1,471 @@
+//! The platform layer: every syscall, every read of `/sys` or `/proc`, the environment and the
+//! clock. Nothing here allocates: files are read into caller buffers with `open`/`read`,
+//! messages are formatted into a stack buffer and written to fd 2, the environment is read with
+//! `getenv`. Everything above this module is plain Rust over the types it exports.
+
+pub mod cpuset;
+pub mod options;
+pub mod topology;
+
+use core::ffi::CStr;
+
+pub const PAGE_SIZE: usize = 4096;
+
+/// Reserves `size` bytes of address space, readable and writable, not charged to the commit
+/// limit (`MAP_NORESERVE`); pages are materialised on first touch. `None` on failure.
+pub fn reserve(size: usize) -> Option<*mut u8> {
+    // SAFETY: an anonymous private mapping at an address of the kernel's choosing has no
+    // preconditions and cannot alias memory we own.
+    let address = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if address == libc::MAP_FAILED {
+        None
+    } else {
+        Some(address as *mut u8)
+    }
+}
+
+/// Reserves `size` bytes aligned to `alignment` (a power of two), trimming the excess.
+pub fn reserve_aligned(size: usize, alignment: usize) -> Option<*mut u8> {
+    let padded = size.checked_add(alignment)?;
+    let raw = reserve(padded)? as usize;
+    let aligned = (raw + alignment - 1) & !(alignment - 1);
+    let head = aligned - raw;
+    let tail = padded - head - size;
+    // SAFETY: both trimmed ranges lie inside the mapping we just made and nobody uses them.
+    unsafe {
+        if head > 0 {
+            unmap(raw as *mut u8, head);
+        }
+        if tail > 0 {
+            unmap((aligned + size) as *mut u8, tail);
+        }
+    }
+    Some(aligned as *mut u8)
+}
+
+/// # Safety
+/// The range must be a mapping (or part of one) that no live object uses.
+pub unsafe fn unmap(address: *mut u8, size: usize) {
+    // SAFETY: the caller guarantees the range is ours and unused.
+    unsafe { libc::munmap(address as *mut libc::c_void, size) };
+}
+
+/// Gives the pages of a range back to the kernel; they read as zeroes when touched again.
+///
+/// # Safety
+/// The range must be page aligned, inside our reservation, and hold no live object.
+pub unsafe fn decommit(address: *mut u8, size: usize) {
+    // SAFETY: the caller guarantees the range is ours and holds nothing live.
+    unsafe { libc::madvise(address as *mut libc::c_void, size, libc::MADV_DONTNEED) };
+}
+
+/// Advice that has no effect on contents (`MADV_HUGEPAGE`, `MADV_NOHUGEPAGE`).
+pub fn advise(address: *mut u8, size: usize, advice: libc::c_int) -> bool {
+    // SAFETY: these advices only change kernel policy for the range, never its contents.
+    unsafe { libc::madvise(address as *mut libc::c_void, size, advice) == 0 }
+}
+
+pub const MPOL_PREFERRED: libc::c_int = 1;
+pub const MPOL_BIND: libc::c_int = 2;
+
+/// Binds a range to one node with `mbind(2)`. Returns the errno on failure.
+pub fn bind_memory(
+    address: *mut u8,
+    size: usize,
+    mode: libc::c_int,
+    node: usize,
+) -> Result<(), i32> {
+    let mut mask = [0u64; cpuset::MAX_NODE_WORDS];
+    if node >= cpuset::MAX_NODE_WORDS * 64 {
+        return Err(libc::EINVAL);
+    }
+    mask[node / 64] |= 1 << (node % 64);
+    // SAFETY: mbind reads `maxnode` bits from `mask`, which holds MAX_NODE_WORDS words; the range
+    // is a mapping of ours.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_mbind,
+            address as usize,
+            size,
+            mode as libc::c_long,
+            mask.as_ptr(),
+            (cpuset::MAX_NODE_WORDS * 64) as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(errno())
+    }
+}
+
+/// The node each page of `pages` sits on (`move_pages` with no target nodes), or a negative errno
+/// per page (e.g. `-ENOENT` for a page never touched). Fills `status` for `pages.len()` entries.
+pub fn page_nodes(pages: &[*const u8], status: &mut [i32]) -> Result<(), i32> {
+    assert!(status.len() >= pages.len());
+    // SAFETY: `pages` and `status` hold `pages.len()` entries; a null node list only queries.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_move_pages,
+            0 as libc::c_long,
+            pages.len() as libc::c_ulong,
+            pages.as_ptr(),
+            core::ptr::null::<i32>(),
+            status.as_mut_ptr(),
+            0 as libc::c_long,
+        )
+    };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(errno())
+    }
+}
+
+/// The CPU this thread runs on now (through the vDSO or rseq; no syscall on modern kernels).
+pub fn current_cpu() -> Option<usize> {
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    if cpu < 0 {
+        None
+    } else {
+        Some(cpu as usize)
+    }
+}
+
+/// The calling thread's CPU affinity.
+pub fn thread_affinity(set: &mut cpuset::CpuSet) -> bool {
+    // SAFETY: the kernel writes at most `size_of::<CpuSet>()` bytes into `set`.
+    unsafe {
+        libc::syscall(
+            libc::SYS_sched_getaffinity,
+            0 as libc::c_long,
+            core::mem::size_of::<cpuset::CpuSet>(),
+            set as *mut cpuset::CpuSet as *mut u8,
+        ) > 0
+    }
+}
+
+/// Restricts the calling thread to `set`. Returns the errno on failure.
+pub fn set_thread_affinity(set: &cpuset::CpuSet) -> Result<(), i32> {
+    // SAFETY: the kernel reads `size_of::<CpuSet>()` bytes from `set`.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_sched_setaffinity,
+            0 as libc::c_long,
+            core::mem::size_of::<cpuset::CpuSet>(),
+            set as *const cpuset::CpuSet as *const u8,
+        )
+    };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(errno())
+    }
+}
+
+pub fn errno() -> i32 {
+    // SAFETY: __errno_location returns the calling thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() }
+}
+
+pub fn set_errno(value: i32) {
+    // SAFETY: as in `errno`.
+    unsafe { *libc::__errno_location() = value }
+}
+
+/// Reads a whole small file into `buffer`, returning the bytes read. No allocation.
+pub fn read_file<'a>(path: &CStr, buffer: &'a mut [u8]) -> Option<&'a [u8]> {
+    // SAFETY: `path` is NUL-terminated; flags ask for a read-only descriptor.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    let mut filled = 0;
+    while filled < buffer.len() {
+        // SAFETY: we read into the unfilled tail of `buffer`, which we own.
+        let n = unsafe {
+            libc::read(
+                fd,
+                buffer[filled..].as_mut_ptr() as *mut libc::c_void,
+                buffer.len() - filled,
+            )
+        };
+        if n < 0 {
+            if errno() == libc::EINTR {
+                continue;
+            }
+            break;
+        }
+        if n == 0 {
+            break;
+        }
+        filled += n as usize;
+    }
+    // SAFETY: `fd` is the descriptor we opened above.
+    unsafe { libc::close(fd) };
+    Some(&buffer[..filled])
+}
+
+/// A file path built in a stack buffer: `prefix` + decimal `number` + `suffix`, NUL-terminated.
+pub struct PathBuffer {
+    bytes: [u8; 128],
+}
+
+impl PathBuffer {
+    pub fn numbered(prefix: &[u8], number: usize, suffix: &[u8]) -> Self {
+        let mut path = PathBuffer { bytes: [0; 128] };
+        let mut writer = Writer::new();
+        writer.bytes(prefix).decimal(number as u64).bytes(suffix);
+        let text = writer.as_bytes();
+        let n = text.len().min(127);
+        path.bytes[..n].copy_from_slice(&text[..n]);
+        path
+    }
+
+    pub fn as_cstr(&self) -> &CStr {
+        CStr::from_bytes_until_nul(&self.bytes).expect("PathBuffer always holds a NUL")
+    }
+}
+
+/// The value of an environment variable, without allocating.
+pub fn env(name: &CStr) -> Option<&'static [u8]> {
+    // SAFETY: getenv returns null or a pointer into the environment block, which lives as long
+    // as the process unless someone calls setenv; options are read once, at start-up.
+    let value = unsafe { libc::getenv(name.as_ptr()) };
+    if value.is_null() {
+        None
+    } else {
+        // SAFETY: a non-null getenv result is a NUL-terminated string.
+        Some(unsafe { CStr::from_ptr(value) }.to_bytes())
+    }
+}
+
+/// Monotonic time in nanoseconds (the coarse clock: a vDSO read, a few ns, ms resolution).
+pub fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into `now`.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+/// The soft `RLIMIT_AS`, if one is set.
+pub fn address_space_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into `limit`.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } != 0 {
+        return None;
+    }
+    if limit.rlim_cur == libc::RLIM_INFINITY {
+        None
+    } else {
+        Some(limit.rlim_cur)
+    }
+}
+
+/// A fixed-size message buffer: the only way this crate formats text on internal paths.
+pub struct Writer {
+    buffer: [u8; 512],
+    length: usize,
+}
+
+impl Default for Writer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Writer {
+    pub const fn new() -> Self {
+        Writer {
+            buffer: [0; 512],
+            length: 0,
+        }
+    }
+
+    pub fn bytes(&mut self, text: &[u8]) -> &mut Self {
+        let n = text.len().min(self.buffer.len() - self.length);
+        self.buffer[self.length..self.length + n].copy_from_slice(&text[..n]);
+        self.length += n;
+        self
+    }
+
+    pub fn str(&mut self, text: &str) -> &mut Self {
+        self.bytes(text.as_bytes())
+    }
+
+    pub fn decimal(&mut self, mut value: u64) -> &mut Self {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (value % 10) as u8;
+            value /= 10;
+            if value == 0 {
+                break;
+            }
+        }
+        self.bytes(&digits[i..])
+    }
+
+    pub fn hex(&mut self, value: usize) -> &mut Self {
+        let mut digits = [0u8; 16];
+        let mut i = digits.len();
+        let mut rest = value;
+        loop {
+            i -= 1;
+            digits[i] = b"0123456789abcdef"[rest & 15];
+            rest >>= 4;
+            if rest == 0 {
+                break;
+            }
+        }
+        self.bytes(b"0x").bytes(&digits[i..])
+    }
+
+    /// Bytes with a binary unit (`12.5 MiB`), one decimal.
+    pub fn size(&mut self, bytes: u64) -> &mut Self {
+        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+        let mut unit = 0;
+        let mut scaled = bytes as f64;
+        while scaled >= 1024.0 && unit + 1 < UNITS.len() {
+            scaled /= 1024.0;
+            unit += 1;
+        }
+        if unit == 0 {
+            return self.decimal(bytes).str(" B");
+        }
+        let tenths = (scaled * 10.0 + 0.5) as u64;
+        self.decimal(tenths / 10)
+            .str(".")
+            .decimal(tenths % 10)
+            .str(" ")
+            .str(UNITS[unit])
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buffer[..self.length]
+    }
+
+    pub fn clear(&mut self) {
+        self.length = 0;
+    }
+
+    /// Writes the buffer to a file descriptor, retrying short writes.
+    pub fn write_to(&self, fd: i32) {
+        let mut written = 0;
+        while written < self.length {
+            // SAFETY: we pass a slice of our own buffer and its length.
+            let n = unsafe {
+                libc::write(
+                    fd,
+                    self.buffer[written..self.length].as_ptr() as *const libc::c_void,
+                    self.length - written,
+                )
+            };
+            if n <= 0 {
+                if n < 0 && errno() == libc::EINTR {
+                    continue;
+                }
+                return;
+            }
+            written += n as usize;
+        }
+    }
+}
+
+/// Prints `nodalloc: warning: …` on one line to stderr.
+pub fn warn(build: impl FnOnce(&mut Writer)) {
+    let mut writer = Writer::new();
+    writer.str("nodalloc: warning: ");
+    build(&mut writer);
+    writer.str("\n");
+    writer.write_to(2);
+}
+
+/// Prints `nodalloc: …` on one line to stderr and aborts the process. Used for heap misuse that
+/// would otherwise corrupt memory (an invalid or double free).
+#[cold]
+pub fn fatal(build: impl FnOnce(&mut Writer)) -> ! {
+    let mut writer = Writer::new();
+    writer.str("nodalloc: ");
+    build(&mut writer);
+    writer.str("\n");
+    writer.write_to(2);
+    // SAFETY: abort has no preconditions and does not return.
+    unsafe { libc::abort() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writer_formats_numbers_and_sizes_without_allocating() {
+        let mut w = Writer::new();
+        w.str("x=")
+            .decimal(0)
+            .str(" y=")
+            .decimal(18_446_744_073_709_551_615)
+            .str(" p=")
+            .hex(0xdead0);
+        assert_eq!(w.as_bytes(), b"x=0 y=18446744073709551615 p=0xdead0");
+        w.clear();
+        w.size(512).str(",").size(1536).str(",").size(3 << 30);
+        assert_eq!(w.as_bytes(), b"512 B,1.5 KiB,3.0 GiB");
+    }
+
+    #[test]
+    fn writer_truncates_instead_of_overflowing() {
+        let mut w = Writer::new();
+        for _ in 0..100 {
+            w.str("0123456789");
+        }
+        assert_eq!(w.as_bytes().len(), 512);
+    }
+
+    #[test]
+    fn read_file_reads_proc_and_reports_missing_files() {
+        let mut buffer = [0u8; 256];
+        let text = read_file(c"/proc/self/stat", &mut buffer).expect("procfs is mounted");
+        assert!(!text.is_empty());
+        assert!(read_file(c"/nonexistent/nodalloc", &mut buffer).is_none());
+    }
+
+    #[test]
+    fn path_buffer_builds_numbered_paths() {
+        let path = PathBuffer::numbered(b"/sys/devices/system/node/node", 12, b"/cpulist");
+        assert_eq!(
+            path.as_cstr().to_bytes(),
+            b"/sys/devices/system/node/node12/cpulist"
+        );
+    }
+
+    #[test]
+    fn reserve_aligned_returns_aligned_usable_memory() {
+        let p = reserve_aligned(1 << 20, 1 << 21).unwrap();
+        assert_eq!(p as usize % (1 << 21), 0);
+        // SAFETY: the mapping is ours, 1 MiB long.
+        unsafe {
+            p.write_bytes(0xAB, 1 << 20);
+            assert_eq!(*p.add((1 << 20) - 1), 0xAB);
+            unmap(p, 1 << 20);
+        }
+    }
+}

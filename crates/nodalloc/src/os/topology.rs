@@ -1,0 +1,440 @@
+//! What the machine looks like to the allocator: the usable NUMA nodes (nodes with memory that
+//! this process may use), their CPUs, memory and SLIT distances, the affinity the process started
+//! with, and the kernel modes that change how memory behaves (THP, overcommit, `RLIMIT_AS`).
+//!
+//! Read once from `/sys` and `/proc` without allocating. When they cannot be read, the topology
+//! is one node holding every CPU the process may use, which is always a correct (if NUMA-blind)
+//! answer. With `NODALLOC_SIMULATE_NODES=N` the CPUs are split into N fake nodes so that every
+//! multi-node path runs on a one-node machine; a simulated topology never issues `mbind`.
+
+use super::cpuset::{for_each_in_list, parse_decimal, trim, CpuSet, MAX_CPUS};
+use super::{read_file, thread_affinity, PathBuffer};
+
+/// Usable nodes the allocator tracks. Regions, node heaps and stats are sized by the real count.
+pub const MAX_NODES: usize = 32;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThpMode {
+    Always,
+    Madvise,
+    Never,
+    Unknown,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OvercommitMode {
+    Heuristic,
+    Always,
+    Never,
+}
+
+#[derive(Clone, Copy)]
+pub struct NodeInfo {
+    /// The kernel's node number (`nodeN`); usable nodes are indexed densely from 0 instead.
+    pub os_id: usize,
+    pub cpus: CpuSet,
+    pub memory_bytes: u64,
+}
+
+/// The allocator's view of the machine; see the module documentation.
+#[derive(Clone, Copy)]
+pub struct Topology {
+    node_count: usize,
+    nodes: [NodeInfo; MAX_NODES],
+    distances: [[u8; MAX_NODES]; MAX_NODES],
+    cpu_to_node: [u8; MAX_CPUS],
+    process_cpus: CpuSet,
+    simulated: bool,
+    thp: ThpMode,
+    overcommit: OvercommitMode,
+    address_space_limit: Option<u64>,
+}
+
+const EMPTY_NODE: NodeInfo = NodeInfo {
+    os_id: 0,
+    cpus: CpuSet::new(),
+    memory_bytes: 0,
+};
+
+impl Topology {
+    /// A one-node topology holding `cpus`: the fallback, and the base of every other.
+    pub const fn single(cpus: CpuSet) -> Topology {
+        let mut nodes = [EMPTY_NODE; MAX_NODES];
+        nodes[0].cpus = cpus;
+        let mut distances = [[0u8; MAX_NODES]; MAX_NODES];
+        distances[0][0] = 10;
+        Topology {
+            node_count: 1,
+            nodes,
+            distances,
+            cpu_to_node: [0; MAX_CPUS],
+            process_cpus: cpus,
+            simulated: false,
+            thp: ThpMode::Unknown,
+            overcommit: OvercommitMode::Heuristic,
+            address_space_limit: None,
+        }
+    }
+
+    /// Reads the machine into `self`, in place: the struct is about 30 KiB, too big to build on
+    /// the stack of whichever thread happens to allocate first. `simulate` > 0 asks for a
+    /// simulated topology.
+    pub fn detect_into(&mut self, simulate: usize) {
+        let mut cpus = CpuSet::new();
+        if !thread_affinity(&mut cpus) || cpus.is_empty() {
+            cpus.insert(0);
+        }
+        self.reset(&cpus);
+        self.thp = read_thp_mode();
+        self.overcommit = read_overcommit_mode();
+        self.address_space_limit = super::address_space_limit();
+        if simulate > 0 {
+            self.simulate(simulate);
+        } else if !self.read_sys_nodes() {
+            // Unreadable or empty /sys: one node with every CPU we may use.
+            let (thp, overcommit, limit) = (self.thp, self.overcommit, self.address_space_limit);
+            self.reset(&cpus);
+            self.thp = thp;
+            self.overcommit = overcommit;
+            self.address_space_limit = limit;
+        }
+    }
+
+    /// Makes `self` the one-node topology of `cpus`, field by field (no large temporary).
+    fn reset(&mut self, cpus: &CpuSet) {
+        self.node_count = 1;
+        for node in self.nodes.iter_mut() {
+            node.os_id = 0;
+            node.cpus = CpuSet::new();
+            node.memory_bytes = 0;
+        }
+        self.nodes[0].cpus = *cpus;
+        for row in self.distances.iter_mut() {
+            row.fill(0);
+        }
+        self.distances[0][0] = 10;
+        self.cpu_to_node.fill(0);
+        self.process_cpus = *cpus;
+        self.simulated = false;
+        self.thp = ThpMode::Unknown;
+        self.overcommit = OvercommitMode::Heuristic;
+        self.address_space_limit = None;
+    }
+
+    /// Splits the process's CPUs into `count` fake nodes: contiguous blocks when there are enough
+    /// CPUs, otherwise node i gets CPU i mod #CPUs. Distances grow with the index gap (10, 20,
+    /// 30, …) so "nearest first" has a meaning.
+    pub fn simulate(&mut self, count: usize) {
+        let count = count.clamp(1, MAX_NODES);
+        let cpus = self.process_cpus;
+        let total = cpus.count().max(1);
+        self.node_count = count;
+        self.simulated = true;
+        for node in 0..count {
+            let mut set = CpuSet::new();
+            if total >= count {
+                let (start, end) = (node * total / count, (node + 1) * total / count);
+                for i in start..end {
+                    if let Some(cpu) = cpus.nth(i) {
+                        set.insert(cpu);
+                    }
+                }
+            } else if let Some(cpu) = cpus.nth(node % total) {
+                set.insert(cpu);
+            }
+            self.nodes[node] = NodeInfo {
+                os_id: node,
+                cpus: set,
+                memory_bytes: 0,
+            };
+            for other in 0..count {
+                self.distances[node][other] = (10 + 10 * node.abs_diff(other)).min(255) as u8;
+            }
+        }
+        self.cpu_to_node.fill(0);
+        for node in (0..count).rev() {
+            for cpu in self.nodes[node].cpus.iter() {
+                self.cpu_to_node[cpu] = node as u8;
+            }
+        }
+    }
+
+    /// Reads `/sys/devices/system/node`. Returns false when nothing usable was found.
+    fn read_sys_nodes(&mut self) -> bool {
+        let mut buffer = [0u8; 4096];
+        let mut online = [0u16; MAX_NODES * 4];
+        let mut online_count = 0;
+        let Some(text) = read_file(c"/sys/devices/system/node/online", &mut buffer) else {
+            return false;
+        };
+        if for_each_in_list(text, |id| {
+            if online_count < online.len() {
+                online[online_count] = id as u16;
+                online_count += 1;
+            }
+        })
+        .is_none()
+        {
+            return false;
+        }
+        let mut with_memory = [false; MAX_NODES * 4];
+        let memory_list = read_file(c"/sys/devices/system/node/has_memory", &mut buffer);
+        match memory_list {
+            Some(text) => {
+                for_each_in_list(text, |id| {
+                    if id < with_memory.len() {
+                        with_memory[id] = true;
+                    }
+                });
+            }
+            None => with_memory[..].fill(true),
+        }
+        let mut allowed = [true; MAX_NODES * 4];
+        let mut status = [0u8; 4096];
+        if let Some(text) = read_file(c"/proc/self/status", &mut status) {
+            if let Some(list) = status_field(text, b"Mems_allowed_list:") {
+                allowed.fill(false);
+                for_each_in_list(list, |id| {
+                    if id < allowed.len() {
+                        allowed[id] = true;
+                    }
+                });
+            }
+        }
+        let mut count = 0;
+        for &id in &online[..online_count] {
+            let id = id as usize;
+            if id >= with_memory.len() || !with_memory[id] || !allowed[id] || count == MAX_NODES {
+                continue;
+            }
+            let mut node = NodeInfo {
+                os_id: id,
+                cpus: CpuSet::new(),
+                memory_bytes: 0,
+            };
+            let path = PathBuffer::numbered(b"/sys/devices/system/node/node", id, b"/cpulist");
+            if let Some(text) = read_file(path.as_cstr(), &mut buffer) {
+                if let Some(set) = CpuSet::parse_list(text) {
+                    node.cpus = set.intersection(&self.process_cpus);
+                }
+            }
+            let path = PathBuffer::numbered(b"/sys/devices/system/node/node", id, b"/meminfo");
+            if let Some(text) = read_file(path.as_cstr(), &mut buffer) {
+                node.memory_bytes = meminfo_total(text).unwrap_or(0);
+            }
+            self.nodes[count] = node;
+            count += 1;
+        }
+        if count == 0 {
+            return false;
+        }
+        self.node_count = count;
+        // Distances: row `nodeN/distance` lists one value per online node, in online order.
+        for i in 0..count {
+            let path = PathBuffer::numbered(
+                b"/sys/devices/system/node/node",
+                self.nodes[i].os_id,
+                b"/distance",
+            );
+            let mut row = [0u8; MAX_NODES * 4];
+            let mut row_length = 0;
+            if let Some(text) = read_file(path.as_cstr(), &mut buffer) {
+                for word in trim(text).split(|b| b.is_ascii_whitespace()) {
+                    if let (Some(value), true) = (parse_decimal(word), row_length < row.len()) {
+                        row[row_length] = value.min(255) as u8;
+                        row_length += 1;
+                    }
+                }
+            }
+            for j in 0..count {
+                let position = online[..online_count]
+                    .iter()
+                    .position(|&id| id as usize == self.nodes[j].os_id);
+                self.distances[i][j] = match position {
+                    Some(p) if p < row_length => row[p],
+                    _ if i == j => 10,
+                    _ => 20,
+                };
+            }
+        }
+        // Each CPU maps to its node; CPUs of memory-less nodes map to the nearest... node 0.
+        self.cpu_to_node.fill(0);
+        for node in 0..count {
+            for cpu in self.nodes[node].cpus.iter() {
+                self.cpu_to_node[cpu] = node as u8;
+            }
+        }
+        true
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.node_count
+    }
+
+    pub fn node(&self, node: usize) -> &NodeInfo {
+        &self.nodes[node]
+    }
+
+    /// The SLIT distance between two usable nodes (10 = local).
+    pub fn distance(&self, from: usize, to: usize) -> u8 {
+        self.distances[from][to]
+    }
+
+    /// The usable node a CPU belongs to (node 0 for CPUs of no usable node).
+    pub fn node_of_cpu(&self, cpu: usize) -> usize {
+        if cpu < MAX_CPUS {
+            self.cpu_to_node[cpu] as usize
+        } else {
+            0
+        }
+    }
+
+    /// The CPUs the process could run on when the allocator started (taskset, numactl, cpusets).
+    pub fn process_cpus(&self) -> &CpuSet {
+        &self.process_cpus
+    }
+
+    pub fn is_simulated(&self) -> bool {
+        self.simulated
+    }
+
+    pub fn thp_mode(&self) -> ThpMode {
+        self.thp
+    }
+
+    pub fn overcommit_mode(&self) -> OvercommitMode {
+        self.overcommit
+    }
+
+    pub fn address_space_limit(&self) -> Option<u64> {
+        self.address_space_limit
+    }
+
+    /// Nodes other than `node`, nearest first (ties broken by index): the stealing order.
+    pub fn nearest_nodes(&self, node: usize, out: &mut [u8; MAX_NODES]) -> usize {
+        let mut length = 0;
+        for other in 0..self.node_count {
+            if other != node {
+                out[length] = other as u8;
+                length += 1;
+            }
+        }
+        out[..length].sort_unstable_by_key(|&other| (self.distances[node][other as usize], other));
+        length
+    }
+}
+
+fn status_field<'a>(status: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
+    status
+        .split(|&b| b == b'\n')
+        .find(|line| line.starts_with(key))
+        .map(|line| trim(&line[key.len()..]))
+}
+
+/// `Node 0 MemTotal:       24551292 kB` → bytes.
+fn meminfo_total(text: &[u8]) -> Option<u64> {
+    let line = text
+        .split(|&b| b == b'\n')
+        .find(|line| line.windows(9).any(|w| w == b"MemTotal:"))?;
+    let after = line.windows(9).position(|w| w == b"MemTotal:")? + 9;
+    let rest = trim(&line[after..]);
+    let digits_end = rest
+        .iter()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(rest.len());
+    Some(parse_decimal(&rest[..digits_end])? as u64 * 1024)
+}
+
+fn read_thp_mode() -> ThpMode {
+    let mut buffer = [0u8; 256];
+    match read_file(c"/sys/kernel/mm/transparent_hugepage/enabled", &mut buffer) {
+        Some(text) if contains(text, b"[always]") => ThpMode::Always,
+        Some(text) if contains(text, b"[madvise]") => ThpMode::Madvise,
+        Some(text) if contains(text, b"[never]") => ThpMode::Never,
+        _ => ThpMode::Unknown,
+    }
+}
+
+fn read_overcommit_mode() -> OvercommitMode {
+    let mut buffer = [0u8; 16];
+    match read_file(c"/proc/sys/vm/overcommit_memory", &mut buffer).and_then(parse_decimal) {
+        Some(1) => OvercommitMode::Always,
+        Some(2) => OvercommitMode::Never,
+        _ => OvercommitMode::Heuristic,
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn boxed() -> Box<Topology> {
+        Box::new(Topology::single(CpuSet::new()))
+    }
+
+    #[test]
+    fn real_topology_has_a_node_with_the_process_cpus() {
+        let mut topology = boxed();
+        topology.detect_into(0);
+        assert!(topology.node_count() >= 1);
+        assert!(!topology.is_simulated());
+        let mut all = CpuSet::new();
+        for node in 0..topology.node_count() {
+            for cpu in topology.node(node).cpus.iter() {
+                all.insert(cpu);
+            }
+            assert_eq!(topology.distance(node, node), 10);
+        }
+        assert!(all.is_subset_of(topology.process_cpus()));
+        let cpu = crate::os::current_cpu().unwrap();
+        assert!(topology.node_of_cpu(cpu) < topology.node_count());
+    }
+
+    #[test]
+    fn simulated_topologies_cover_every_cpu_and_order_neighbours() {
+        for count in [1, 2, 4, 8] {
+            let mut topology = boxed();
+            topology.detect_into(count);
+            assert_eq!(topology.node_count(), count);
+            assert!(topology.is_simulated());
+            for node in 0..count {
+                assert!(
+                    !topology.node(node).cpus.is_empty(),
+                    "node {node} of {count} has no CPU"
+                );
+            }
+            for cpu in topology.process_cpus().iter() {
+                let node = topology.node_of_cpu(cpu);
+                assert!(topology.node(node).cpus.contains(cpu));
+            }
+            let mut order = [0u8; MAX_NODES];
+            let n = topology.nearest_nodes(0, &mut order);
+            assert_eq!(n, count - 1);
+            for pair in order[..n].windows(2) {
+                assert!(
+                    topology.distance(0, pair[0] as usize)
+                        <= topology.distance(0, pair[1] as usize)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn meminfo_and_status_parse() {
+        assert_eq!(
+            meminfo_total(b"Node 0 MemTotal:       2048 kB\nNode 0 MemFree: 1 kB\n"),
+            Some(2 << 20)
+        );
+        assert_eq!(
+            status_field(
+                b"Name:\tx\nMems_allowed_list:\t0-1\n",
+                b"Mems_allowed_list:"
+            ),
+            Some(&b"0-1"[..])
+        );
+    }
+}

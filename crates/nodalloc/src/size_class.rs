@@ -1,0 +1,273 @@
+//! Size classes: 8-byte steps up to 128 B, then eight classes per power of two up to 256 KiB,
+//! so a request above 64 B wastes at most 12.5 % of its class (1/9 of the class at worst).
+//!
+//! Every table here is computed at compile time. Classes that are multiples of 16 keep every
+//! object 16-byte aligned (bags start 32 KiB aligned), so a 16-aligned request rounds its size up
+//! to a multiple of 16 first ([`class_of`] with `align` 16) and lands on one of them.
+//!
+//! Per class the tables also give the **bag** size (the smallest multiple of 32 KiB whose tail
+//! waste is at most 1/8; at least four objects for classes above 16 KiB), the **batch** size
+//! moved between thread and node heaps, and the **cache limit** of a thread's free list.
+
+/// Largest size served from bags; larger requests are page spans.
+pub const MAX_SMALL: usize = 256 << 10;
+/// Classes in all.
+pub const NUM_CLASSES: usize = 104;
+/// Size of the allocation unit: bags and spans are whole units, aligned to a unit.
+pub const UNIT_SHIFT: u32 = 15;
+pub const UNIT: usize = 1 << UNIT_SHIFT;
+/// A bag is at most one 2 MiB chunk.
+pub const MAX_BAG_UNITS: usize = 64;
+/// Largest alignment a bag object can honour (a power of two dividing its class size).
+pub const MAX_SMALL_ALIGN: usize = 4096;
+/// Sizes up to this are classified by a table lookup.
+const LOOKUP_MAX: usize = 1024;
+
+/// A size class index (`0..NUM_CLASSES`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SizeClass(pub u8);
+
+impl SizeClass {
+    #[inline(always)]
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    #[inline(always)]
+    pub fn size(self) -> usize {
+        CLASS_SIZES[self.index()] as usize
+    }
+
+    pub fn bag_units(self) -> usize {
+        BAG_UNITS[self.index()] as usize
+    }
+
+    pub fn bag_bytes(self) -> usize {
+        self.bag_units() << UNIT_SHIFT
+    }
+
+    /// Objects per bag.
+    pub fn capacity(self) -> usize {
+        self.bag_bytes() / self.size()
+    }
+
+    /// Objects moved at once between a thread heap and its node heap.
+    pub fn batch(self) -> usize {
+        BATCHES[self.index()] as usize
+    }
+
+    /// Objects a thread keeps cached before draining one batch (two batches).
+    pub fn cache_limit(self) -> usize {
+        2 * self.batch()
+    }
+}
+
+const fn class_size_of(index: usize) -> usize {
+    if index < 16 {
+        8 * (index + 1)
+    } else {
+        let k = 7 + (index - 16) / 8;
+        let j = (index - 16) % 8 + 1;
+        (1 << k) + j * (1 << (k - 3))
+    }
+}
+
+const fn compute_class(size: usize) -> usize {
+    if size <= 128 {
+        if size == 0 {
+            0
+        } else {
+            size.div_ceil(8) - 1
+        }
+    } else {
+        let k = (usize::BITS - 1 - (size - 1).leading_zeros()) as usize; // 2^k < size <= 2^(k+1)
+        let step_shift = k - 3;
+        let j = (size - (1 << k) + (1 << step_shift) - 1) >> step_shift;
+        16 + (k - 7) * 8 + (j - 1)
+    }
+}
+
+pub static CLASS_SIZES: [u32; NUM_CLASSES] = {
+    let mut sizes = [0u32; NUM_CLASSES];
+    let mut i = 0;
+    while i < NUM_CLASSES {
+        sizes[i] = class_size_of(i) as u32;
+        i += 1;
+    }
+    sizes
+};
+
+static LOOKUP: [u8; LOOKUP_MAX / 8 + 1] = {
+    let mut table = [0u8; LOOKUP_MAX / 8 + 1];
+    let mut i = 0;
+    while i <= LOOKUP_MAX / 8 {
+        table[i] = compute_class(i * 8) as u8;
+        i += 1;
+    }
+    table
+};
+
+static BAG_UNITS: [u8; NUM_CLASSES] = {
+    let mut units = [0u8; NUM_CLASSES];
+    let mut i = 0;
+    while i < NUM_CLASSES {
+        let size = class_size_of(i);
+        let min_objects = if size > (16 << 10) { 4 } else { 1 };
+        let mut u = 1;
+        while u < MAX_BAG_UNITS {
+            let bytes = u * UNIT;
+            if bytes / size >= min_objects && (bytes % size) * 8 <= bytes {
+                break;
+            }
+            u += 1;
+        }
+        units[i] = u as u8;
+        i += 1;
+    }
+    units
+};
+
+/// Bytes a batch aims at: 32 KiB keeps batch moves rare for small objects while bounding the
+/// memory a drain parks in the transfer ring; at most 64 objects so a drain stays short.
+const BATCH_BYTES: usize = 32 << 10;
+const MAX_BATCH: usize = 64;
+
+static BATCHES: [u8; NUM_CLASSES] = {
+    let mut batches = [0u8; NUM_CLASSES];
+    let mut i = 0;
+    while i < NUM_CLASSES {
+        let mut b = BATCH_BYTES / class_size_of(i);
+        if b > MAX_BATCH {
+            b = MAX_BATCH;
+        }
+        if b < 1 {
+            b = 1;
+        }
+        batches[i] = b as u8;
+        i += 1;
+    }
+    batches
+};
+
+/// The class serving `size` bytes at `align` (≤ [`MAX_SMALL_ALIGN`]), or `None` when the request
+/// is a large object. Alignments of 16 and more pick a class whose size is a multiple of `align`.
+#[inline(always)]
+pub fn class_of(size: usize, align: usize) -> Option<SizeClass> {
+    if align <= 8 {
+        if size <= LOOKUP_MAX {
+            return Some(SizeClass(LOOKUP[(size + 7) >> 3]));
+        }
+    } else if align == 16 && size <= LOOKUP_MAX {
+        // `max(2)`: a zero-byte request still gets a 16-byte class.
+        return Some(SizeClass(LOOKUP[(((size + 15) & !15) >> 3).max(2)]));
+    }
+    class_of_general(size, align)
+}
+
+#[cold]
+#[inline(never)]
+fn class_of_general(size: usize, align: usize) -> Option<SizeClass> {
+    if size > MAX_SMALL || align > MAX_SMALL_ALIGN {
+        return None;
+    }
+    let rounded = (size.max(align) + align - 1) & !(align - 1);
+    let mut index = compute_class(rounded);
+    while index < NUM_CLASSES {
+        if class_size_of(index) % align == 0 {
+            return Some(SizeClass(index as u8));
+        }
+        index += 1;
+    }
+    None
+}
+
+/// The class for C's `malloc`, whose results must be 16-byte aligned.
+#[inline(always)]
+pub fn class_of_malloc(size: usize) -> Option<SizeClass> {
+    class_of(size, 16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_increase_and_end_at_256k() {
+        for i in 1..NUM_CLASSES {
+            assert!(CLASS_SIZES[i] > CLASS_SIZES[i - 1]);
+        }
+        assert_eq!(CLASS_SIZES[NUM_CLASSES - 1] as usize, MAX_SMALL);
+        assert_eq!(compute_class(MAX_SMALL), NUM_CLASSES - 1);
+    }
+
+    #[test]
+    fn every_size_round_trips_to_the_smallest_fitting_class() {
+        for size in 1..=MAX_SMALL {
+            let class = class_of(size, 1).unwrap();
+            assert!(class.size() >= size, "size {size}");
+            if class.index() > 0 {
+                assert!(
+                    SizeClass(class.0 - 1).size() < size,
+                    "size {size} skipped a class"
+                );
+            }
+            assert_eq!(class_of(class.size(), 1), Some(class));
+        }
+        assert_eq!(class_of(MAX_SMALL + 1, 1), None);
+    }
+
+    #[test]
+    fn waste_above_64_bytes_is_at_most_an_eighth() {
+        for size in 65..=MAX_SMALL {
+            let class = class_of(size, 8).unwrap();
+            let waste = class.size() - size;
+            assert!(
+                waste * 8 <= size,
+                "size {size} wastes {waste} in class {}",
+                class.size()
+            );
+        }
+    }
+
+    #[test]
+    fn aligned_requests_get_aligned_classes() {
+        for align in [16, 32, 64, 128, 256, 512, 1024, 2048, 4096] {
+            for size in (1..20_000).step_by(7) {
+                let class = class_of(size, align).unwrap();
+                assert_eq!(class.size() % align, 0, "size {size} align {align}");
+                assert!(class.size() >= size);
+            }
+        }
+        assert_eq!(class_of(100, 8192), None);
+        assert_eq!(class_of_malloc(72).unwrap().size(), 80);
+        assert_eq!(class_of_malloc(0).unwrap().size(), 16);
+        assert_eq!(class_of(0, 1).unwrap().size(), 8);
+    }
+
+    #[test]
+    fn bags_follow_the_design() {
+        for i in 0..NUM_CLASSES {
+            let class = SizeClass(i as u8);
+            let bytes = class.bag_bytes();
+            assert!(class.capacity() >= 1);
+            assert!(
+                (bytes % class.size()) * 8 <= bytes,
+                "class {} wastes more than 1/8",
+                class.size()
+            );
+            assert!(class.bag_units() <= MAX_BAG_UNITS);
+            if class.size() <= 16 << 10 && (UNIT % class.size()) * 8 <= UNIT {
+                assert_eq!(
+                    bytes,
+                    UNIT,
+                    "class {} should use a 32 KiB bag",
+                    class.size()
+                );
+            }
+            if class.size() > 16 << 10 {
+                assert!(class.capacity() >= 4);
+            }
+            assert!(class.batch() >= 1 && class.batch() <= MAX_BATCH);
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! Statistics: a snapshot of the allocator, per node and per size class, readable and printable
+//! without allocating.
+//!
+//! Thread heaps count allocations and frees in plain per-class counters and publish them to
+//! their node heap on slow paths and at thread exit, so a snapshot lags each running thread by
+//! at most one batch per class; `stats()` publishes the calling thread's counters first, and
+//! after threads have exited the figures are exact.
+
+use crate::node::NodeHeaps;
+use crate::os::topology::MAX_NODES;
+use crate::os::Writer;
+use crate::size_class::{SizeClass, NUM_CLASSES};
+use core::sync::atomic::Ordering;
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClassStats {
+    /// Bytes per object.
+    pub size: usize,
+    /// Objects handed out and freed so far (all nodes).
+    pub allocs: u64,
+    pub frees: u64,
+    /// Bags currently carved for the class (all nodes).
+    pub bags: usize,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NodeStats {
+    /// Bytes of live objects allocated by this node's threads (class sizes; large spans whole).
+    pub allocated: usize,
+    /// Bytes of bags and large spans handed out from this node's region.
+    pub active: usize,
+    /// Bytes of this region that may be resident: active plus free-but-not-yet-decommitted.
+    pub committed: usize,
+    /// Bytes of address space the region's frontier has passed.
+    pub mapped: usize,
+    /// Bytes returned to the OS so far.
+    pub decommitted: usize,
+    /// Objects of this node freed by threads of other nodes (returned through the inbox).
+    pub remote_frees: u64,
+    /// Times this node's threads took objects or spans from another node.
+    pub steals: u64,
+    pub large_allocs: u64,
+    pub large_frees: u64,
+}
+
+/// A snapshot of the whole allocator.
+#[derive(Clone, Copy, Debug)]
+pub struct Stats {
+    pub allocated: usize,
+    pub active: usize,
+    pub committed: usize,
+    pub mapped: usize,
+    pub decommitted: usize,
+    pub remote_frees: u64,
+    pub steals: u64,
+    /// Objects (small and large) allocated and freed so far.
+    pub allocs: u64,
+    pub frees: u64,
+    pub threads: usize,
+    node_count: usize,
+    simulated: bool,
+    nodes: [NodeStats; MAX_NODES],
+    classes: [ClassStats; NUM_CLASSES],
+}
+
+impl Stats {
+    pub(crate) fn empty() -> Stats {
+        Stats {
+            allocated: 0,
+            active: 0,
+            committed: 0,
+            mapped: 0,
+            decommitted: 0,
+            remote_frees: 0,
+            steals: 0,
+            allocs: 0,
+            frees: 0,
+            threads: 0,
+            node_count: 0,
+            simulated: false,
+            nodes: [NodeStats::default(); MAX_NODES],
+            classes: [ClassStats::default(); NUM_CLASSES],
+        }
+    }
+
+    pub(crate) fn collect(heaps: &NodeHeaps, threads: usize) -> Stats {
+        let arena = heaps.arena;
+        let mut stats = Stats::empty();
+        stats.node_count = arena.node_count();
+        stats.simulated = arena.topology.is_simulated();
+        stats.threads = threads;
+        for (index, class) in stats.classes.iter_mut().enumerate() {
+            class.size = SizeClass(index as u8).size();
+        }
+        for node in 0..arena.node_count() {
+            let heap = heaps.node(node);
+            let region = arena.region(node);
+            let mut out = NodeStats {
+                active: region.active.load(Ordering::Relaxed),
+                committed: region.committed.load(Ordering::Relaxed),
+                mapped: region.mapped.load(Ordering::Relaxed),
+                decommitted: region.decommitted.load(Ordering::Relaxed),
+                remote_frees: heap.remote_frees.load(Ordering::Relaxed),
+                steals: heap.steals.load(Ordering::Relaxed) + arena.steals(node) as u64,
+                large_allocs: heap.large_allocs.load(Ordering::Relaxed),
+                large_frees: heap.large_frees.load(Ordering::Relaxed),
+                allocated: heap.large_bytes.load(Ordering::Relaxed),
+            };
+            let mut live_small: i64 = 0;
+            for (index, class) in stats.classes.iter_mut().enumerate() {
+                let central = heaps.class(node, SizeClass(index as u8));
+                let allocs = central.allocs.load(Ordering::Relaxed);
+                let frees = central.frees.load(Ordering::Relaxed);
+                class.allocs += allocs;
+                class.frees += frees;
+                class.bags += central.bags.load(Ordering::Relaxed);
+                live_small += (allocs as i64 - frees as i64) * class.size as i64;
+            }
+            // Objects stolen from (or freed to) another node make per-node counts drift; the
+            // totals balance.
+            out.allocated = (out.allocated as i64 + live_small).max(0) as usize;
+            stats.nodes[node] = out;
+            stats.allocated += out.allocated;
+            stats.active += out.active;
+            stats.committed += out.committed;
+            stats.mapped += out.mapped;
+            stats.decommitted += out.decommitted;
+            stats.remote_frees += out.remote_frees;
+            stats.steals += out.steals;
+            stats.allocs += out.large_allocs;
+            stats.frees += out.large_frees;
+        }
+        for class in &stats.classes {
+            stats.allocs += class.allocs;
+            stats.frees += class.frees;
+        }
+        stats
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.node_count
+    }
+
+    /// Per-node figures, one entry per usable node.
+    pub fn nodes(&self) -> &[NodeStats] {
+        &self.nodes[..self.node_count]
+    }
+
+    /// Per-class figures, one entry per size class.
+    pub fn classes(&self) -> &[ClassStats] {
+        &self.classes
+    }
+
+    /// Writes a human-readable report to a file descriptor, one line at a time, without
+    /// allocating. The first line names nodalloc and its version.
+    pub fn write_to(&self, fd: i32) {
+        let mut w = Writer::new();
+        w.str("nodalloc ")
+            .str(env!("CARGO_PKG_VERSION"))
+            .str(": ")
+            .decimal(self.node_count as u64)
+            .str(if self.simulated {
+                " simulated node(s)"
+            } else {
+                " node(s)"
+            })
+            .str(", ")
+            .decimal(self.threads as u64)
+            .str(" thread(s)\n");
+        w.write_to(fd);
+        w.clear();
+        w.str("  allocated ")
+            .size(self.allocated as u64)
+            .str(", active ")
+            .size(self.active as u64)
+            .str(", committed ")
+            .size(self.committed as u64)
+            .str(", mapped ")
+            .size(self.mapped as u64)
+            .str(", decommitted ")
+            .size(self.decommitted as u64)
+            .str("\n  allocs ")
+            .decimal(self.allocs)
+            .str(", frees ")
+            .decimal(self.frees)
+            .str(", remote frees ")
+            .decimal(self.remote_frees)
+            .str(", steals ")
+            .decimal(self.steals)
+            .str("\n");
+        w.write_to(fd);
+        for (node, stats) in self.nodes().iter().enumerate() {
+            w.clear();
+            w.str("  node ")
+                .decimal(node as u64)
+                .str(": allocated ")
+                .size(stats.allocated as u64)
+                .str(", active ")
+                .size(stats.active as u64)
+                .str(", committed ")
+                .size(stats.committed as u64)
+                .str(", remote frees ")
+                .decimal(stats.remote_frees)
+                .str(", steals ")
+                .decimal(stats.steals)
+                .str("\n");
+            w.write_to(fd);
+        }
+    }
+}

@@ -1,0 +1,587 @@
+//! The front: a **thread heap** per thread, touched by its thread only, so its fast paths use no
+//! atomic and no lock.
+//!
+//! Per size class a [`FreeList`]: a singly linked list of free objects with its count, its tail
+//! (the least recently freed object) and an `nth` marker. When a push brings the count to
+//! `batch + 1`, `nth` is set to the head: exactly `batch` objects lie behind it, the least
+//! recently used ones. When the count reaches the cache limit (two batches), the part behind
+//! `nth` goes to the node heap in one splice, without walking the list (NUMAlloc's LRU drain).
+//! A pop that brings the count down to `batch` has consumed `nth`, so the marker is re-armed.
+//!
+//! Frees of another node's objects go to a per-node **outbox** and travel to that node's inbox
+//! as one chain. At thread exit everything cached goes home; afterwards the heap is *retired*
+//! and serves any late call (from other thread-local destructors) directly from the node heaps.
+
+use crate::ds::ring::Batch;
+use crate::ds::{next_of, set_next};
+use crate::node::{report, Misuse, NodeHeaps};
+use crate::os::topology::MAX_NODES;
+use crate::size_class::{SizeClass, NUM_CLASSES};
+use core::ptr::null_mut;
+use core::sync::atomic::Ordering;
+
+/// Remote frees gathered per node before the chain is handed over.
+const OUTBOX_FLUSH: usize = 64;
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub struct FreeList {
+    head: *mut u8,
+    tail: *mut u8,
+    nth: *mut u8,
+    count: u32,
+    /// The count at which a push must take the slow path: `batch + 1` (arm `nth`) or the limit.
+    mark: u32,
+    batch: u32,
+    limit: u32,
+    /// Objects handed out and taken back since the counts were last published.
+    allocs: u32,
+    frees: u32,
+}
+
+impl FreeList {
+    const EMPTY: FreeList = FreeList {
+        head: null_mut(),
+        tail: null_mut(),
+        nth: null_mut(),
+        count: 0,
+        mark: 0,
+        batch: 0,
+        limit: 0,
+        allocs: 0,
+        frees: 0,
+    };
+}
+
+#[derive(Clone, Copy)]
+struct Outbox {
+    head: *mut u8,
+    tail: *mut u8,
+    count: usize,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum HeapState {
+    /// No allocation yet: the first slow path binds the thread and attaches the heap.
+    Fresh,
+    Active,
+    /// Flushed at thread exit; late calls bypass the caches.
+    Retired,
+}
+
+pub struct ThreadHeap {
+    /// Start of the home region and its shift: `(p - region_base) >> region_shift == 0` means
+    /// "an object of my node", one subtraction, shift and compare on the free fast path.
+    /// Zero (never matching) until the heap is attached.
+    region_base: usize,
+    region_shift: u32,
+    pub state: HeapState,
+    node: usize,
+    heaps: *const NodeHeaps,
+    lists: [FreeList; NUM_CLASSES],
+    outboxes: [Outbox; MAX_NODES],
+    outbox_mask: u32,
+    pub remote_frees: u64,
+    /// Called on the first slow path of a fresh heap to attach it (the global face binds the
+    /// thread and picks the global instance); returns false when no heap can be had.
+    attach_hook: Option<fn(&mut ThreadHeap) -> bool>,
+}
+
+impl ThreadHeap {
+    pub const fn new() -> ThreadHeap {
+        Self::with_attach_hook(None)
+    }
+
+    pub const fn with_attach_hook(attach_hook: Option<fn(&mut ThreadHeap) -> bool>) -> ThreadHeap {
+        ThreadHeap {
+            attach_hook,
+            region_base: 0,
+            region_shift: 0,
+            state: HeapState::Fresh,
+            node: 0,
+            heaps: core::ptr::null(),
+            lists: [FreeList::EMPTY; NUM_CLASSES],
+            outboxes: [Outbox {
+                head: null_mut(),
+                tail: null_mut(),
+                count: 0,
+            }; MAX_NODES],
+            outbox_mask: 0,
+            remote_frees: 0,
+        }
+    }
+
+    /// Runs the attach hook once; true if the heap is attached afterwards.
+    pub fn run_attach_hook(&mut self) -> bool {
+        if self.state != HeapState::Fresh {
+            return self.state == HeapState::Active;
+        }
+        match self.attach_hook {
+            Some(hook) => hook(self) && self.state == HeapState::Active,
+            None => false,
+        }
+    }
+
+    /// Attaches the heap to an allocator instance, homed on `node`.
+    pub fn attach(&mut self, heaps: &'static NodeHeaps, node: usize) {
+        let arena = heaps.arena;
+        self.heaps = heaps;
+        self.node = node;
+        self.region_base = arena.region(node).start();
+        self.region_shift = arena.region_shift();
+        for (index, list) in self.lists.iter_mut().enumerate() {
+            let class = SizeClass(index as u8);
+            list.batch = class.batch() as u32;
+            list.limit = class.cache_limit() as u32;
+            list.mark = list.batch + 1;
+        }
+        self.state = HeapState::Active;
+    }
+
+    pub fn node(&self) -> usize {
+        self.node
+    }
+
+    pub fn heaps(&self) -> Option<&'static NodeHeaps> {
+        // SAFETY: `heaps` is null or points to a leaked ('static) NodeHeaps set by `attach`.
+        unsafe { self.heaps.as_ref() }
+    }
+
+    /// Pops a cached object, or null when the list is empty (then call [`Self::alloc_slow`]).
+    #[inline(always)]
+    pub fn alloc_cached(&mut self, class: SizeClass) -> *mut u8 {
+        let list = &mut self.lists[class.index()];
+        let object = list.head;
+        if !object.is_null() {
+            // SAFETY: cached objects are free, ours, and linked through their first word.
+            list.head = unsafe { next_of(object) };
+            list.count -= 1;
+            list.allocs = list.allocs.wrapping_add(1);
+            // Popping the object `nth` pointed to re-arms the marker for the next push.
+            if list.count == list.batch {
+                list.mark = list.batch + 1;
+            }
+        }
+        object
+    }
+
+    /// The refill path: a batch from the node heap (or a direct allocation once retired).
+    #[cold]
+    #[inline(never)]
+    pub fn alloc_slow(&mut self, class: SizeClass) -> *mut u8 {
+        if self.state == HeapState::Fresh && !self.run_attach_hook() {
+            return null_mut();
+        }
+        let Some(heaps) = self.heaps() else {
+            return null_mut();
+        };
+        if self.state == HeapState::Retired {
+            return match heaps.take_from_bags(self.node, class, 1) {
+                Some(batch) => {
+                    heaps
+                        .class(self.node, class)
+                        .allocs
+                        .fetch_add(1, Ordering::Relaxed);
+                    batch.head
+                }
+                None => null_mut(),
+            };
+        }
+        self.flush_outboxes();
+        heaps.drain_inbox(self.node);
+        self.publish(class);
+        let Some(batch) = heaps.refill(self.node, class) else {
+            return null_mut();
+        };
+        let list = &mut self.lists[class.index()];
+        debug_assert!(list.head.is_null() && list.count == 0);
+        list.head = batch.head;
+        list.tail = batch.tail;
+        list.count = batch.count as u32;
+        list.nth = null_mut();
+        list.mark = list.batch + 1;
+        let object = self.alloc_cached(class);
+        debug_assert!(!object.is_null());
+        object
+    }
+
+    /// Pushes an object of `class` freed by this thread. Objects of other nodes (and anything
+    /// outside the home region) take the slow path.
+    ///
+    /// # Safety
+    /// `object` must be a live object of `class` that the caller gives up.
+    #[inline(always)]
+    pub unsafe fn free(&mut self, object: *mut u8, class: SizeClass) {
+        if (object as usize).wrapping_sub(self.region_base) >> self.region_shift != 0 {
+            // SAFETY: forwarded contract.
+            return unsafe { self.free_slow(object, class) };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.push_local(object, class) }
+    }
+
+    /// # Safety
+    /// As for [`Self::free`], and the object is of this thread's node.
+    #[inline(always)]
+    unsafe fn push_local(&mut self, object: *mut u8, class: SizeClass) {
+        let list = &mut self.lists[class.index()];
+        // SAFETY: the object is ours now and at least 8 bytes (every class is).
+        unsafe { set_next(object, list.head) };
+        if list.count == 0 {
+            list.tail = object;
+        }
+        list.head = object;
+        list.count += 1;
+        list.frees = list.frees.wrapping_add(1);
+        if list.count >= list.mark {
+            self.free_mark(class);
+        }
+    }
+
+    /// Arms `nth`, or drains the least recently used batch to the node heap.
+    #[cold]
+    #[inline(never)]
+    fn free_mark(&mut self, class: SizeClass) {
+        let list = &mut self.lists[class.index()];
+        if list.mark == list.batch + 1 && list.count == list.batch + 1 {
+            list.nth = list.head;
+            list.mark = list.limit;
+        }
+        if list.count < list.limit {
+            return;
+        }
+        debug_assert!(!list.nth.is_null());
+        let nth = list.nth;
+        // SAFETY: `nth` is a cached object with exactly `batch` objects behind it (see module docs).
+        let batch = Batch {
+            head: unsafe { next_of(nth) },
+            tail: list.tail,
+            count: list.batch as usize,
+        };
+        // SAFETY: as above; cutting the list after `nth`.
+        unsafe { set_next(nth, null_mut()) };
+        list.tail = nth;
+        list.count -= list.batch;
+        list.nth = null_mut();
+        list.mark = list.batch + 1;
+        self.publish(class);
+        if let Some(heaps) = self.heaps() {
+            heaps.release(self.node, class, batch);
+        }
+    }
+
+    /// # Safety
+    /// As for [`Self::free`].
+    #[cold]
+    #[inline(never)]
+    pub unsafe fn free_slow(&mut self, object: *mut u8, class: SizeClass) {
+        if self.state == HeapState::Fresh {
+            if !self.run_attach_hook() {
+                report(object, Misuse::InvalidPointer);
+            }
+            // SAFETY: forwarded contract; the heap is attached now, so this cannot loop.
+            return unsafe { self.free(object, class) };
+        }
+        let Some(heaps) = self.heaps() else {
+            report(object, Misuse::InvalidPointer)
+        };
+        let Some(origin) = heaps.arena.origin_of(object as usize) else {
+            report(object, Misuse::InvalidPointer)
+        };
+        if self.state == HeapState::Retired {
+            heaps
+                .class(origin, class)
+                .frees
+                .fetch_add(1, Ordering::Relaxed);
+            if let Err((object, misuse)) = heaps.return_to_bags(origin, class, {
+                // SAFETY: the object is ours; make it a one-object chain.
+                unsafe { set_next(object, null_mut()) };
+                object
+            }) {
+                report(object, misuse);
+            }
+            return;
+        }
+        if origin == self.node {
+            // The region check of `free` is this very test, so this is unreachable once
+            // attached; pushing locally keeps the object even if that ever changed.
+            // SAFETY: forwarded contract.
+            return unsafe { self.push_local(object, class) };
+        }
+        heaps
+            .class(origin, class)
+            .frees
+            .fetch_add(1, Ordering::Relaxed);
+        self.remote_frees += 1;
+        let outbox = &mut self.outboxes[origin];
+        // SAFETY: the object is ours now.
+        unsafe { set_next(object, outbox.head) };
+        if outbox.count == 0 {
+            outbox.tail = object;
+        }
+        outbox.head = object;
+        outbox.count += 1;
+        self.outbox_mask |= 1 << origin;
+        if outbox.count >= OUTBOX_FLUSH {
+            self.flush_outbox(origin);
+        }
+    }
+
+    fn flush_outbox(&mut self, origin: usize) {
+        let outbox = self.outboxes[origin];
+        self.outboxes[origin] = Outbox {
+            head: null_mut(),
+            tail: null_mut(),
+            count: 0,
+        };
+        self.outbox_mask &= !(1 << origin);
+        if outbox.count > 0 {
+            if let Some(heaps) = self.heaps() {
+                // SAFETY: the outbox is a well-formed chain of freed objects of `origin`.
+                unsafe { heaps.send_remote(origin, outbox.head, outbox.tail, outbox.count) };
+            }
+        }
+    }
+
+    pub fn flush_outboxes(&mut self) {
+        while self.outbox_mask != 0 {
+            let origin = self.outbox_mask.trailing_zeros() as usize;
+            self.flush_outbox(origin);
+        }
+    }
+
+    /// Publishes the class's alloc/free counts to its node heap's statistics.
+    fn publish(&mut self, class: SizeClass) {
+        let heaps = self.heaps();
+        let list = &mut self.lists[class.index()];
+        if list.allocs == 0 && list.frees == 0 {
+            return;
+        }
+        if let Some(heaps) = heaps {
+            let central = heaps.class(self.node, class);
+            central
+                .allocs
+                .fetch_add(list.allocs as u64, Ordering::Relaxed);
+            central
+                .frees
+                .fetch_add(list.frees as u64, Ordering::Relaxed);
+        }
+        list.allocs = 0;
+        list.frees = 0;
+    }
+
+    pub fn publish_all(&mut self) {
+        for class in 0..NUM_CLASSES {
+            self.publish(SizeClass(class as u8));
+        }
+    }
+
+    /// Returns every cached object to its bags and every outbox to its node; the heap stays
+    /// usable (used by `purge` and by re-homing).
+    pub fn flush(&mut self) {
+        self.publish_all();
+        self.flush_outboxes();
+        let Some(heaps) = self.heaps() else { return };
+        for index in 0..NUM_CLASSES {
+            let list = &mut self.lists[index];
+            let chain = list.head;
+            list.head = null_mut();
+            list.tail = null_mut();
+            list.nth = null_mut();
+            list.count = 0;
+            list.mark = list.batch + 1;
+            if !chain.is_null() {
+                if let Err((object, misuse)) =
+                    heaps.return_to_bags(self.node, SizeClass(index as u8), chain)
+                {
+                    report(object, misuse);
+                }
+            }
+        }
+    }
+
+    /// Thread exit: flush everything and serve later calls without caching.
+    pub fn retire(&mut self) {
+        if self.state == HeapState::Active {
+            self.flush();
+            self.state = HeapState::Retired;
+            // Every free now fails the region check and takes the slow path.
+            self.region_base = 0;
+            self.region_shift = 0;
+        }
+    }
+
+    /// Objects currently cached, per class (for tests and diagnostics).
+    pub fn cached(&self, class: SizeClass) -> usize {
+        self.lists[class.index()].count as usize
+    }
+}
+
+impl Default for ThreadHeap {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arena::tests::test_arena;
+    use crate::size_class::class_of;
+
+    fn allocate(heap: &mut ThreadHeap, class: SizeClass) -> *mut u8 {
+        let p = heap.alloc_cached(class);
+        if p.is_null() {
+            heap.alloc_slow(class)
+        } else {
+            p
+        }
+    }
+
+    fn heaps(nodes: usize) -> &'static NodeHeaps {
+        NodeHeaps::create(test_arena(nodes, 64 << 20, 0)).unwrap()
+    }
+
+    #[test]
+    fn cache_stays_within_its_limit_and_drains_the_oldest_batch() {
+        let heaps = heaps(1);
+        let mut heap = Box::new(ThreadHeap::new());
+        heap.attach(heaps, 0);
+        let class = class_of(64, 8).unwrap();
+        let n = 10 * class.cache_limit();
+        let objects: Vec<*mut u8> = (0..n).map(|_| allocate(&mut heap, class)).collect();
+        let first_freed = objects[0];
+        for &object in &objects {
+            // SAFETY: each object was allocated above and is freed once.
+            unsafe { heap.free(object, class) };
+            assert!(heap.cached(class) <= class.cache_limit());
+        }
+        assert!(heap.cached(class) >= class.batch());
+        // The least recently freed objects left; the most recent stay (LIFO reuse).
+        let again = heap.alloc_cached(class);
+        assert_eq!(again, objects[n - 1]);
+        let mut cached = Vec::new();
+        while heap.cached(class) > 0 {
+            cached.push(heap.alloc_cached(class));
+        }
+        assert!(
+            !cached.contains(&first_freed),
+            "the oldest object should have been drained"
+        );
+    }
+
+    #[test]
+    fn nth_marker_survives_pops_below_the_batch() {
+        let heaps = heaps(1);
+        let mut heap = Box::new(ThreadHeap::new());
+        heap.attach(heaps, 0);
+        let class = class_of(16, 8).unwrap();
+        let batch = class.batch();
+        let mut live: Vec<*mut u8> = Vec::new();
+        let mut rng = 12345u64;
+        // Random push/pop sequences: the list must stay consistent (count = walk length).
+        for _ in 0..20_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            if rng % 3 == 0 && !live.is_empty() {
+                let object = live.swap_remove((rng as usize / 3) % live.len());
+                // SAFETY: allocated below, freed once.
+                unsafe { heap.free(object, class) };
+            } else {
+                let mut object = heap.alloc_cached(class);
+                if object.is_null() {
+                    object = heap.alloc_slow(class);
+                }
+                assert!(!live.contains(&object), "an object was handed out twice");
+                live.push(object);
+            }
+            let list = &heap.lists[class.index()];
+            assert!(list.count as usize <= 2 * batch);
+        }
+        let list = &heap.lists[class.index()];
+        let mut walked = 0;
+        let mut object = list.head;
+        let mut last = null_mut();
+        while !object.is_null() {
+            last = object;
+            // SAFETY: walking our own free list.
+            object = unsafe { next_of(object) };
+            walked += 1;
+        }
+        assert_eq!(walked, list.count as usize);
+        if walked > 0 {
+            assert_eq!(last, list.tail);
+        }
+    }
+
+    #[test]
+    fn remote_frees_go_home_and_are_never_reused_by_the_freeing_node() {
+        let heaps = heaps(2);
+        let mut home = Box::new(ThreadHeap::new());
+        let mut remote = Box::new(ThreadHeap::new());
+        home.attach(heaps, 0);
+        remote.attach(heaps, 1);
+        let class = class_of(128, 8).unwrap();
+        let objects: Vec<*mut u8> = (0..1000)
+            .map(|_| {
+                let p = home.alloc_cached(class);
+                if p.is_null() {
+                    home.alloc_slow(class)
+                } else {
+                    p
+                }
+            })
+            .collect();
+        for &object in &objects {
+            assert_eq!(heaps.arena.origin_of(object as usize), Some(0));
+            // SAFETY: allocated above, freed once, by the other node's thread.
+            unsafe { remote.free(object, class) };
+        }
+        remote.flush_outboxes();
+        assert_eq!(remote.remote_frees, 1000);
+        assert_eq!(heaps.node(0).remote_frees.load(Ordering::Relaxed), 1000);
+        // Node 1's thread allocates: it must never get one of node 0's objects back.
+        for _ in 0..2000 {
+            let mut p = remote.alloc_cached(class);
+            if p.is_null() {
+                p = remote.alloc_slow(class);
+            }
+            assert_eq!(heaps.arena.origin_of(p as usize), Some(1));
+            assert!(!objects.contains(&p));
+        }
+        // Node 0's thread gets them back (after its inbox is sorted on its slow path).
+        let mut reused = 0;
+        for _ in 0..3000 {
+            let mut p = home.alloc_cached(class);
+            if p.is_null() {
+                p = home.alloc_slow(class);
+            }
+            if objects.contains(&p) {
+                reused += 1;
+            }
+        }
+        assert_eq!(reused, 1000);
+    }
+
+    #[test]
+    fn retired_heap_serves_late_calls_without_caching() {
+        let heaps = heaps(1);
+        let mut heap = Box::new(ThreadHeap::new());
+        heap.attach(heaps, 0);
+        let class = class_of(32, 8).unwrap();
+        let p = heap.alloc_slow(class);
+        heap.retire();
+        assert_eq!(heap.state, HeapState::Retired);
+        let q = heap.alloc_slow(class);
+        assert!(!q.is_null() && q != p);
+        // SAFETY: both allocated above, freed once.
+        unsafe {
+            heap.free(p, class);
+            heap.free(q, class);
+        }
+        assert_eq!(heap.cached(class), 0);
+        // Every bag of the class fell empty and went back: nothing is carved.
+        assert_eq!(heaps.class(0, class).bags.load(Ordering::Relaxed), 0);
+    }
+}

@@ -1,0 +1,352 @@
+//! nodalloc as the global allocator of this test binary: every allocation of the test harness,
+//! std and the tests goes through it.
+//!
+//! Tests that need a different environment (a simulated topology, an abort) re-run this binary
+//! as a child process with `NODALLOC_TEST_CHILD` naming the scenario, since options are read
+//! once, at the first allocation.
+
+use nodalloc::NodAlloc;
+use std::alloc::{GlobalAlloc, Layout};
+use std::process::Command;
+use std::sync::mpsc;
+
+#[global_allocator]
+static GLOBAL: NodAlloc = NodAlloc::new();
+
+/// A byte pattern derived from an address, so a misplaced or overlapping object shows.
+fn pattern(address: usize, i: usize) -> u8 {
+    ((address >> 4) as u8)
+        .wrapping_mul(31)
+        .wrapping_add(i as u8)
+}
+
+fn fill(p: *mut u8, size: usize) {
+    for i in 0..size {
+        // SAFETY: the caller owns `size` bytes at `p`.
+        unsafe { *p.add(i) = pattern(p as usize, i) };
+    }
+}
+
+fn check(p: *const u8, size: usize) {
+    for i in 0..size {
+        // SAFETY: the caller owns `size` bytes at `p`.
+        let byte = unsafe { *p.add(i) };
+        assert_eq!(
+            byte,
+            pattern(p as usize, i),
+            "object {p:p} corrupted at byte {i} of {size}"
+        );
+    }
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn size(&mut self) -> usize {
+        match self.next() % 100 {
+            0..=59 => 1 + (self.next() % 256) as usize,
+            60..=89 => 256 + (self.next() % 4096) as usize,
+            90..=98 => 4096 + (self.next() % (256 << 10)) as usize,
+            _ => (256 << 10) + (self.next() % (4 << 20)) as usize,
+        }
+    }
+}
+
+/// Runs a scenario in a child process with extra environment; returns (success, stderr).
+fn run_child(scenario: &str, env: &[(&str, &str)]) -> (bool, String) {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"]);
+    command.env("NODALLOC_TEST_CHILD", scenario);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().expect("spawn the test binary");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn child_entry() {
+    let Ok(scenario) = std::env::var("NODALLOC_TEST_CHILD") else {
+        return;
+    };
+    match scenario.as_str() {
+        "stress" => stress(8, 20_000),
+        "invalid-free" => {
+            let on_stack = [0u64; 4];
+            // SAFETY: deliberately wrong: the allocator must abort naming the pointer.
+            unsafe { GLOBAL.dealloc(on_stack.as_ptr() as *mut u8, Layout::new::<[u64; 4]>()) };
+        }
+        "invalid-large-free" => {
+            let layout = Layout::from_size_align(1 << 20, 8).unwrap();
+            // SAFETY: allocate a large object, then free a pointer into its middle.
+            unsafe {
+                let p = GLOBAL.alloc(layout);
+                GLOBAL.dealloc(p.add(4096), layout);
+            }
+        }
+        "double-free-large" => {
+            let layout = Layout::from_size_align(1 << 20, 8).unwrap();
+            // SAFETY: deliberately freeing twice.
+            unsafe {
+                let p = GLOBAL.alloc(layout);
+                GLOBAL.dealloc(p, layout);
+                GLOBAL.dealloc(p, layout);
+            }
+        }
+        other => panic!("unknown scenario {other}"),
+    }
+}
+
+/// `threads` threads allocate random sizes, fill them, pass half to a neighbour thread that
+/// checks and frees them, and free the rest themselves. Ends with balanced statistics.
+fn stress(threads: usize, ops: usize) {
+    let before = nodalloc::stats();
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads)
+        .map(|_| mpsc::channel::<(usize, usize)>())
+        .unzip();
+    let mut handles = Vec::new();
+    for (t, receiver) in receivers.into_iter().enumerate() {
+        let next = senders[(t + 1) % threads].clone();
+        handles.push(std::thread::spawn(move || {
+            let mut rng = Rng(0x9E3779B97F4A7C15 ^ (t as u64 + 1));
+            let mut live: Vec<(usize, usize)> = Vec::new();
+            for _ in 0..ops {
+                let size = rng.size();
+                let layout = Layout::from_size_align(size, 8).unwrap();
+                // SAFETY: a valid non-zero layout.
+                let p = unsafe { GLOBAL.alloc(layout) };
+                assert!(!p.is_null());
+                fill(p, size.min(512));
+                if rng.next() % 2 == 0 {
+                    next.send((p as usize, size)).unwrap();
+                } else {
+                    live.push((p as usize, size));
+                }
+                if live.len() > 64 {
+                    let (p, size) = live.swap_remove((rng.next() % 64) as usize);
+                    check(p as *const u8, size.min(512));
+                    // SAFETY: allocated above with this layout, freed once.
+                    unsafe {
+                        GLOBAL.dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap())
+                    };
+                }
+                while let Ok((p, size)) = receiver.try_recv() {
+                    check(p as *const u8, size.min(512));
+                    // SAFETY: allocated by another thread with this layout, handed to us.
+                    unsafe {
+                        GLOBAL.dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap())
+                    };
+                }
+            }
+            drop(next);
+            for (p, size) in live {
+                check(p as *const u8, size.min(512));
+                // SAFETY: allocated above with this layout, freed once.
+                unsafe { GLOBAL.dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap()) };
+            }
+            receiver
+        }));
+    }
+    drop(senders);
+    let receivers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for receiver in receivers {
+        while let Ok((p, size)) = receiver.try_recv() {
+            check(p as *const u8, size.min(512));
+            // SAFETY: allocated by a worker with this layout, never freed.
+            unsafe { GLOBAL.dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap()) };
+        }
+    }
+    let after = nodalloc::stats();
+    let allocs = after.allocs - before.allocs;
+    let frees = after.frees - before.frees;
+    assert!(allocs >= (threads * ops) as u64, "allocs {allocs}");
+    // The stress itself is balanced; std may have a few objects of its own in flight.
+    assert!(
+        allocs.abs_diff(frees) < 1000,
+        "allocs {allocs} frees {frees}"
+    );
+    let topology = nodalloc::topology().unwrap();
+    if topology.node_count() > 1 {
+        assert!(
+            after.remote_frees > before.remote_frees,
+            "no cross-node frees on {} nodes",
+            topology.node_count()
+        );
+    }
+    eprintln!(
+        "stress ok: {} nodes, {allocs} allocs, {} remote frees",
+        topology.node_count(),
+        after.remote_frees
+    );
+}
+
+#[test]
+fn collections_work_on_nodalloc() {
+    let mut map = std::collections::HashMap::new();
+    for i in 0..100_000u64 {
+        map.insert(i, format!("value {i}"));
+    }
+    assert_eq!(map[&77_777], "value 77777");
+    let text: String = (0..10_000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    assert_eq!(text.len(), 10_000);
+    let ptr = text.as_ptr();
+    assert!(
+        nodalloc::node_of(ptr).is_some(),
+        "a String's buffer comes from nodalloc"
+    );
+    assert!(nodalloc::stats().allocated > 0);
+}
+
+#[test]
+fn every_size_and_alignment_is_served_and_aligned() {
+    for align_shift in 0..=20 {
+        let align = 1usize << align_shift;
+        for size in [
+            1usize,
+            7,
+            8,
+            15,
+            16,
+            17,
+            100,
+            1000,
+            4096,
+            5000,
+            65536,
+            300_000,
+            3 << 20,
+        ] {
+            let layout = Layout::from_size_align(size, align).unwrap();
+            // SAFETY: a valid non-zero layout.
+            let p = unsafe { GLOBAL.alloc(layout) };
+            assert!(!p.is_null(), "size {size} align {align}");
+            assert_eq!(p as usize % align, 0, "size {size} align {align}");
+            fill(p, size.min(4096));
+            check(p, size.min(4096));
+            // SAFETY: allocated above with this layout.
+            unsafe { GLOBAL.dealloc(p, layout) };
+        }
+    }
+}
+
+#[test]
+fn impossible_requests_return_null() {
+    let layout = Layout::from_size_align(isize::MAX as usize - 4095, 4096).unwrap();
+    // SAFETY: a valid layout the allocator cannot serve.
+    assert!(unsafe { GLOBAL.alloc(layout) }.is_null());
+    let layout = Layout::from_size_align(1 << 50, 8).unwrap();
+    // SAFETY: as above.
+    assert!(unsafe { GLOBAL.alloc(layout) }.is_null());
+}
+
+#[test]
+fn realloc_keeps_contents_across_classes_and_grows_large_buffers_in_place() {
+    let mut layout = Layout::from_size_align(1, 8).unwrap();
+    // SAFETY: a valid layout.
+    let mut p = unsafe { GLOBAL.alloc(layout) };
+    // SAFETY: we own one byte.
+    unsafe { *p = 0x5A };
+    let mut moves_after_1mib = 0;
+    let mut size = 1;
+    while size < 64 << 20 {
+        let new_size = if size < 65536 { size * 2 } else { size + 65536 };
+        // SAFETY: `p` is live with `layout`; the new size is valid.
+        let q = unsafe { GLOBAL.realloc(p, layout, new_size) };
+        assert!(!q.is_null());
+        // SAFETY: the first byte survived every move.
+        assert_eq!(unsafe { *q }, 0x5A, "at size {new_size}");
+        if q != p && size >= 1 << 20 {
+            moves_after_1mib += 1;
+        }
+        p = q;
+        layout = Layout::from_size_align(new_size, 8).unwrap();
+        // SAFETY: touch the last byte of the grown buffer.
+        unsafe { *p.add(new_size - 1) = 1 };
+        size = new_size;
+    }
+    assert!(
+        moves_after_1mib < 10,
+        "large buffer moved {moves_after_1mib} times"
+    );
+    // SAFETY: allocated above.
+    unsafe { GLOBAL.dealloc(p, layout) };
+}
+
+#[test]
+fn threads_stress_with_content_checks_and_balanced_stats() {
+    stress(4, 10_000);
+}
+
+#[test]
+fn simulated_four_nodes_stress_sends_frees_home() {
+    let (ok, stderr) = run_child("stress", &[("NODALLOC_SIMULATE_NODES", "4")]);
+    assert!(ok, "child failed:\n{stderr}");
+    assert!(stderr.contains("stress ok: 4 nodes"), "{stderr}");
+}
+
+#[test]
+fn invalid_free_aborts_naming_the_pointer() {
+    let (ok, stderr) = run_child("invalid-free", &[]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("nodalloc: free(): invalid pointer 0x"),
+        "{stderr}"
+    );
+    let (ok, stderr) = run_child("invalid-large-free", &[]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("nodalloc: free(): invalid pointer 0x"),
+        "{stderr}"
+    );
+    let (ok, stderr) = run_child("double-free-large", &[]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("nodalloc: free(): double free of 0x"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bad_option_values_warn_and_use_the_default() {
+    let (ok, stderr) = run_child(
+        "stress",
+        &[("NODALLOC_BIND", "sideways"), ("NODALLOC_RETAIN", "lots")],
+    );
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("nodalloc: warning: NODALLOC_BIND=sideways is not valid"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("nodalloc: warning: NODALLOC_RETAIN=lots is not valid"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn alloc_on_node_places_on_that_node() {
+    let node_count = nodalloc::topology().unwrap().node_count();
+    for node in 0..node_count {
+        for size in [64, 100_000, 1 << 20] {
+            let layout = Layout::from_size_align(size, 8).unwrap();
+            let p = GLOBAL.alloc_on_node(layout, node);
+            assert!(!p.is_null());
+            assert_eq!(nodalloc::node_of(p), Some(node));
+            // SAFETY: allocated above with this layout.
+            unsafe { GLOBAL.dealloc(p, layout) };
+        }
+    }
+    assert!(GLOBAL
+        .alloc_on_node(Layout::new::<u64>(), node_count)
+        .is_null());
+}

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The project's test command (README, CI): every unit, property, integration and model test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo test --workspace (debug: assertions on)"
+cargo test --workspace
+
+echo "== release-mode allocator tests (the optimised fast paths)"
+cargo test --release -p nodalloc --test global_allocator
+
+echo "== loom models of the lock-free structures"
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p nodalloc --test loom --release
+
+echo "== all tests passed"
