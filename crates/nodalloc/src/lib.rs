@@ -102,6 +102,7 @@ mod face {
         };
         let node = with_heap(|heap| {
             heap.run_attach_hook();
+            heap.tick();
             heap.node()
         });
         heaps.alloc_large(node, layout.size(), layout.align())
@@ -111,7 +112,10 @@ mod face {
     #[inline(never)]
     fn free_large(ptr: *mut u8) {
         match existing_instance() {
-            Some(heaps) => heaps.free_large(ptr as usize),
+            Some(heaps) => {
+                heaps.free_large(ptr as usize);
+                with_heap(|heap| heap.tick());
+            }
             None => crate::node::report(ptr, crate::node::Misuse::InvalidPointer),
         }
     }

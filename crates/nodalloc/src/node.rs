@@ -27,12 +27,12 @@ use crate::os::{self, topology::MAX_NODES};
 use crate::size_class::{SizeClass, NUM_CLASSES, UNIT, UNIT_SHIFT};
 use core::cell::UnsafeCell;
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// Bytes of objects a class's transfer ring may hold per node. More would keep bags alive (and
 /// memory committed) for objects nobody asked for; less would send producer/consumer pairs to the
 /// bag lock too often.
-const RING_BYTES: usize = 256 << 10;
+const RING_BYTES: usize = 128 << 10;
 
 /// Per class, per node: the transfer ring and the central bag lists.
 pub struct ClassHeap {
@@ -45,11 +45,16 @@ pub struct ClassHeap {
     pub frees: AtomicU64,
     /// Bags currently carved for this class on this node.
     pub bags: AtomicUsize,
+    /// Set by every ring push and pop, cleared by maintenance: a ring left untouched for a whole
+    /// maintenance period is drained into its bags so idle batches stop pinning memory.
+    ring_touched: AtomicBool,
 }
 
 /// One node's heap.
 pub struct NodeHeap {
     inbox: Inbox,
+    /// Monotonic ns before which no maintenance pass runs on this node.
+    next_maintenance: AtomicU64,
     /// Objects that arrived from other nodes' threads.
     pub remote_frees: AtomicU64,
     /// Batches or objects this node's threads took from other nodes' heaps.
@@ -120,7 +125,9 @@ impl NodeHeaps {
     /// A batch of free objects of `class` for a thread of `node`: from the ring, else carved from
     /// the node's bags, else (own region exhausted) stolen from the nearest node that has some.
     pub fn refill(&self, node: usize, class: SizeClass) -> Option<Batch> {
-        if let Some(batch) = self.class(node, class).ring.pop() {
+        let heap = self.class(node, class);
+        if let Some(batch) = heap.ring.pop() {
+            heap.ring_touched.store(true, Ordering::Relaxed);
             return Some(batch);
         }
         self.take_from_bags(node, class, class.batch())
@@ -213,6 +220,7 @@ impl NodeHeaps {
     pub fn release(&self, node: usize, class: SizeClass, batch: Batch) {
         let heap = self.class(node, class);
         let cap = (RING_BYTES / (class.batch() * class.size())).clamp(2, RING_SLOTS);
+        heap.ring_touched.store(true, Ordering::Relaxed);
         if let Err(batch) = heap.ring.push(batch, cap) {
             if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head) {
                 report(object, misuse);
@@ -327,6 +335,44 @@ impl NodeHeaps {
         }
     }
 
+    /// Periodic upkeep of `node`, run from thread slow paths at most once per decommit delay:
+    /// drains rings nobody touched since the last pass, sorts the inbox, and lets the region
+    /// decommit what is due. One thread runs it at a time; the others skip.
+    pub fn maintain(&self, node: usize, now: u64) {
+        let heap = self.node(node);
+        let due = heap.next_maintenance.load(Ordering::Relaxed);
+        if now < due {
+            return;
+        }
+        let next = now + self.arena.decay.delay_ns.max(1_000_000);
+        if heap
+            .next_maintenance
+            .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        self.drain_inbox(node);
+        for class in 0..NUM_CLASSES {
+            let class = SizeClass(class as u8);
+            let central = self.class(node, class);
+            if central.ring.len_hint() == 0 {
+                continue;
+            }
+            if central.ring_touched.swap(false, Ordering::Relaxed) {
+                continue;
+            }
+            while let Some(batch) = central.ring.pop() {
+                if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head) {
+                    report(object, misuse);
+                }
+            }
+        }
+        self.arena
+            .region(node)
+            .purge(self.arena.map(), self.arena.decay, false);
+    }
+
     /// Empties every ring and inbox of every node into the bags (for `purge`).
     pub fn flush_all(&self) {
         for node in 0..self.arena.node_count() {
@@ -345,14 +391,12 @@ impl NodeHeaps {
     /// A large object (a span of whole units) for `node`, spilling to the nearest node when
     /// its region is exhausted. Null when no region can serve.
     pub fn alloc_large(&self, node: usize, size: usize, align: usize) -> *mut u8 {
-        let Some(units) = size.checked_add(UNIT - 1).map(|s| s >> UNIT_SHIFT) else {
+        // Zero bytes at a large alignment still need a unique address: one unit.
+        let Some(units) = size.max(1).checked_add(UNIT - 1).map(|s| s >> UNIT_SHIFT) else {
             return null_mut();
         };
         let align_units = (align >> UNIT_SHIFT).max(1);
-        if units == 0
-            || units > self.arena.region_bytes() >> UNIT_SHIFT
-            || align_units > units.max(1) << 20
-        {
+        if units > self.arena.region_bytes() >> UNIT_SHIFT || align_units > units.max(1) << 20 {
             return null_mut();
         }
         match self
@@ -411,7 +455,11 @@ impl NodeHeaps {
         let Ok(units) = self.large_units(address) else {
             return false;
         };
-        let Some(new_units) = new_size.checked_add(UNIT - 1).map(|s| s >> UNIT_SHIFT) else {
+        let Some(new_units) = new_size
+            .max(1)
+            .checked_add(UNIT - 1)
+            .map(|s| s >> UNIT_SHIFT)
+        else {
             return false;
         };
         let node = self
@@ -422,9 +470,6 @@ impl NodeHeaps {
         let heap = self.node(node);
         if new_units == units {
             return true;
-        }
-        if new_units == 0 {
-            return false;
         }
         if new_units < units {
             region.shrink(

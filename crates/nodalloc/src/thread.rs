@@ -82,6 +82,8 @@ pub struct ThreadHeap {
     outboxes: [Outbox; MAX_NODES],
     outbox_mask: u32,
     pub remote_frees: u64,
+    /// Monotonic ns of the next tick (idle classes flushed, node maintenance); see `tick`.
+    next_tick: u64,
     /// Called on the first slow path of a fresh heap to attach it (the global face binds the
     /// thread and picks the global instance); returns false when no heap can be had.
     attach_hook: Option<fn(&mut ThreadHeap) -> bool>,
@@ -108,6 +110,7 @@ impl ThreadHeap {
             }; MAX_NODES],
             outbox_mask: 0,
             remote_frees: 0,
+            next_tick: 0,
         }
     }
 
@@ -189,6 +192,7 @@ impl ThreadHeap {
         }
         self.flush_outboxes();
         heaps.drain_inbox(self.node);
+        self.tick();
         self.publish(class);
         let Some(batch) = heaps.refill(self.node, class) else {
             return null_mut();
@@ -264,6 +268,7 @@ impl ThreadHeap {
         list.count -= list.batch;
         list.nth = null_mut();
         list.mark = list.batch + 1;
+        self.tick();
         self.publish(class);
         if let Some(heaps) = self.heaps() {
             heaps.release(self.node, class, batch);
@@ -350,6 +355,30 @@ impl ThreadHeap {
         }
     }
 
+    /// Runs at most once per decommit delay, from slow paths: returns the caches of classes
+    /// this thread has not used since the previous tick (so a phase's leftovers do not pin bags
+    /// forever), then lets the node heap do its own upkeep.
+    pub fn tick(&mut self) {
+        let Some(heaps) = self.heaps() else { return };
+        if self.state != HeapState::Active {
+            return;
+        }
+        let now = crate::os::monotonic_ns();
+        if now < self.next_tick {
+            return;
+        }
+        self.next_tick = now + heaps.arena.decay.delay_ns.max(1_000_000);
+        for index in 0..NUM_CLASSES {
+            let list = &self.lists[index];
+            if list.allocs == 0 && list.frees == 0 && list.count > 0 {
+                self.return_list(heaps, index);
+            }
+        }
+        self.publish_all();
+        self.flush_outboxes();
+        heaps.maintain(self.node, now);
+    }
+
     /// Publishes the class's alloc/free counts to its node heap's statistics.
     fn publish(&mut self, class: SizeClass) {
         let heaps = self.heaps();
@@ -383,19 +412,24 @@ impl ThreadHeap {
         self.flush_outboxes();
         let Some(heaps) = self.heaps() else { return };
         for index in 0..NUM_CLASSES {
-            let list = &mut self.lists[index];
-            let chain = list.head;
-            list.head = null_mut();
-            list.tail = null_mut();
-            list.nth = null_mut();
-            list.count = 0;
-            list.mark = list.batch + 1;
-            if !chain.is_null() {
-                if let Err((object, misuse)) =
-                    heaps.return_to_bags(self.node, SizeClass(index as u8), chain)
-                {
-                    report(object, misuse);
-                }
+            self.return_list(heaps, index);
+        }
+    }
+
+    /// Empties one class's list into its bags.
+    fn return_list(&mut self, heaps: &NodeHeaps, index: usize) {
+        let list = &mut self.lists[index];
+        let chain = list.head;
+        list.head = null_mut();
+        list.tail = null_mut();
+        list.nth = null_mut();
+        list.count = 0;
+        list.mark = list.batch + 1;
+        if !chain.is_null() {
+            if let Err((object, misuse)) =
+                heaps.return_to_bags(self.node, SizeClass(index as u8), chain)
+            {
+                report(object, misuse);
             }
         }
     }

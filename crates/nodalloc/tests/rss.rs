@@ -1,0 +1,163 @@
+//! Memory goes back to the OS: after a large fragmented heap is freed, committed memory falls
+//! within the decommit delay; waves of short-lived threads keep RSS flat.
+//!
+//! Each scenario runs in a child process of this binary (`NODALLOC_TEST_CHILD`), alone, so RSS
+//! is not disturbed by other tests and options can be set.
+
+use nodalloc::NodAlloc;
+use std::alloc::{GlobalAlloc, Layout};
+use std::process::Command;
+use std::time::Duration;
+
+#[global_allocator]
+static GLOBAL: NodAlloc = NodAlloc::new();
+
+fn rss_bytes() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let resident: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    resident * 4096
+}
+
+fn run_child(scenario: &str, env: &[(&str, &str)]) -> String {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"]);
+    command.env("NODALLOC_TEST_CHILD", scenario);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        output.status.success(),
+        "scenario {scenario} failed:\n{stderr}"
+    );
+    stderr
+}
+
+#[test]
+fn child_entry() {
+    match std::env::var("NODALLOC_TEST_CHILD").as_deref() {
+        Ok("fragmented") => fragmented_heap_is_returned(),
+        Ok("thread-waves") => thread_waves_keep_rss_flat(),
+        Ok(other) => panic!("unknown scenario {other}"),
+        Err(_) => {}
+    }
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn fragmented_heap_is_returned() {
+    const TOTAL: usize = 256 << 20;
+    let mut rng = Rng(0xDEADBEEF);
+    let mut objects = Vec::with_capacity(TOTAL / 1024);
+    let mut bytes = 0;
+    while bytes < TOTAL {
+        let size = 16 + (rng.next() % 4080) as usize;
+        let layout = Layout::from_size_align(size, 8).unwrap();
+        // SAFETY: a valid layout.
+        let p = unsafe { GLOBAL.alloc(layout) };
+        // SAFETY: touch the whole object so its pages are resident.
+        unsafe { p.write_bytes(0xA5, size) };
+        objects.push((p, layout));
+        bytes += size;
+    }
+    let peak = nodalloc::stats().committed;
+    let peak_rss = rss_bytes();
+    // Free in random order, keeping one object in a thousand to fragment the heap.
+    for i in (1..objects.len()).rev() {
+        let j = (rng.next() % (i as u64 + 1)) as usize;
+        objects.swap(i, j);
+    }
+    let kept: Vec<_> = objects.iter().step_by(1000).copied().collect();
+    for (i, &(p, layout)) in objects.iter().enumerate() {
+        if i % 1000 != 0 {
+            // SAFETY: allocated above with this layout, freed once.
+            unsafe { GLOBAL.dealloc(p, layout) };
+        }
+    }
+    drop(objects);
+    // The program goes on at a low rate (a large and a small allocation per 60 ms, past the
+    // 50 ms delay): its own allocator activity returns what has fallen due. Idle caches need a
+    // tick to be seen idle, a tick to go back to their bags, and a delay to be decommitted.
+    for _ in 0..4 {
+        std::thread::sleep(Duration::from_millis(60));
+        for size in [1 << 20, 64] {
+            let layout = Layout::from_size_align(size, 8).unwrap();
+            // SAFETY: a valid layout; freed at once.
+            unsafe { GLOBAL.dealloc(GLOBAL.alloc(layout), layout) };
+        }
+    }
+    let after = nodalloc::stats().committed;
+    let after_rss = rss_bytes();
+    eprintln!("fragmented: committed {peak} -> {after}, rss {peak_rss} -> {after_rss}");
+    assert!(peak >= TOTAL);
+    assert!(
+        after < peak / 8,
+        "committed fell only from {peak} to {after}"
+    );
+    assert!(
+        after_rss < peak_rss / 4,
+        "RSS fell only from {peak_rss} to {after_rss}"
+    );
+    for (p, layout) in kept {
+        // SAFETY: the kept objects are still live.
+        unsafe { GLOBAL.dealloc(p, layout) };
+    }
+}
+
+fn wave(threads: usize) {
+    for _ in 0..threads / 4 {
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    let mut rng = Rng(0x1234 + t as u64);
+                    let objects: Vec<Vec<u8>> = (0..200)
+                        .map(|_| vec![7u8; 16 + (rng.next() % 4000) as usize])
+                        .collect();
+                    objects.iter().map(|o| o.len()).sum::<usize>()
+                })
+            })
+            .collect();
+        for handle in handles {
+            assert!(handle.join().unwrap() > 0);
+        }
+    }
+}
+
+fn thread_waves_keep_rss_flat() {
+    wave(100);
+    let after_100 = rss_bytes();
+    wave(10_000);
+    let after_10000 = rss_bytes();
+    eprintln!("thread waves: rss after 100 threads {after_100}, after 10100 threads {after_10000}");
+    assert!(
+        after_10000 <= 2 * after_100,
+        "RSS grew from {after_100} to {after_10000}"
+    );
+    let stats = nodalloc::stats();
+    assert!(
+        stats.threads <= 8,
+        "{} thread heaps still live",
+        stats.threads
+    );
+}
+
+#[test]
+fn freed_fragmented_heap_is_decommitted_after_the_delay() {
+    let out = run_child("fragmented", &[("NODALLOC_DECOMMIT_DELAY", "50")]);
+    assert!(out.contains("fragmented: committed"), "{out}");
+}
+
+#[test]
+fn ten_thousand_short_threads_keep_rss_flat() {
+    let out = run_child("thread-waves", &[]);
+    assert!(out.contains("thread waves:"), "{out}");
+}
