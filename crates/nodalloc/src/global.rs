@@ -12,8 +12,8 @@ use crate::bind;
 use crate::ds::spinlock::SpinLock;
 use crate::node::NodeHeaps;
 use crate::os;
-use crate::os::options::Options;
-use crate::os::topology::Topology;
+use crate::os::options::{BindPolicy, Options};
+use crate::os::topology::{OvercommitMode, Topology};
 use crate::thread::{HeapState, ThreadHeap};
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
@@ -91,6 +91,9 @@ fn create_instance() -> Option<&'static NodeHeaps> {
         region_bytes: options.region_bytes,
         strict_binding: options.strict_binding,
         thp: options.thp,
+        commit_on_demand: options
+            .commit_on_demand
+            .unwrap_or(topology.overcommit_mode() == OvercommitMode::Never),
         decay: Decay {
             delay_ns: options.decommit_delay_ns,
             retain_bytes: options.retain_bytes as usize,
@@ -142,6 +145,7 @@ fn attach_current_thread(heap: &mut ThreadHeap) -> bool {
     let index = THREADS_STARTED.fetch_add(1, Ordering::Relaxed);
     let node = bind::bind_current_thread(&heaps.arena.topology, options, index);
     heap.attach(heaps, node);
+    heap.follow_cpu = options.bind == BindPolicy::None && heaps.arena.node_count() > 1;
     THREADS_LIVE.fetch_add(1, Ordering::Relaxed);
     let key = EXIT_KEY.load(Ordering::Acquire);
     if key != usize::MAX {

@@ -252,7 +252,9 @@ impl NodeHeaps {
             if self.arena.origin_of(address) != Some(node) {
                 return Err((object, Misuse::InvalidPointer));
             }
-            let tag = map.tag(address);
+            let Some(tag) = self.arena.tag_checked(address) else {
+                return Err((object, Misuse::InvalidPointer));
+            };
             if !tag.is_bag() || tag.class() != class {
                 return Err((object, Misuse::InvalidPointer));
             }
@@ -308,16 +310,15 @@ impl NodeHeaps {
             return;
         }
         let mut object = heap.inbox.take_all();
-        let map = self.arena.map();
         // Group by class so each class lock is taken once.
         let mut chains = [null_mut::<u8>(); NUM_CLASSES];
         while !object.is_null() {
             // SAFETY: inbox chains are linked through first words of freed objects.
             let next = unsafe { next_of(object) };
-            let tag = map.tag(object as usize);
-            if !tag.is_bag() {
-                report(object, Misuse::InvalidPointer);
-            }
+            let tag = match self.arena.tag_checked(object as usize) {
+                Some(tag) if tag.is_bag() => tag,
+                _ => report(object, Misuse::InvalidPointer),
+            };
             let class = tag.class().index();
             // SAFETY: as above; we own the object now.
             unsafe { set_next(object, chains[class]) };
@@ -417,10 +418,13 @@ impl NodeHeaps {
     /// Bytes usable in the large object at `address`, or the misuse if it is not one.
     pub fn large_units(&self, address: usize) -> Result<usize, Misuse> {
         let map = self.arena.map();
-        if !self.arena.contains(address) || address & (UNIT - 1) != 0 {
+        if address & (UNIT - 1) != 0 {
             return Err(Misuse::InvalidPointer);
         }
-        match map.tag(address).kind() {
+        let Some(tag) = self.arena.tag_checked(address) else {
+            return Err(Misuse::InvalidPointer);
+        };
+        match tag.kind() {
             // SAFETY: a Large tag means the unit heads a live large span whose descriptor holds
             // its length; the caller owns the object, so nobody frees it concurrently.
             Kind::Large => Ok(unsafe { (*map.meta(map.unit_of(address))).units }),
@@ -497,11 +501,10 @@ impl NodeHeaps {
 
     /// Bytes usable at `address` (the class size or the span length), for any live object.
     pub fn usable_size(&self, address: usize) -> Result<usize, Misuse> {
-        if !self.arena.contains(address) {
+        let Some(tag) = self.arena.tag_checked(address) else {
             return Err(Misuse::InvalidPointer);
-        }
+        };
         let map = self.arena.map();
-        let tag = map.tag(address);
         if tag.is_bag() {
             let start = map.address_of(map.unit_of(address) - tag.offset_units());
             let size = tag.class().size();

@@ -23,9 +23,10 @@ pub const MAX_SMALL_ALIGN: usize = 4096;
 /// Sizes up to this are classified by a table lookup.
 const LOOKUP_MAX: usize = 1024;
 
-/// A size class index (`0..NUM_CLASSES`).
+/// A size class index. Invariant: always `< NUM_CLASSES` (only this crate constructs one, from
+/// the tables or from a bag's tag), so per-class arrays may be indexed without a bounds check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct SizeClass(pub u8);
+pub struct SizeClass(pub(crate) u8);
 
 impl SizeClass {
     #[inline(always)]

@@ -84,6 +84,9 @@ pub struct ThreadHeap {
     pub remote_frees: u64,
     /// Monotonic ns of the next tick (idle classes flushed, node maintenance); see `tick`.
     next_tick: u64,
+    /// Unbound thread (`NODALLOC_BIND=none` on several nodes): each tick samples the CPU and the
+    /// heap re-homes when the scheduler has moved the thread to another node.
+    pub follow_cpu: bool,
     /// Called on the first slow path of a fresh heap to attach it (the global face binds the
     /// thread and picks the global instance); returns false when no heap can be had.
     attach_hook: Option<fn(&mut ThreadHeap) -> bool>,
@@ -111,6 +114,7 @@ impl ThreadHeap {
             outbox_mask: 0,
             remote_frees: 0,
             next_tick: 0,
+            follow_cpu: false,
         }
     }
 
@@ -150,10 +154,18 @@ impl ThreadHeap {
         unsafe { self.heaps.as_ref() }
     }
 
+    /// The class's free list, without a bounds check on the fast paths.
+    #[inline(always)]
+    fn list(&mut self, class: SizeClass) -> &mut FreeList {
+        debug_assert!(class.index() < NUM_CLASSES);
+        // SAFETY: a SizeClass is always below NUM_CLASSES (its invariant), the array's length.
+        unsafe { self.lists.get_unchecked_mut(class.index()) }
+    }
+
     /// Pops a cached object, or null when the list is empty (then call [`Self::alloc_slow`]).
     #[inline(always)]
     pub fn alloc_cached(&mut self, class: SizeClass) -> *mut u8 {
-        let list = &mut self.lists[class.index()];
+        let list = self.list(class);
         let object = list.head;
         if !object.is_null() {
             // SAFETY: cached objects are free, ours, and linked through their first word.
@@ -228,7 +240,7 @@ impl ThreadHeap {
     /// As for [`Self::free`], and the object is of this thread's node.
     #[inline(always)]
     unsafe fn push_local(&mut self, object: *mut u8, class: SizeClass) {
-        let list = &mut self.lists[class.index()];
+        let list = self.list(class);
         // SAFETY: the object is ours now and at least 8 bytes (every class is).
         unsafe { set_next(object, list.head) };
         if list.count == 0 {
@@ -377,6 +389,22 @@ impl ThreadHeap {
         self.publish_all();
         self.flush_outboxes();
         heaps.maintain(self.node, now);
+        if self.follow_cpu {
+            self.rehome(heaps);
+        }
+    }
+
+    /// Moves the heap to the node of the CPU the thread runs on now, returning every cached
+    /// object to its old node first (objects never change node).
+    fn rehome(&mut self, heaps: &'static NodeHeaps) {
+        let Some(cpu) = crate::os::current_cpu() else {
+            return;
+        };
+        let node = heaps.arena.topology.node_of_cpu(cpu);
+        if node != self.node && node < heaps.arena.node_count() {
+            self.flush();
+            self.attach(heaps, node);
+        }
     }
 
     /// Publishes the class's alloc/free counts to its node heap's statistics.

@@ -101,6 +101,47 @@ fn child_entry() {
                 GLOBAL.dealloc(p, layout);
             }
         }
+        "rehome" => {
+            // Two simulated nodes on two CPUs: node 0 is CPU 0, node 1 is CPU 1.
+            let pin = |cpu: usize| {
+                // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
+                unsafe {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut set);
+                    assert_eq!(
+                        libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
+                        0
+                    );
+                }
+            };
+            let churn = || {
+                let objects: Vec<Box<[u8; 64]>> = (0..5000).map(|_| Box::new([1; 64])).collect();
+                drop(objects);
+            };
+            std::thread::spawn(move || {
+                pin(1);
+                churn();
+                assert_eq!(nodalloc::current_node(), 1);
+                let early = Box::new([9u8; 64]);
+                assert_eq!(nodalloc::node_of(early.as_ptr()), Some(1));
+                pin(0);
+                for _ in 0..10 {
+                    std::thread::sleep(std::time::Duration::from_millis(15));
+                    churn();
+                }
+                assert_eq!(
+                    nodalloc::current_node(),
+                    0,
+                    "the heap did not follow the thread"
+                );
+                let late = Box::new([9u8; 64]);
+                assert_eq!(nodalloc::node_of(late.as_ptr()), Some(0));
+                drop(early);
+                eprintln!("rehome ok");
+            })
+            .join()
+            .unwrap();
+        }
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -292,6 +333,41 @@ fn simulated_four_nodes_stress_sends_frees_home() {
     let (ok, stderr) = run_child("stress", &[("NODALLOC_SIMULATE_NODES", "4")]);
     assert!(ok, "child failed:\n{stderr}");
     assert!(stderr.contains("stress ok: 4 nodes"), "{stderr}");
+}
+
+#[test]
+fn a_commit_on_demand_heap_serves_the_stress() {
+    let (ok, stderr) = run_child(
+        "stress",
+        &[
+            ("NODALLOC_COMMIT", "demand"),
+            ("NODALLOC_SIMULATE_NODES", "2"),
+        ],
+    );
+    assert!(ok, "child failed:\n{stderr}");
+    assert!(stderr.contains("stress ok: 2 nodes"), "{stderr}");
+}
+
+#[test]
+fn an_unbound_thread_follows_the_scheduler_to_another_node() {
+    if std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        < 2
+    {
+        eprintln!("needs two CPUs; skipped");
+        return;
+    }
+    let (ok, stderr) = run_child(
+        "rehome",
+        &[
+            ("NODALLOC_SIMULATE_NODES", "2"),
+            ("NODALLOC_BIND", "none"),
+            ("NODALLOC_DECOMMIT_DELAY", "5"),
+        ],
+    );
+    assert!(ok, "child failed:\n{stderr}");
+    assert!(stderr.contains("rehome ok"), "{stderr}");
 }
 
 #[test]

@@ -31,6 +31,8 @@ pub struct ArenaConfig {
     pub strict_binding: bool,
     pub thp: ThpChoice,
     pub decay: Decay,
+    /// Reserve `PROT_NONE` and commit as the regions grow (for `vm.overcommit_memory=2`).
+    pub commit_on_demand: bool,
 }
 
 pub struct Arena {
@@ -92,8 +94,19 @@ impl Arena {
         let header = round_up(core::mem::size_of::<Arena>(), os::PAGE_SIZE);
         let regions_bytes = round_up(nodes * core::mem::size_of::<Region>(), os::PAGE_SIZE);
         let metadata_bytes = header + regions_bytes + PageMap::bytes_for(units);
-        let metadata = os::reserve(metadata_bytes)?;
-        let Some(base) = os::reserve_aligned(total, CHUNK_UNITS * UNIT) else {
+        let on_demand = config.commit_on_demand;
+        let metadata = if on_demand {
+            let metadata = os::reserve_inaccessible(metadata_bytes)?;
+            if !os::commit(metadata, header + regions_bytes) {
+                // SAFETY: we just mapped `metadata` and nothing refers to it.
+                unsafe { os::unmap(metadata, metadata_bytes) };
+                return None;
+            }
+            metadata
+        } else {
+            os::reserve(metadata_bytes)?
+        };
+        let Some(base) = os::reserve_aligned_with(total, CHUNK_UNITS * UNIT, on_demand) else {
             // SAFETY: we just mapped `metadata` and nothing refers to it.
             unsafe { os::unmap(metadata, metadata_bytes) };
             return None;
@@ -126,7 +139,7 @@ impl Arena {
             core::ptr::copy_nonoverlapping(topology, core::ptr::addr_of_mut!((*arena).topology), 1);
             for node in 0..nodes {
                 let start = base as usize + node * region;
-                Region::init(regions.add(node), start, start + region);
+                Region::init(regions.add(node), start, start + region, on_demand);
             }
         }
         // SAFETY: fully initialised above; it lives until process exit.
@@ -198,6 +211,18 @@ impl Arena {
     pub fn origin_of(&self, address: usize) -> Option<usize> {
         if self.contains(address) {
             Some((address - self.base) >> self.region_shift)
+        } else {
+            None
+        }
+    }
+
+    /// The tag of the unit holding `address`, or `None` when the address is outside the arena or
+    /// past its region's frontier (never handed out; with commit-on-demand not even readable).
+    #[inline]
+    pub fn tag_checked(&self, address: usize) -> Option<pagemap::Tag> {
+        let node = self.origin_of(address)?;
+        if self.region(node).is_below_frontier(address) {
+            Some(self.map.tag(address))
         } else {
             None
         }
@@ -293,6 +318,15 @@ pub(crate) mod tests {
 
     /// A test arena on `nodes` simulated nodes with small regions.
     pub fn test_arena(nodes: usize, region_bytes: u64, retain_bytes: usize) -> &'static Arena {
+        test_arena_with(nodes, region_bytes, retain_bytes, false)
+    }
+
+    pub fn test_arena_with(
+        nodes: usize,
+        region_bytes: u64,
+        retain_bytes: usize,
+        commit_on_demand: bool,
+    ) -> &'static Arena {
         let mut topology = Box::new(Topology::single(CpuSet::new()));
         topology.detect_into(nodes);
         let config = ArenaConfig {
@@ -303,6 +337,7 @@ pub(crate) mod tests {
                 delay_ns: 0,
                 retain_bytes,
             },
+            commit_on_demand,
         };
         Arena::create(&topology, &config).expect("test arena")
     }
@@ -353,6 +388,24 @@ pub(crate) mod tests {
         // A 9-unit request reuses exactly that hole.
         let (again, _) = arena.alloc_span(0, 9, 1, SpanUse::Large).unwrap();
         assert_eq!(again, sorted[1]);
+    }
+
+    #[test]
+    fn commit_on_demand_arenas_commit_only_what_the_frontier_passed() {
+        let arena = test_arena_with(2, 64 << 20, usize::MAX, true);
+        let (a, _) = arena.alloc_span(0, 3, 1, SpanUse::Large).unwrap();
+        // SAFETY: the span was handed out, so it is committed and ours.
+        unsafe { (a as *mut u8).write_bytes(0x11, 3 * UNIT) };
+        assert_eq!(arena.tag_checked(a).map(|t| t.kind()), Some(Kind::Large));
+        // Past the first chunk nothing is readable yet, and the checked lookup says so.
+        let beyond = arena.region(0).start() + CHUNK_UNITS * UNIT;
+        assert_eq!(arena.tag_checked(beyond), None);
+        assert_eq!(arena.tag_checked(arena.region(1).start()), None);
+        // Growing past the chunk commits the next one.
+        assert!(arena.region(0).grow(arena.map(), a, 3, 100));
+        // SAFETY: the grown span is ours and committed.
+        unsafe { (a as *mut u8).add(99 * UNIT).write_bytes(0x22, UNIT) };
+        assert!(arena.tag_checked(beyond).is_some());
     }
 
     #[test]

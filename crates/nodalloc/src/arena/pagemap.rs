@@ -167,6 +167,23 @@ impl PageMap {
         unsafe { &*self.tags.add(unit) }.store(tag.0, Ordering::Release);
     }
 
+    /// Commits the metadata of units `first..end` (commit-on-demand arenas only). The ranges are
+    /// widened to whole pages; committing a page twice is harmless.
+    pub fn commit_units(&self, first: usize, end: usize) -> bool {
+        let page = crate::os::PAGE_SIZE;
+        let span = |start: usize, stop: usize| {
+            let low = start & !(page - 1);
+            let high = (stop + page - 1) & !(page - 1);
+            crate::os::commit(low as *mut u8, high - low)
+        };
+        let metas = self.metas as usize;
+        let tags = self.tags as usize;
+        span(
+            metas + first * core::mem::size_of::<UnitMeta>(),
+            metas + end * core::mem::size_of::<UnitMeta>(),
+        ) && span(tags + first * 4, tags + end * 4)
+    }
+
     /// The descriptor of unit `unit`.
     #[inline(always)]
     pub fn meta(&self, unit: usize) -> *mut UnitMeta {

@@ -49,6 +49,11 @@ pub struct Region {
     state: UnsafeCell<PoolState>,
     start: usize,
     end: usize,
+    /// The reservation is `PROT_NONE` and each stretch the frontier passes is committed first
+    /// (`vm.overcommit_memory=2`, where a writable reservation would be charged in full).
+    commit_on_demand: bool,
+    /// The frontier, readable without the lock: tags past it may be inaccessible.
+    frontier_hint: AtomicUsize,
     /// Bytes the frontier has passed (address space in use or once used).
     pub mapped: AtomicUsize,
     /// Bytes handed out or free-but-dirty: an upper bound of the region's resident memory.
@@ -83,14 +88,39 @@ impl Region {
     ///
     /// # Safety
     /// `this` must point to zeroed memory for a `Region` that nobody else uses yet.
-    pub unsafe fn init(this: *mut Region, start: usize, end: usize) {
+    pub unsafe fn init(this: *mut Region, start: usize, end: usize, commit_on_demand: bool) {
         // SAFETY: exclusive access to zeroed memory (contract above); all-zero is a valid Region
         // (unlocked lock, empty buckets, null lists, zero counters).
         unsafe {
             (*this).start = start;
             (*this).end = end;
+            (*this).commit_on_demand = commit_on_demand;
+            (*this).frontier_hint = AtomicUsize::new(start);
             (*(*this).state.get()).frontier = start;
         }
+    }
+
+    /// True when `address` lies below the frontier, where tags and descriptors are readable.
+    #[inline]
+    pub fn is_below_frontier(&self, address: usize) -> bool {
+        address >= self.start && address < self.frontier_hint.load(Ordering::Acquire)
+    }
+
+    /// Moves the frontier to `new` (under the span lock), committing the stretch first when the
+    /// arena commits on demand. False, changing nothing, if the kernel refuses.
+    fn move_frontier(&self, state: &mut PoolState, map: &PageMap, new: usize) -> bool {
+        let old = state.frontier;
+        if self.commit_on_demand
+            && !(os::commit(old as *mut u8, new - old)
+                && map.commit_units(map.unit_of(old), map.unit_of(new)))
+        {
+            return false;
+        }
+        state.frontier = new;
+        self.mapped.store(new - self.start, Ordering::Relaxed);
+        // Release: the committed metadata is visible to whoever sees the new frontier.
+        self.frontier_hint.store(new, Ordering::Release);
+        true
     }
 
     pub fn start(&self) -> usize {
@@ -170,6 +200,11 @@ impl Region {
         } else {
             return false;
         };
+        if let Some(frontier) = extend_to {
+            if !self.move_frontier(state, map, frontier) {
+                return false;
+            }
+        }
         if !neighbour.is_null() {
             // SAFETY: as above.
             let (available, freed_at) = unsafe { ((*neighbour).units, (*neighbour).freed_at) };
@@ -187,8 +222,6 @@ impl Region {
             }
         }
         if let Some(frontier) = extend_to {
-            state.frontier = frontier;
-            self.mapped.store(frontier - self.start, Ordering::Relaxed);
             self.committed
                 .fetch_add(needed_end - room_end, Ordering::Relaxed);
             if frontier > needed_end {
@@ -396,9 +429,13 @@ impl Region {
             }
             return None;
         }
-        state.frontier = new_frontier;
-        self.mapped
-            .store(new_frontier - self.start, Ordering::Relaxed);
+        if new_frontier > state.frontier && !self.move_frontier(state, map, new_frontier) {
+            if start != state.frontier {
+                let length = (state.frontier - start) >> UNIT_SHIFT;
+                self.insert_free(state, map, map.unit_of(start), length, 0);
+            }
+            return None;
+        }
         self.committed
             .fetch_add(units << UNIT_SHIFT, Ordering::Relaxed);
         if aligned > start {

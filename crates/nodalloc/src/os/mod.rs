@@ -33,10 +33,49 @@ pub fn reserve(size: usize) -> Option<*mut u8> {
     }
 }
 
-/// Reserves `size` bytes aligned to `alignment` (a power of two), trimming the excess.
-pub fn reserve_aligned(size: usize, alignment: usize) -> Option<*mut u8> {
+/// Reserves `size` bytes of inaccessible address space (`PROT_NONE`): not charged to the commit
+/// limit even under `vm.overcommit_memory=2`; [`commit`] makes parts of it usable.
+pub fn reserve_inaccessible(size: usize) -> Option<*mut u8> {
+    // SAFETY: as in `reserve`.
+    let address = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            size,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if address == libc::MAP_FAILED {
+        None
+    } else {
+        Some(address as *mut u8)
+    }
+}
+
+/// Makes a page-aligned range of a reservation readable and writable (charging it to the commit
+/// limit). False when the kernel refuses (the commit limit is reached).
+pub fn commit(address: *mut u8, size: usize) -> bool {
+    // SAFETY: changing protection of our own reserved range has no effect on other memory.
+    unsafe {
+        libc::mprotect(
+            address as *mut libc::c_void,
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+        ) == 0
+    }
+}
+
+/// Reserves `size` bytes aligned to `alignment` (a power of two), trimming the excess;
+/// inaccessible (`PROT_NONE`) when `inaccessible`.
+pub fn reserve_aligned_with(size: usize, alignment: usize, inaccessible: bool) -> Option<*mut u8> {
     let padded = size.checked_add(alignment)?;
-    let raw = reserve(padded)? as usize;
+    let raw = if inaccessible {
+        reserve_inaccessible(padded)?
+    } else {
+        reserve(padded)?
+    } as usize;
     let aligned = (raw + alignment - 1) & !(alignment - 1);
     let head = aligned - raw;
     let tail = padded - head - size;
@@ -50,6 +89,11 @@ pub fn reserve_aligned(size: usize, alignment: usize) -> Option<*mut u8> {
         }
     }
     Some(aligned as *mut u8)
+}
+
+/// Reserves `size` bytes aligned to `alignment` (a power of two), trimming the excess.
+pub fn reserve_aligned(size: usize, alignment: usize) -> Option<*mut u8> {
+    reserve_aligned_with(size, alignment, false)
 }
 
 /// # Safety

@@ -46,6 +46,13 @@ pub const OPTIONS: &[OptionSpec] = &[
                   64M); shrunk automatically to fit RLIMIT_AS",
     },
     OptionSpec {
+        name: "NODALLOC_COMMIT",
+        default: "auto",
+        meaning: "how the heap is charged to the kernel's commit limit: auto (on demand when \
+                  vm.overcommit_memory is 2, else upfront), demand (reserve PROT_NONE, commit \
+                  2 MiB chunks as they are first used), upfront (one MAP_NORESERVE reservation)",
+    },
+    OptionSpec {
         name: "NODALLOC_THP",
         default: "auto",
         meaning: "transparent huge pages for the heap: auto (advise MADV_HUGEPAGE when the \
@@ -97,6 +104,8 @@ pub struct Options {
     pub simulate_nodes: usize,
     pub region_bytes: u64,
     pub thp: ThpChoice,
+    /// `Some(true)`: commit on demand; `Some(false)`: upfront; `None`: by overcommit mode.
+    pub commit_on_demand: Option<bool>,
     pub decommit_delay_ns: u64,
     pub retain_bytes: u64,
     pub stats_at_exit: bool,
@@ -116,6 +125,7 @@ impl Default for Options {
             simulate_nodes: 0,
             region_bytes: DEFAULT_REGION_BYTES,
             thp: ThpChoice::Auto,
+            commit_on_demand: None,
             decommit_delay_ns: 100_000_000,
             retain_bytes: 8 << 20,
             stats_at_exit: false,
@@ -167,6 +177,14 @@ impl Options {
                 b"on" | b"1" | b"always" => options.thp = ThpChoice::On,
                 b"off" | b"0" | b"never" => options.thp = ThpChoice::Off,
                 _ => bad_value("NODALLOC_THP", value, "auto, on or off", "auto"),
+            }
+        }
+        if let Some(value) = env(c"NODALLOC_COMMIT") {
+            match trim(value) {
+                b"auto" => options.commit_on_demand = None,
+                b"demand" => options.commit_on_demand = Some(true),
+                b"upfront" => options.commit_on_demand = Some(false),
+                _ => bad_value("NODALLOC_COMMIT", value, "auto, demand or upfront", "auto"),
             }
         }
         if let Some(value) = env(c"NODALLOC_DECOMMIT_DELAY") {
