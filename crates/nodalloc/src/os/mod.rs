@@ -14,34 +14,23 @@ pub const PAGE_SIZE: usize = 4096;
 /// Reserves `size` bytes of address space, readable and writable, not charged to the commit
 /// limit (`MAP_NORESERVE`); pages are materialised on first touch. `None` on failure.
 pub fn reserve(size: usize) -> Option<*mut u8> {
+    map_anonymous(size, libc::PROT_READ | libc::PROT_WRITE)
+}
+
+/// Reserves `size` bytes of inaccessible address space (`PROT_NONE`): not charged to the commit
+/// limit even under `vm.overcommit_memory=2`; [`commit`] makes parts of it usable.
+pub fn reserve_inaccessible(size: usize) -> Option<*mut u8> {
+    map_anonymous(size, libc::PROT_NONE)
+}
+
+fn map_anonymous(size: usize, protection: libc::c_int) -> Option<*mut u8> {
     // SAFETY: an anonymous private mapping at an address of the kernel's choosing has no
     // preconditions and cannot alias memory we own.
     let address = unsafe {
         libc::mmap(
             core::ptr::null_mut(),
             size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if address == libc::MAP_FAILED {
-        None
-    } else {
-        Some(address as *mut u8)
-    }
-}
-
-/// Reserves `size` bytes of inaccessible address space (`PROT_NONE`): not charged to the commit
-/// limit even under `vm.overcommit_memory=2`; [`commit`] makes parts of it usable.
-pub fn reserve_inaccessible(size: usize) -> Option<*mut u8> {
-    // SAFETY: as in `reserve`.
-    let address = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            size,
-            libc::PROT_NONE,
+            protection,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
             -1,
             0,
