@@ -142,6 +142,60 @@ fn child_entry() {
             .join()
             .unwrap();
         }
+        "fork" => {
+            // Busy threads allocate and free across threads while the main thread forks; every
+            // child must be able to allocate (no allocator lock left held) and exit 0.
+            use std::sync::atomic::{AtomicBool, Ordering};
+            static STOP: AtomicBool = AtomicBool::new(false);
+            let workers: Vec<_> = (0..4)
+                .map(|t| {
+                    std::thread::spawn(move || {
+                        let mut kept: Vec<Vec<u8>> = Vec::new();
+                        let mut i = 0usize;
+                        while !STOP.load(Ordering::Relaxed) {
+                            kept.push(vec![t as u8; 16 + (i * 37) % 5000]);
+                            if kept.len() > 100 {
+                                kept.drain(..50);
+                            }
+                            if i % 64 == 0 {
+                                let big = vec![1u8; 400_000];
+                                assert_eq!(big[399_999], 1);
+                            }
+                            i += 1;
+                        }
+                    })
+                })
+                .collect();
+            for round in 0..200 {
+                // SAFETY: fork in a multi-threaded process; the child only allocates through
+                // nodalloc (no other locks) and leaves with _exit.
+                let pid = unsafe { libc::fork() };
+                assert!(pid >= 0, "fork failed");
+                if pid == 0 {
+                    let mut objects: Vec<Box<[u8; 100]>> = Vec::new();
+                    for i in 0..1000 {
+                        objects.push(Box::new([i as u8; 100]));
+                    }
+                    let large = vec![7u8; 1 << 20];
+                    let ok = objects.iter().enumerate().all(|(i, o)| o[99] == i as u8)
+                        && large[12345] == 7;
+                    // SAFETY: leaving the child without running the parent's atexit handlers.
+                    unsafe { libc::_exit(if ok { 0 } else { 3 }) };
+                }
+                let mut status = 0;
+                // SAFETY: waiting for our own child.
+                unsafe { libc::waitpid(pid, &mut status, 0) };
+                assert!(
+                    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                    "child {round} failed: {status}"
+                );
+            }
+            STOP.store(true, Ordering::Relaxed);
+            for worker in workers {
+                worker.join().unwrap();
+            }
+            eprintln!("fork ok");
+        }
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -368,6 +422,32 @@ fn an_unbound_thread_follows_the_scheduler_to_another_node() {
     );
     assert!(ok, "child failed:\n{stderr}");
     assert!(stderr.contains("rehome ok"), "{stderr}");
+}
+
+#[test]
+fn children_of_a_busy_multithreaded_parent_can_allocate() {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"]);
+    command.env("NODALLOC_TEST_CHILD", "fork");
+    let mut child = command
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A deadlock would hang: give it a bound instead.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+            assert!(status.success() && stderr.contains("fork ok"), "{stderr}");
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("fork scenario did not finish within 120 s: deadlock?");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 #[test]

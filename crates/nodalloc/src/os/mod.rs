@@ -142,6 +142,29 @@ pub fn bind_memory(
     }
 }
 
+/// The calling thread's memory policy (`get_mempolicy(2)`): its mode and node mask, e.g.
+/// `MPOL_BIND` with the nodes `numactl --membind` allowed.
+pub fn task_memory_policy(mask: &mut [u64; cpuset::MAX_NODE_WORDS]) -> Option<libc::c_int> {
+    let mut mode: libc::c_int = 0;
+    // SAFETY: the kernel writes the mode and at most `maxnode` bits into `mask`, which holds
+    // MAX_NODE_WORDS words; a null address with no flags asks for the task policy.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_get_mempolicy,
+            &mut mode as *mut libc::c_int,
+            mask.as_mut_ptr(),
+            (cpuset::MAX_NODE_WORDS * 64) as libc::c_ulong,
+            0usize,
+            0 as libc::c_ulong,
+        )
+    };
+    if result == 0 {
+        Some(mode)
+    } else {
+        None
+    }
+}
+
 /// The node each page of `pages` sits on (`move_pages` with no target nodes), or a negative errno
 /// per page (e.g. `-ENOENT` for a page never touched). Fills `status` for `pages.len()` entries.
 pub fn page_nodes(pages: &[*const u8], status: &mut [i32]) -> Result<(), i32> {
@@ -479,6 +502,14 @@ mod tests {
         let text = read_file(c"/proc/self/stat", &mut buffer).expect("procfs is mounted");
         assert!(!text.is_empty());
         assert!(read_file(c"/nonexistent/nodalloc", &mut buffer).is_none());
+    }
+
+    #[test]
+    fn the_task_memory_policy_is_readable() {
+        let mut mask = [0u64; cpuset::MAX_NODE_WORDS];
+        let mode = task_memory_policy(&mut mask).expect("get_mempolicy works");
+        // MPOL_DEFAULT (0) unless the test runs under numactl.
+        assert!((0..=6).contains(&mode), "mode {mode}");
     }
 
     #[test]

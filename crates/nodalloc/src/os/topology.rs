@@ -201,6 +201,15 @@ impl Topology {
                 });
             }
         }
+        // A strict task policy (`numactl --membind`) narrows the usable nodes further.
+        let mut policy_mask = [0u64; super::cpuset::MAX_NODE_WORDS];
+        if super::task_memory_policy(&mut policy_mask) == Some(super::MPOL_BIND) {
+            for (id, allowed_id) in allowed.iter_mut().enumerate() {
+                if id >= policy_mask.len() * 64 || policy_mask[id / 64] & (1 << (id % 64)) == 0 {
+                    *allowed_id = false;
+                }
+            }
+        }
         let mut count = 0;
         for &id in &online[..online_count] {
             let id = id as usize;
