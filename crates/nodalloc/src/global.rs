@@ -108,6 +108,10 @@ fn create_instance() -> Option<&'static NodeHeaps> {
         });
         return None;
     };
+    arena
+        .budget
+        .limit
+        .store(options.limit_bytes as usize, Ordering::Relaxed);
     let heaps = NodeHeaps::create(arena)?;
     // SAFETY: we hold INIT_LOCK and INSTANCE is still null, so nobody reads OPTIONS yet.
     unsafe { *OPTIONS.0.get() = Some(options) };

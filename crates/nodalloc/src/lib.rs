@@ -239,6 +239,22 @@ mod face {
         heaps.arena.purge(true);
     }
 
+    /// Sets a hard limit on committed heap bytes (0 removes it). Allocations that would pass it
+    /// return null; frees make room again. Fails only when the heap cannot be created.
+    pub fn set_limit(bytes: usize) -> bool {
+        match instance() {
+            Some(heaps) => {
+                heaps
+                    .arena
+                    .budget
+                    .limit
+                    .store(bytes, core::sync::atomic::Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Every `NODALLOC_*` option: name, default and meaning.
     pub fn options() -> &'static [OptionSpec] {
         OPTIONS

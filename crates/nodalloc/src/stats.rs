@@ -57,6 +57,9 @@ pub struct Stats {
     pub allocs: u64,
     pub frees: u64,
     pub threads: usize,
+    /// The hard limit on committed bytes (0: none) and the most ever committed under it.
+    pub limit: usize,
+    pub peak_committed: usize,
     node_count: usize,
     simulated: bool,
     nodes: [NodeStats; MAX_NODES],
@@ -76,6 +79,8 @@ impl Stats {
             allocs: 0,
             frees: 0,
             threads: 0,
+            limit: 0,
+            peak_committed: 0,
             node_count: 0,
             simulated: false,
             nodes: [NodeStats::default(); MAX_NODES],
@@ -89,6 +94,8 @@ impl Stats {
         stats.node_count = arena.node_count();
         stats.simulated = arena.topology.is_simulated();
         stats.threads = threads;
+        stats.limit = arena.budget.limit.load(Ordering::Relaxed);
+        stats.peak_committed = arena.budget.peak.load(Ordering::Relaxed);
         for (index, class) in stats.classes.iter_mut().enumerate() {
             class.size = SizeClass(index as u8).size();
         }
@@ -179,7 +186,12 @@ impl Stats {
             .size(self.mapped as u64)
             .str(", decommitted ")
             .size(self.decommitted as u64)
-            .str("\n  allocs ")
+            .str(", peak committed ")
+            .size(self.peak_committed as u64);
+        if self.limit != 0 {
+            w.str(" (limit ").size(self.limit as u64).str(")");
+        }
+        w.str("\n  allocs ")
             .decimal(self.allocs)
             .str(", frees ")
             .decimal(self.frees)

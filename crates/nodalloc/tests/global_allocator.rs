@@ -196,6 +196,62 @@ fn child_entry() {
             }
             eprintln!("fork ok");
         }
+        "limit" => {
+            const LIMIT: usize = 64 << 20;
+            let threads: Vec<_> = (0..4)
+                .map(|t| {
+                    std::thread::spawn(move || {
+                        // Reserved up front: a growing Vec would abort the process at the limit.
+                        let mut held = Vec::with_capacity(100_000);
+                        let mut refused = 0;
+                        for i in 0..100_000usize {
+                            let size = if i % 10 == 0 {
+                                300_000
+                            } else {
+                                64 + (i * 31 + t) % 8000
+                            };
+                            let layout = Layout::from_size_align(size, 8).unwrap();
+                            // SAFETY: a valid layout.
+                            let p = unsafe { GLOBAL.alloc(layout) };
+                            if p.is_null() {
+                                refused += 1;
+                                if refused > 50 {
+                                    break;
+                                }
+                                continue;
+                            }
+                            // SAFETY: we own `size` bytes at `p`.
+                            unsafe { p.write_bytes(1, size) };
+                            held.push((p as usize, layout));
+                        }
+                        (held, refused)
+                    })
+                })
+                .collect();
+            let mut all = Vec::new();
+            for handle in threads {
+                let (held, refused) = handle.join().unwrap();
+                assert!(refused > 0, "a thread never met the limit");
+                all.push(held);
+            }
+            let stats = nodalloc::stats();
+            assert_eq!(stats.limit, LIMIT);
+            assert!(
+                stats.peak_committed <= LIMIT,
+                "peak {} over the limit",
+                stats.peak_committed
+            );
+            for (p, layout) in all.into_iter().flatten() {
+                // SAFETY: allocated above with this layout.
+                unsafe { GLOBAL.dealloc(p as *mut u8, layout) };
+            }
+            nodalloc::purge();
+            let layout = Layout::from_size_align(8 << 20, 8).unwrap();
+            // SAFETY: a valid layout; after the frees there is room again.
+            let p = unsafe { GLOBAL.alloc(layout) };
+            assert!(!p.is_null(), "no room after freeing everything");
+            eprintln!("limit ok: peak {}", nodalloc::stats().peak_committed);
+        }
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -448,6 +504,13 @@ fn children_of_a_busy_multithreaded_parent_can_allocate() {
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+#[test]
+fn the_memory_limit_holds_under_four_threads_and_frees_make_room() {
+    let (ok, stderr) = run_child("limit", &[("NODALLOC_LIMIT", "64M")]);
+    assert!(ok, "child failed:\n{stderr}");
+    assert!(stderr.contains("limit ok"), "{stderr}");
 }
 
 #[test]

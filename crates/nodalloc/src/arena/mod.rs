@@ -20,7 +20,7 @@ use crate::os::{
 use crate::size_class::{UNIT, UNIT_SHIFT};
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use pagemap::PageMap;
-use region::{Decay, Region, SpanUse, CHUNK_UNITS};
+use region::{CommitBudget, Decay, Region, SpanUse, CHUNK_UNITS};
 
 /// Everything the arena needs to know besides the topology.
 #[derive(Clone, Copy, Debug)]
@@ -36,6 +36,8 @@ pub struct ArenaConfig {
 }
 
 pub struct Arena {
+    /// The optional hard limit on committed bytes (`NODALLOC_LIMIT`, `set_limit`).
+    pub budget: CommitBudget,
     base: usize,
     end: usize,
     region_shift: u32,
@@ -139,7 +141,8 @@ impl Arena {
             core::ptr::copy_nonoverlapping(topology, core::ptr::addr_of_mut!((*arena).topology), 1);
             for node in 0..nodes {
                 let start = base as usize + node * region;
-                Region::init(regions.add(node), start, start + region, on_demand);
+                let budget = core::ptr::addr_of!((*arena).budget);
+                Region::init(regions.add(node), start, start + region, on_demand, budget);
             }
         }
         // SAFETY: fully initialised above; it lives until process exit.
@@ -406,6 +409,29 @@ pub(crate) mod tests {
         // SAFETY: the grown span is ours and committed.
         unsafe { (a as *mut u8).add(99 * UNIT).write_bytes(0x22, UNIT) };
         assert!(arena.tag_checked(beyond).is_some());
+    }
+
+    #[test]
+    fn the_commit_limit_is_never_exceeded_and_frees_make_room() {
+        let arena = test_arena(2, 64 << 20, 0);
+        arena.budget.limit.store(10 * UNIT, Ordering::Relaxed);
+        let a = arena.alloc_span(0, 6, 1, SpanUse::Large).unwrap().0;
+        assert!(
+            arena.alloc_span(1, 5, 1, SpanUse::Large).is_none(),
+            "would exceed the limit"
+        );
+        let b = arena.alloc_span(1, 4, 1, SpanUse::Large).unwrap().0;
+        assert_eq!(arena.budget.charged.load(Ordering::Relaxed), 10 * UNIT);
+        assert!(
+            !arena.region(0).grow(arena.map(), a, 6, 7),
+            "growth is charged too"
+        );
+        // SAFETY: both spans were handed out above and hold nothing.
+        unsafe { arena.free_span(b, 4) };
+        // Retain budget 0 and delay 0: the freed span is decommitted and uncharged at once.
+        assert_eq!(arena.budget.charged.load(Ordering::Relaxed), 6 * UNIT);
+        assert!(arena.region(0).grow(arena.map(), a, 6, 10));
+        assert!(arena.budget.peak.load(Ordering::Relaxed) <= 10 * UNIT);
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub struct Region {
     commit_on_demand: bool,
     /// The frontier, readable without the lock: tags past it may be inaccessible.
     frontier_hint: AtomicUsize,
+    /// The arena's commit budget (lives in the arena header, as long as the region).
+    budget: *const CommitBudget,
     /// Bytes the frontier has passed (address space in use or once used).
     pub mapped: AtomicUsize,
     /// Bytes handed out or free-but-dirty: an upper bound of the region's resident memory.
@@ -66,6 +68,47 @@ pub struct Region {
 
 // SAFETY: `state` is only touched with `lock` held; the rest is immutable after `init` or atomic.
 unsafe impl Sync for Region {}
+
+/// The optional hard limit on committed bytes, shared by every region of an arena. Charging is a
+/// compare-and-swap loop, so concurrent regions can never overshoot the limit together.
+pub struct CommitBudget {
+    /// 0: no limit.
+    pub limit: AtomicUsize,
+    pub charged: AtomicUsize,
+    /// The most ever charged at once.
+    pub peak: AtomicUsize,
+}
+
+impl CommitBudget {
+    pub fn try_charge(&self, bytes: usize) -> bool {
+        let mut charged = self.charged.load(Ordering::Relaxed);
+        loop {
+            let limit = self.limit.load(Ordering::Relaxed);
+            let Some(total) = charged.checked_add(bytes) else {
+                return false;
+            };
+            if limit != 0 && total > limit {
+                return false;
+            }
+            match self.charged.compare_exchange_weak(
+                charged,
+                total,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    self.peak.fetch_max(total, Ordering::Relaxed);
+                    return true;
+                }
+                Err(seen) => charged = seen,
+            }
+        }
+    }
+
+    pub fn uncharge(&self, bytes: usize) {
+        self.charged.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
 
 /// Decommit policy, from the options.
 #[derive(Clone, Copy, Debug)]
@@ -88,13 +131,20 @@ impl Region {
     ///
     /// # Safety
     /// `this` must point to zeroed memory for a `Region` that nobody else uses yet.
-    pub unsafe fn init(this: *mut Region, start: usize, end: usize, commit_on_demand: bool) {
+    pub unsafe fn init(
+        this: *mut Region,
+        start: usize,
+        end: usize,
+        commit_on_demand: bool,
+        budget: *const CommitBudget,
+    ) {
         // SAFETY: exclusive access to zeroed memory (contract above); all-zero is a valid Region
         // (unlocked lock, empty buckets, null lists, zero counters).
         unsafe {
             (*this).start = start;
             (*this).end = end;
             (*this).commit_on_demand = commit_on_demand;
+            (*this).budget = budget;
             (*this).frontier_hint = AtomicUsize::new(start);
             (*(*this).state.get()).frontier = start;
         }
@@ -104,6 +154,22 @@ impl Region {
     #[inline]
     pub fn is_below_frontier(&self, address: usize) -> bool {
         address >= self.start && address < self.frontier_hint.load(Ordering::Acquire)
+    }
+
+    /// Counts `bytes` as committed, within the arena's limit. False when the limit forbids it.
+    fn charge(&self, bytes: usize) -> bool {
+        // SAFETY: `budget` points into the arena header, which outlives every region.
+        if !unsafe { &*self.budget }.try_charge(bytes) {
+            return false;
+        }
+        self.committed.fetch_add(bytes, Ordering::Relaxed);
+        true
+    }
+
+    fn uncharge(&self, bytes: usize) {
+        // SAFETY: as in `charge`.
+        unsafe { &*self.budget }.uncharge(bytes);
+        self.committed.fetch_sub(bytes, Ordering::Relaxed);
     }
 
     /// Moves the frontier to `new` (under the span lock), committing the stretch first when the
@@ -200,8 +266,22 @@ impl Region {
         } else {
             return false;
         };
+        // Charge the commit budget first: clean units taken from the neighbour and units past
+        // the frontier become committed; dirty ones already are.
+        let mut new_bytes = needed_end.saturating_sub(room_end);
+        if !neighbour.is_null() {
+            // SAFETY: as above.
+            let (available, freed_at) = unsafe { ((*neighbour).units, (*neighbour).freed_at) };
+            if freed_at == 0 {
+                new_bytes += available.min(extra) << UNIT_SHIFT;
+            }
+        }
+        if !self.charge(new_bytes) {
+            return false;
+        }
         if let Some(frontier) = extend_to {
             if !self.move_frontier(state, map, frontier) {
+                self.uncharge(new_bytes);
                 return false;
             }
         }
@@ -210,7 +290,6 @@ impl Region {
             let (available, freed_at) = unsafe { ((*neighbour).units, (*neighbour).freed_at) };
             self.remove_free(state, neighbour);
             let used = available.min(extra);
-            self.account_taken(used, freed_at != 0);
             if available > used {
                 self.insert_free(
                     state,
@@ -222,8 +301,6 @@ impl Region {
             }
         }
         if let Some(frontier) = extend_to {
-            self.committed
-                .fetch_add(needed_end - room_end, Ordering::Relaxed);
             if frontier > needed_end {
                 let spare = (frontier - needed_end) >> UNIT_SHIFT;
                 self.insert_free(state, map, map.unit_of(needed_end), spare, 0);
@@ -310,7 +387,7 @@ impl Region {
             let bytes = units << UNIT_SHIFT;
             // SAFETY: the span is free (no live object) and inside our region.
             unsafe { os::decommit(map.address_of(first) as *mut u8, bytes) };
-            self.committed.fetch_sub(bytes, Ordering::Relaxed);
+            self.uncharge(bytes);
             self.decommitted.fetch_add(bytes, Ordering::Relaxed);
             self.insert_coalesced(state, map, first, units, 0);
         }
@@ -340,6 +417,11 @@ impl Region {
                 let span_units = unsafe { (*candidate).units };
                 let head = map.unit_of_meta(candidate);
                 if let Some(offset) = fit(map.address_of(head), span_units, units, align_units) {
+                    // SAFETY: as above.
+                    let clean = unsafe { (*candidate).freed_at } == 0;
+                    if clean && !self.charge(units << UNIT_SHIFT) {
+                        return None;
+                    }
                     return Some(
                         self.carve(state, map, candidate, head, span_units, offset, units),
                     );
@@ -369,9 +451,7 @@ impl Region {
     ) -> usize {
         // SAFETY: the span lock is held; `meta` heads a free span.
         let freed_at = unsafe { (*meta).freed_at };
-        let dirty = freed_at != 0;
         self.remove_free(state, meta);
-        self.account_taken(units, dirty);
         if offset > 0 {
             self.insert_free(state, map, head, offset, freed_at);
         }
@@ -380,15 +460,6 @@ impl Region {
             self.insert_free(state, map, head + offset + units, after, freed_at);
         }
         map.address_of(head + offset)
-    }
-
-    /// Counts `units` leaving the free pool: dirty ones were committed already, clean ones are
-    /// about to be touched.
-    fn account_taken(&self, units: usize, dirty: bool) {
-        if !dirty {
-            self.committed
-                .fetch_add(units << UNIT_SHIFT, Ordering::Relaxed);
-        }
     }
 
     fn advance_frontier(
@@ -429,15 +500,19 @@ impl Region {
             }
             return None;
         }
-        if new_frontier > state.frontier && !self.move_frontier(state, map, new_frontier) {
+        let charged = self.charge(units << UNIT_SHIFT);
+        if !charged
+            || (new_frontier > state.frontier && !self.move_frontier(state, map, new_frontier))
+        {
+            if charged {
+                self.uncharge(units << UNIT_SHIFT);
+            }
             if start != state.frontier {
                 let length = (state.frontier - start) >> UNIT_SHIFT;
                 self.insert_free(state, map, map.unit_of(start), length, 0);
             }
             return None;
         }
-        self.committed
-            .fetch_add(units << UNIT_SHIFT, Ordering::Relaxed);
         if aligned > start {
             self.insert_free(
                 state,

@@ -71,6 +71,13 @@ pub const OPTIONS: &[OptionSpec] = &[
                   budget is returned to the OS",
     },
     OptionSpec {
+        name: "NODALLOC_LIMIT",
+        default: "0",
+        meaning: "hard limit on committed heap bytes (e.g. 512M); past it allocation fails \
+                  cleanly (NULL + ENOMEM, or null in Rust) and succeeds again after frees; \
+                  0 means no limit",
+    },
+    OptionSpec {
         name: "NODALLOC_STATS",
         default: "0",
         meaning: "1: print the statistics to stderr when the process exits",
@@ -108,6 +115,7 @@ pub struct Options {
     pub commit_on_demand: Option<bool>,
     pub decommit_delay_ns: u64,
     pub retain_bytes: u64,
+    pub limit_bytes: u64,
     pub stats_at_exit: bool,
 }
 
@@ -128,6 +136,7 @@ impl Default for Options {
             commit_on_demand: None,
             decommit_delay_ns: 100_000_000,
             retain_bytes: 8 << 20,
+            limit_bytes: 0,
             stats_at_exit: false,
         }
     }
@@ -202,6 +211,17 @@ impl Options {
             match parse_size(value) {
                 Some(bytes) => options.retain_bytes = bytes,
                 None => bad_value("NODALLOC_RETAIN", value, "a size such as 8M", "8M"),
+            }
+        }
+        if let Some(value) = env(c"NODALLOC_LIMIT") {
+            match parse_size(value) {
+                Some(bytes) => options.limit_bytes = bytes,
+                None => bad_value(
+                    "NODALLOC_LIMIT",
+                    value,
+                    "a size such as 512M",
+                    "0 (no limit)",
+                ),
             }
         }
         if let Some(value) = env(c"NODALLOC_STATS") {
