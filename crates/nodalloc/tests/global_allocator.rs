@@ -198,11 +198,15 @@ fn child_entry() {
         }
         "limit" => {
             const LIMIT: usize = 64 << 20;
-            let threads: Vec<_> = (0..4)
-                .map(|t| {
+            // Reserved before any thread meets the limit: std aborts the process when its own
+            // allocation fails, and a growing Vec would.
+            let vectors: Vec<Vec<(usize, Layout)>> =
+                (0..4).map(|_| Vec::with_capacity(100_000)).collect();
+            let threads: Vec<_> = vectors
+                .into_iter()
+                .enumerate()
+                .map(|(t, mut held)| {
                     std::thread::spawn(move || {
-                        // Reserved up front: a growing Vec would abort the process at the limit.
-                        let mut held = Vec::with_capacity(100_000);
                         let mut refused = 0;
                         for i in 0..100_000usize {
                             let size = if i % 10 == 0 {
