@@ -202,11 +202,15 @@ fn child_entry() {
             // allocation fails, and a growing Vec would.
             let vectors: Vec<Vec<(usize, Layout)>> =
                 (0..4).map(|_| Vec::with_capacity(100_000)).collect();
+            // Every thread is spawned (which allocates) before any of them starts filling.
+            let start = std::sync::Arc::new(std::sync::Barrier::new(4));
             let threads: Vec<_> = vectors
                 .into_iter()
                 .enumerate()
                 .map(|(t, mut held)| {
+                    let start = start.clone();
                     std::thread::spawn(move || {
+                        start.wait();
                         let mut refused = 0;
                         for i in 0..100_000usize {
                             let size = if i % 10 == 0 {
