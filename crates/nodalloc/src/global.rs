@@ -115,11 +115,13 @@ fn create_instance() -> Option<&'static NodeHeaps> {
     let heaps = NodeHeaps::create(arena)?;
     // SAFETY: we hold INIT_LOCK and INSTANCE is still null, so nobody reads OPTIONS yet.
     unsafe { *OPTIONS.0.get() = Some(options) };
-    register_process_hooks(options.stats_at_exit);
     INSTANCE.store(
         heaps as *const NodeHeaps as *mut NodeHeaps,
         Ordering::Release,
     );
+    // After publishing: registering the hooks may call malloc (glibc's atfork and atexit lists
+    // grow with malloc), and under LD_PRELOAD that malloc is ours; it must find the instance.
+    register_process_hooks(options.stats_at_exit);
     Some(heaps)
 }
 
@@ -152,7 +154,7 @@ fn attach_current_thread(heap: &mut ThreadHeap) -> bool {
     heap.follow_cpu = options.bind == BindPolicy::None && heaps.arena.node_count() > 1;
     THREADS_LIVE.fetch_add(1, Ordering::Relaxed);
     let key = EXIT_KEY.load(Ordering::Acquire);
-    if key != usize::MAX {
+    if key != usize::MAX && !heap.pooled {
         // SAFETY: `key` is a live pthread key; the value is this thread's heap, which stays
         // valid until the thread's TLS is torn down, after the key destructors ran.
         unsafe {
@@ -177,6 +179,7 @@ extern "C" fn thread_exit(heap: *mut libc::c_void) {
 
 extern "C" fn fork_prepare() {
     INIT_LOCK.acquire();
+    POOL_LOCK.acquire();
     if let Some(heaps) = existing_instance() {
         heaps.lock_all();
     }
@@ -186,6 +189,7 @@ extern "C" fn fork_parent() {
     if let Some(heaps) = existing_instance() {
         heaps.unlock_all();
     }
+    POOL_LOCK.release();
     INIT_LOCK.release();
 }
 
@@ -194,12 +198,68 @@ extern "C" fn fork_child() {
     if let Some(heaps) = existing_instance() {
         heaps.unlock_all();
     }
+    POOL_LOCK.release();
     INIT_LOCK.release();
     THREADS_LIVE.store(1, Ordering::Relaxed);
 }
 
 extern "C" fn print_stats_at_exit() {
     crate::stats().write_to(2);
+}
+
+/// Free thread heaps of faces that keep their own thread-local pointer, linked by `pool_next`.
+struct Pool(UnsafeCell<*mut ThreadHeap>);
+// SAFETY: the list is only touched with POOL_LOCK held.
+unsafe impl Sync for Pool {}
+static POOL: Pool = Pool(UnsafeCell::new(core::ptr::null_mut()));
+static POOL_LOCK: SpinLock = SpinLock::new();
+/// Heaps mapped at once when the pool is empty (a 7.5 KiB heap each).
+const HEAPS_PER_MAPPING: usize = 16;
+
+/// A fresh thread heap from the pool, for a face with its own thread-local pointer. It attaches
+/// (and binds its thread) on its first slow path. `None` if no memory can be mapped.
+pub(crate) fn take_pooled_heap() -> Option<&'static mut ThreadHeap> {
+    let _guard = POOL_LOCK.lock();
+    // SAFETY: POOL_LOCK is held.
+    let head = unsafe { &mut *POOL.0.get() };
+    if head.is_null() {
+        let bytes = HEAPS_PER_MAPPING * core::mem::size_of::<ThreadHeap>();
+        let memory = os::reserve(bytes)? as *mut ThreadHeap;
+        for i in 0..HEAPS_PER_MAPPING {
+            // SAFETY: `memory` holds HEAPS_PER_MAPPING heaps; each is written before use.
+            unsafe {
+                let heap = memory.add(i);
+                heap.write(ThreadHeap::with_attach_hook(Some(attach_current_thread)));
+                (*heap).pool_next = *head;
+                *head = heap;
+            }
+        }
+    }
+    let heap = *head;
+    // SAFETY: `heap` is a pooled, initialised heap that no thread uses.
+    unsafe {
+        *head = (*heap).pool_next;
+        (*heap).pool_next = core::ptr::null_mut();
+        (*heap).pooled = true;
+        Some(&mut *heap)
+    }
+}
+
+/// Retires a pooled heap (its caches go home) and returns it to the pool. The caller's thread
+/// must never touch it again.
+pub(crate) fn recycle_heap(heap: &'static mut ThreadHeap) {
+    if heap.state == HeapState::Active {
+        heap.retire();
+        THREADS_LIVE.fetch_sub(1, Ordering::Relaxed);
+    }
+    let heap: *mut ThreadHeap = heap;
+    let _guard = POOL_LOCK.lock();
+    // SAFETY: POOL_LOCK is held; the heap is empty (retired) and no longer used by its thread.
+    unsafe {
+        heap.write(ThreadHeap::with_attach_hook(Some(attach_current_thread)));
+        (*heap).pool_next = *POOL.0.get();
+        *POOL.0.get() = heap;
+    }
 }
 
 pub(crate) fn live_threads() -> usize {

@@ -32,6 +32,9 @@ pub mod node;
 #[cfg(not(loom))]
 pub mod os;
 #[cfg(not(loom))]
+#[doc(hidden)]
+pub mod raw;
+#[cfg(not(loom))]
 pub mod size_class;
 #[cfg(not(loom))]
 mod stats;
@@ -156,7 +159,11 @@ mod face {
         unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
             // SAFETY: forwarded contract.
             let ptr = unsafe { self.alloc(layout) };
-            if !ptr.is_null() {
+            let fresh = class_of(layout.size(), layout.align()).is_none()
+                && !ptr.is_null()
+                // SAFETY: `ptr` is a large object we just allocated.
+                && existing_instance().is_some_and(|heaps| unsafe { heaps.large_is_zeroed(ptr as usize) });
+            if !ptr.is_null() && !fresh {
                 // SAFETY: `ptr` holds at least `layout.size()` writable bytes.
                 unsafe { ptr.write_bytes(0, layout.size()) };
             }

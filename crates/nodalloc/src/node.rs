@@ -415,6 +415,16 @@ impl NodeHeaps {
         }
     }
 
+    /// True when the large object at `address`, just allocated, is known to read as zero.
+    ///
+    /// # Safety
+    /// `address` must be a large object the caller has just received from `alloc_large`.
+    pub unsafe fn large_is_zeroed(&self, address: usize) -> bool {
+        let map = self.arena.map();
+        // SAFETY: the caller owns the live span, whose descriptor nobody else writes.
+        unsafe { (*map.meta(map.unit_of(address))).live == crate::arena::region::ZEROED }
+    }
+
     /// Bytes usable in the large object at `address`, or the misuse if it is not one.
     pub fn large_units(&self, address: usize) -> Result<usize, Misuse> {
         let map = self.arena.map();

@@ -57,6 +57,19 @@ impl SizeClass {
         BATCHES[self.index()] as usize
     }
 
+    /// True when `offset` (from the bag start, below 2^32) is a multiple of the class size: the
+    /// start of an object rather than a pointer into one. A multiply and a rotate instead of a
+    /// division (the divisibility test of Granlund and Montgomery): for `size = odd << k`,
+    /// `offset` is a multiple iff `rotr(offset * odd⁻¹, k) <= u32::MAX / size`.
+    #[inline(always)]
+    pub fn is_object_start(self, offset: usize) -> bool {
+        let divisibility = DIVISIBILITY[self.index()];
+        (offset as u32)
+            .wrapping_mul(divisibility.inverse)
+            .rotate_right(divisibility.shift)
+            <= divisibility.limit
+    }
+
     /// Objects a thread keeps cached before draining one batch (two batches).
     pub fn cache_limit(self) -> usize {
         2 * self.batch()
@@ -126,6 +139,41 @@ static BAG_UNITS: [u8; NUM_CLASSES] = {
         i += 1;
     }
     units
+};
+
+#[derive(Clone, Copy)]
+struct Divisibility {
+    inverse: u32,
+    shift: u32,
+    limit: u32,
+}
+
+static DIVISIBILITY: [Divisibility; NUM_CLASSES] = {
+    let mut table = [Divisibility {
+        inverse: 0,
+        shift: 0,
+        limit: 0,
+    }; NUM_CLASSES];
+    let mut i = 0;
+    while i < NUM_CLASSES {
+        let size = class_size_of(i) as u32;
+        let shift = size.trailing_zeros();
+        let odd = size >> shift;
+        // Newton's iteration doubles the correct low bits each step: 5 steps reach 32 bits.
+        let mut inverse = odd;
+        let mut step = 0;
+        while step < 5 {
+            inverse = inverse.wrapping_mul(2u32.wrapping_sub(odd.wrapping_mul(inverse)));
+            step += 1;
+        }
+        table[i] = Divisibility {
+            inverse,
+            shift,
+            limit: u32::MAX / size,
+        };
+        i += 1;
+    }
+    table
 };
 
 /// Bytes a batch aims at: 32 KiB keeps batch moves rare for small objects while bounding the
@@ -243,6 +291,21 @@ mod tests {
         assert_eq!(class_of_malloc(72).unwrap().size(), 80);
         assert_eq!(class_of_malloc(0).unwrap().size(), 16);
         assert_eq!(class_of(0, 1).unwrap().size(), 8);
+    }
+
+    #[test]
+    fn object_starts_are_exactly_the_multiples_of_the_class_size() {
+        for i in 0..NUM_CLASSES {
+            let class = SizeClass(i as u8);
+            for offset in 0..class.bag_bytes() + class.size() {
+                assert_eq!(
+                    class.is_object_start(offset),
+                    offset % class.size() == 0,
+                    "class {} offset {offset}",
+                    class.size()
+                );
+            }
+        }
     }
 
     #[test]

@@ -12,13 +12,15 @@
 //! as one chain. At thread exit everything cached goes home; afterwards the heap is *retired*
 //! and serves any late call (from other thread-local destructors) directly from the node heaps.
 
+use crate::arena::pagemap::Tag;
 use crate::ds::ring::Batch;
 use crate::ds::{next_of, set_next};
 use crate::node::{report, Misuse, NodeHeaps};
 use crate::os::topology::MAX_NODES;
+use crate::size_class::UNIT_SHIFT;
 use crate::size_class::{SizeClass, NUM_CLASSES};
 use core::ptr::null_mut;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 /// Remote frees gathered per node before the chain is handed over.
 const OUTBOX_FLUSH: usize = 64;
@@ -75,6 +77,11 @@ pub struct ThreadHeap {
     /// Zero (never matching) until the heap is attached.
     region_base: usize,
     region_shift: u32,
+    /// For `free` without a size (the C face): the arena base, its tag array and the home
+    /// region's frontier, cached so the lookup is two loads away.
+    arena_base: usize,
+    tags: *const AtomicU32,
+    home_frontier: *const AtomicUsize,
     pub state: HeapState,
     node: usize,
     heaps: *const NodeHeaps,
@@ -84,6 +91,11 @@ pub struct ThreadHeap {
     pub remote_frees: u64,
     /// Monotonic ns of the next tick (idle classes flushed, node maintenance); see `tick`.
     next_tick: u64,
+    /// Taken from the pool of a face that keeps its own thread-local pointer (the C library);
+    /// such heaps are retired by that face, not by the crate's exit key.
+    pub pooled: bool,
+    /// Link in the pool of free heaps.
+    pub pool_next: *mut ThreadHeap,
     /// Unbound thread (`NODALLOC_BIND=none` on several nodes): each tick samples the CPU and the
     /// heap re-homes when the scheduler has moved the thread to another node.
     pub follow_cpu: bool,
@@ -102,6 +114,9 @@ impl ThreadHeap {
             attach_hook,
             region_base: 0,
             region_shift: 0,
+            arena_base: 0,
+            tags: core::ptr::null(),
+            home_frontier: core::ptr::null(),
             state: HeapState::Fresh,
             node: 0,
             heaps: core::ptr::null(),
@@ -114,6 +129,8 @@ impl ThreadHeap {
             outbox_mask: 0,
             remote_frees: 0,
             next_tick: 0,
+            pooled: false,
+            pool_next: null_mut(),
             follow_cpu: false,
         }
     }
@@ -136,6 +153,9 @@ impl ThreadHeap {
         self.node = node;
         self.region_base = arena.region(node).start();
         self.region_shift = arena.region_shift();
+        self.arena_base = arena.base();
+        self.tags = arena.map().tags();
+        self.home_frontier = arena.region(node).frontier_word();
         for (index, list) in self.lists.iter_mut().enumerate() {
             let class = SizeClass(index as u8);
             list.batch = class.batch() as u32;
@@ -234,6 +254,39 @@ impl ThreadHeap {
         }
         // SAFETY: forwarded contract.
         unsafe { self.push_local(object, class) }
+    }
+
+    /// Frees an object of unknown size if it is a small object of this thread's node, found
+    /// through the page map (the C face's `free`). Returns false, touching nothing, for anything
+    /// else (other nodes, large objects, foreign or invalid pointers): the caller's slow path
+    /// sorts those out.
+    ///
+    /// # Safety
+    /// If `object` is a small object of this node, the caller must own it and give it up.
+    #[inline(always)]
+    pub unsafe fn free_unsized(&mut self, object: *mut u8) -> bool {
+        let address = object as usize;
+        if address.wrapping_sub(self.region_base) >> self.region_shift != 0 {
+            return false;
+        }
+        // SAFETY: attached (the region check passed), so `home_frontier` points into the arena.
+        if address >= unsafe { &*self.home_frontier }.load(Ordering::Acquire) {
+            return false;
+        }
+        let unit = (address - self.arena_base) >> UNIT_SHIFT;
+        // SAFETY: the address is below the home frontier, so its tag exists and is committed.
+        let tag = Tag(unsafe { &*self.tags.add(unit) }.load(Ordering::Relaxed));
+        if !tag.is_bag() {
+            return false;
+        }
+        let class = tag.class();
+        let bag_start = self.arena_base + ((unit - tag.offset_units()) << UNIT_SHIFT);
+        if !class.is_object_start(address - bag_start) {
+            return false;
+        }
+        // SAFETY: a small object of this node at an object boundary, given up by the caller.
+        unsafe { self.push_local(object, class) };
+        true
     }
 
     /// # Safety

@@ -152,6 +152,11 @@ impl PageMap {
         address.wrapping_sub(self.base) >> UNIT_SHIFT < self.units
     }
 
+    /// The tag array, for fast paths that cache it (index: `(address - base) >> UNIT_SHIFT`).
+    pub fn tags(&self) -> *const AtomicU32 {
+        self.tags
+    }
+
     /// The tag of the unit holding `address` (which must lie inside the arena).
     #[inline(always)]
     pub fn tag(&self, address: usize) -> Tag {

@@ -110,6 +110,10 @@ impl CommitBudget {
     }
 }
 
+/// Marker in a large span's `live` field (unused by large spans otherwise): the span's memory is
+/// known to read as zero (fresh from the frontier or decommitted), so `calloc` need not clear it.
+pub const ZEROED: u32 = 1;
+
 /// Decommit policy, from the options.
 #[derive(Clone, Copy, Debug)]
 pub struct Decay {
@@ -148,6 +152,11 @@ impl Region {
             (*this).frontier_hint = AtomicUsize::new(start);
             (*(*this).state.get()).frontier = start;
         }
+    }
+
+    /// The frontier word itself, for fast paths that cache a pointer to it.
+    pub fn frontier_word(&self) -> &AtomicUsize {
+        &self.frontier_hint
     }
 
     /// True when `address` lies below the frontier, where tags and descriptors are readable.
@@ -209,10 +218,15 @@ impl Region {
         let _guard = self.lock.lock();
         // SAFETY: the span lock is held.
         let state = unsafe { &mut *self.state.get() };
-        let address = self
-            .take_free(state, map, units, align_units)
-            .or_else(|| self.advance_frontier(state, map, units, align_units))?;
+        let (address, zeroed) = self.take_free(state, map, units, align_units).or_else(|| {
+            self.advance_frontier(state, map, units, align_units)
+                .map(|address| (address, true))
+        })?;
         self.tag_in_use(map, address, units, usage);
+        if zeroed && usage == SpanUse::Large {
+            // SAFETY: the span lock is held and the span is ours (just tagged).
+            unsafe { (*map.meta(map.unit_of(address))).live = ZEROED };
+        }
         self.active
             .fetch_add(units << UNIT_SHIFT, Ordering::Relaxed);
         Some(address)
@@ -400,7 +414,7 @@ impl Region {
         map: &PageMap,
         units: usize,
         align_units: usize,
-    ) -> Option<usize> {
+    ) -> Option<(usize, bool)> {
         let needed = units + align_units - 1;
         let mut bucket = bucket_of(units);
         // In an exact bucket every span fits an unaligned request; a log bucket is scanned a little.
@@ -422,9 +436,9 @@ impl Region {
                     if clean && !self.charge(units << UNIT_SHIFT) {
                         return None;
                     }
-                    return Some(
-                        self.carve(state, map, candidate, head, span_units, offset, units),
-                    );
+                    let address =
+                        self.carve(state, map, candidate, head, span_units, offset, units);
+                    return Some((address, clean));
                 }
                 // SAFETY: as above.
                 candidate = unsafe { (*candidate).next };

@@ -1,0 +1,49 @@
+/* nodalloc: a NUMA-aware malloc for Linux.
+ *
+ * Use it without recompiling:   LD_PRELOAD=/path/to/libnodalloc.so ./program
+ * or link it:                   cc prog.c -lnodalloc    (pkg-config --libs nodalloc)
+ *
+ * Every malloc-family function below behaves as glibc's does (errno, alignment rules,
+ * free(NULL), realloc(p, 0) frees p and returns NULL). The nodalloc_* extras are declared here.
+ */
+#ifndef NODALLOC_H
+#define NODALLOC_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void *malloc(size_t size);
+void free(void *ptr);
+void *calloc(size_t count, size_t size);
+void *realloc(void *ptr, size_t size);
+void *reallocarray(void *ptr, size_t count, size_t size);
+int posix_memalign(void **out, size_t alignment, size_t size);
+void *aligned_alloc(size_t alignment, size_t size);
+void *memalign(size_t alignment, size_t size);
+void *valloc(size_t size);
+void *pvalloc(size_t size);
+size_t malloc_usable_size(void *ptr);
+
+/* Writes nodalloc's statistics (first line: "nodalloc <version>: ...") to file descriptor `fd`
+ * without allocating. */
+void nodalloc_stats_print(int fd);
+
+/* The NUMA node (index into nodalloc's usable nodes) whose memory holds `ptr`, or -1 if nodalloc
+ * did not hand it out. */
+int nodalloc_node_of(const void *ptr);
+
+/* Allocates `size` bytes on node `node` whatever the calling thread's node; free it with free().
+ * NULL with errno EINVAL for a node that does not exist, ENOMEM when memory runs out. */
+void *nodalloc_malloc_on_node(size_t size, int node);
+
+/* Sets a hard limit on the bytes nodalloc commits (0 removes it). Returns 0, or -1 with errno. */
+int nodalloc_set_limit(size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NODALLOC_H */

@@ -1,0 +1,388 @@
+//! `libnodalloc.so` (and `libnodalloc.a`): nodalloc as the `malloc` of any Linux program.
+//!
+//! Exports every `malloc`-family function with glibc's semantics plus the `nodalloc_*` extras of
+//! `include/nodalloc.h`. The face only translates: sizes and alignments are checked and mapped
+//! to the core crate's operations, errors become `errno`.
+//!
+//! Each thread's heap pointer lives in an initial-exec TLS slot (see [`tls`]): one `fs`-relative
+//! load, no `__tls_get_addr` call. A null slot means "no heap yet" (the first call creates one);
+//! [`RETIRED`] means the thread has exited its heap and later calls (from other thread-exit
+//! destructors) go to the node heaps directly.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod foreign;
+mod tls;
+
+use core::ffi::{c_int, c_void};
+use core::ptr::null_mut;
+use core::sync::atomic::{AtomicUsize, Ordering};
+use nodalloc_core::raw::{self, Pointer, ThreadHeap};
+use nodalloc_core::size_class::{class_of_malloc, SizeClass};
+
+/// The slot value of a thread whose heap has been retired and recycled.
+const RETIRED: usize = 1;
+/// malloc's alignment on x86_64 and aarch64 glibc (`MALLOC_ALIGNMENT`).
+const MALLOC_ALIGN: usize = 16;
+const PAGE: usize = 4096;
+
+static EXIT_KEY: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// The calling thread's heap, if it has a live one.
+#[inline(always)]
+fn heap() -> Option<&'static mut ThreadHeap> {
+    let heap = tls::get();
+    if heap as usize > RETIRED {
+        // SAFETY: a slot value above RETIRED is this thread's pooled heap, used by no one else.
+        Some(unsafe { &mut *heap })
+    } else {
+        None
+    }
+}
+
+/// The heap for a slow path: creates the thread's heap on its first call.
+#[cold]
+#[inline(never)]
+fn heap_or_create() -> Option<&'static mut ThreadHeap> {
+    let current = tls::get();
+    if current as usize == RETIRED {
+        return None;
+    }
+    if !current.is_null() {
+        // SAFETY: as in `heap`.
+        return Some(unsafe { &mut *current });
+    }
+    foreign::remember_startup_mappings();
+    let heap = raw::take_heap()?;
+    // Attaching may re-enter malloc (binding, the first instance creation registering hooks);
+    // those nested calls run without a heap, on the detached path.
+    heap.run_attach_hook();
+    if !tls::get().is_null() {
+        // A nested call created a heap meanwhile: keep that one.
+        raw::recycle_heap(heap);
+        return heap_or_create();
+    }
+    tls::set(heap);
+    register_exit(heap);
+    Some(heap)
+}
+
+fn register_exit(heap: *mut ThreadHeap) {
+    let mut key = EXIT_KEY.load(Ordering::Acquire);
+    if key == usize::MAX {
+        let mut new_key: libc::pthread_key_t = 0;
+        // SAFETY: pthread_key_create writes a key; the destructor lives for the process.
+        if unsafe { libc::pthread_key_create(&mut new_key, Some(thread_exit)) } != 0 {
+            return;
+        }
+        key = match EXIT_KEY.compare_exchange(
+            usize::MAX,
+            new_key as usize,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => new_key as usize,
+            Err(existing) => {
+                // SAFETY: the key we made is unused.
+                unsafe { libc::pthread_key_delete(new_key) };
+                existing
+            }
+        };
+    }
+    // SAFETY: `key` is live; the value is this thread's heap.
+    unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, heap as *const c_void) };
+}
+
+extern "C" fn thread_exit(heap: *mut c_void) {
+    if heap.is_null() || tls::get() != heap as *mut ThreadHeap {
+        return;
+    }
+    tls::set(RETIRED as *mut ThreadHeap);
+    // SAFETY: the slot held this heap, which only this (exiting) thread used; the slot now says
+    // RETIRED, so the thread never touches the heap again.
+    raw::recycle_heap(unsafe { &mut *(heap as *mut ThreadHeap) });
+}
+
+fn set_errno(value: c_int) {
+    // SAFETY: __errno_location is the calling thread's errno slot.
+    unsafe { *libc::__errno_location() = value };
+}
+
+/// Allocation at `align` (a power of two, at least 16), with errno on failure.
+fn allocate(size: usize, align: usize) -> *mut c_void {
+    let p = raw::alloc(heap_or_create(), size, align);
+    if p.is_null() {
+        set_errno(libc::ENOMEM);
+    }
+    p as *mut c_void
+}
+
+/// # Safety
+/// C's `malloc`.
+#[no_mangle]
+pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    if let (Some(class), Some(heap)) = (class_of_malloc(size), heap()) {
+        let p = heap.alloc_cached(class);
+        if !p.is_null() {
+            return p as *mut c_void;
+        }
+        return malloc_slow(heap, class);
+    }
+    allocate(size, MALLOC_ALIGN)
+}
+
+#[cold]
+#[inline(never)]
+fn malloc_slow(heap: &mut ThreadHeap, class: SizeClass) -> *mut c_void {
+    let p = heap.alloc_slow(class);
+    if p.is_null() {
+        set_errno(libc::ENOMEM);
+    }
+    p as *mut c_void
+}
+
+/// # Safety
+/// C's `free`: `ptr` is null or a live block from this allocator.
+#[no_mangle]
+pub unsafe extern "C" fn free(ptr: *mut c_void) {
+    if ptr.is_null() {
+        return;
+    }
+    if let Some(heap) = heap() {
+        // SAFETY: the caller gives the block up.
+        if unsafe { heap.free_unsized(ptr as *mut u8) } {
+            return;
+        }
+    }
+    // SAFETY: forwarded contract.
+    unsafe { free_slow(ptr as *mut u8) }
+}
+
+#[cold]
+#[inline(never)]
+unsafe fn free_slow(ptr: *mut u8) {
+    match raw::classify(ptr) {
+        Ok(Pointer::Foreign) => foreign::free(ptr),
+        // SAFETY: a live nodalloc object the caller gives up, classified as `kind`.
+        Ok(kind) => unsafe { raw::free_classified(heap_or_create(), ptr, kind) },
+        Err(misuse) => raw::report_misuse(ptr, misuse),
+    }
+}
+
+/// # Safety
+/// C's `calloc`.
+#[no_mangle]
+pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
+    let Some(total) = count.checked_mul(size) else {
+        set_errno(libc::ENOMEM);
+        return null_mut();
+    };
+    // SAFETY: plain malloc.
+    let p = unsafe { malloc(total) };
+    let fresh =
+        !p.is_null() && class_of_malloc(total).is_none() && raw::large_is_zeroed(p as *const u8);
+    if !p.is_null() && !fresh {
+        // SAFETY: `p` holds at least `total` bytes.
+        unsafe { (p as *mut u8).write_bytes(0, total) };
+    }
+    p
+}
+
+/// Usable bytes of a live block, aborting on a pointer nodalloc did not hand out.
+fn usable(ptr: *mut u8) -> Option<usize> {
+    match raw::classify(ptr) {
+        Ok(Pointer::Small { class, .. }) => Some(class.size()),
+        Ok(Pointer::Large { bytes }) => Some(bytes),
+        Ok(Pointer::Foreign) => None,
+        Err(misuse) => raw::report_misuse(ptr, misuse),
+    }
+}
+
+/// # Safety
+/// C's `realloc`.
+#[no_mangle]
+pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
+    if ptr.is_null() {
+        // SAFETY: plain malloc.
+        return unsafe { malloc(size) };
+    }
+    if size == 0 {
+        // glibc frees and returns NULL.
+        // SAFETY: forwarded contract.
+        unsafe { free(ptr) };
+        return null_mut();
+    }
+    let old = ptr as *mut u8;
+    let copy_bytes = match raw::classify(old) {
+        Ok(Pointer::Small { class, .. }) => {
+            if class_of_malloc(size) == Some(class) {
+                return ptr;
+            }
+            class.size()
+        }
+        Ok(Pointer::Large { bytes }) => {
+            if class_of_malloc(size).is_none() && raw::resize_large_in_place(old, size) {
+                return ptr;
+            }
+            bytes
+        }
+        Ok(Pointer::Foreign) => foreign::readable_bytes(old),
+        Err(misuse) => raw::report_misuse(old, misuse),
+    };
+    // SAFETY: plain malloc.
+    let new = unsafe { malloc(size) };
+    if new.is_null() {
+        return null_mut();
+    }
+    // SAFETY: both blocks are live and distinct; the old one holds `copy_bytes` readable bytes.
+    unsafe {
+        core::ptr::copy_nonoverlapping(old, new as *mut u8, copy_bytes.min(size));
+        free(ptr);
+    }
+    new
+}
+
+/// # Safety
+/// glibc's `reallocarray`.
+#[no_mangle]
+pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, count: usize, size: usize) -> *mut c_void {
+    match count.checked_mul(size) {
+        // SAFETY: forwarded contract.
+        Some(total) => unsafe { realloc(ptr, total) },
+        None => {
+            set_errno(libc::ENOMEM);
+            null_mut()
+        }
+    }
+}
+
+/// An aligned allocation; `align` must already be a valid power of two.
+fn allocate_aligned(align: usize, size: usize) -> *mut c_void {
+    if align <= MALLOC_ALIGN {
+        // SAFETY: plain malloc.
+        return unsafe { malloc(size) };
+    }
+    allocate(size, align)
+}
+
+/// # Safety
+/// POSIX `posix_memalign`: `out` must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    if !align.is_power_of_two() || align % core::mem::size_of::<*mut c_void>() != 0 {
+        return libc::EINVAL;
+    }
+    let saved = errno();
+    let p = allocate_aligned(align, size);
+    if p.is_null() {
+        set_errno(saved);
+        return libc::ENOMEM;
+    }
+    // SAFETY: the caller passes a writable pointer.
+    unsafe { *out = p };
+    0
+}
+
+fn errno() -> c_int {
+    // SAFETY: as in `set_errno`.
+    unsafe { *libc::__errno_location() }
+}
+
+/// # Safety
+/// C11 `aligned_alloc` (glibc: any power-of-two alignment, any size).
+#[no_mangle]
+pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    if !align.is_power_of_two() {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    allocate_aligned(align, size)
+}
+
+/// # Safety
+/// glibc's `memalign`: a non-power-of-two alignment is rounded up to one.
+#[no_mangle]
+pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    let Some(align) = align
+        .max(1)
+        .checked_next_power_of_two()
+        .filter(|&a| a <= isize::MAX as usize / 2 + 1)
+    else {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    };
+    allocate_aligned(align, size)
+}
+
+/// # Safety
+/// glibc's `valloc`.
+#[no_mangle]
+pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
+    allocate_aligned(PAGE, size)
+}
+
+/// # Safety
+/// glibc's `pvalloc`: page aligned, size rounded up to whole pages.
+#[no_mangle]
+pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
+    let Some(rounded) = size.max(1).checked_next_multiple_of(PAGE) else {
+        set_errno(libc::ENOMEM);
+        return null_mut();
+    };
+    allocate_aligned(PAGE, rounded)
+}
+
+/// # Safety
+/// glibc's `malloc_usable_size`.
+#[no_mangle]
+pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
+    if ptr.is_null() {
+        return 0;
+    }
+    // A block from before nodalloc started has no size we know: report 0 (and abort, naming the
+    // pointer, for anything that is no block at all).
+    usable(ptr as *mut u8).unwrap_or_else(|| {
+        foreign::readable_bytes(ptr as *mut u8);
+        0
+    })
+}
+
+/// Writes the statistics to `fd` without allocating.
+#[no_mangle]
+pub extern "C" fn nodalloc_stats_print(fd: c_int) {
+    nodalloc_core::stats().write_to(fd);
+}
+
+/// The node holding `ptr`, or -1 when nodalloc did not hand it out.
+#[no_mangle]
+pub extern "C" fn nodalloc_node_of(ptr: *const c_void) -> c_int {
+    match nodalloc_core::node_of(ptr as *const u8) {
+        Some(node) => node as c_int,
+        None => -1,
+    }
+}
+
+/// Allocates on `node`; NULL + EINVAL for a node that does not exist, NULL + ENOMEM when full.
+#[no_mangle]
+pub extern "C" fn nodalloc_malloc_on_node(size: usize, node: c_int) -> *mut c_void {
+    if node < 0 || node as usize >= raw::node_count() {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    let p = raw::alloc_on_node(size, MALLOC_ALIGN, node as usize);
+    if p.is_null() {
+        set_errno(libc::ENOMEM);
+    }
+    p as *mut c_void
+}
+
+/// Sets the hard limit on committed bytes (0: none). 0 on success, -1 + ENOMEM if the heap
+/// cannot start.
+#[no_mangle]
+pub extern "C" fn nodalloc_set_limit(bytes: usize) -> c_int {
+    if nodalloc_core::set_limit(bytes) {
+        0
+    } else {
+        set_errno(libc::ENOMEM);
+        -1
+    }
+}
