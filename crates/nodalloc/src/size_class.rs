@@ -63,7 +63,8 @@ impl SizeClass {
     /// `offset` is a multiple iff `rotr(offset * odd⁻¹, k) <= u32::MAX / size`.
     #[inline(always)]
     pub fn is_object_start(self, offset: usize) -> bool {
-        let divisibility = DIVISIBILITY[self.index()];
+        // SAFETY: a SizeClass is always below NUM_CLASSES, the table's length.
+        let divisibility = unsafe { DIVISIBILITY.get_unchecked(self.index()) };
         (offset as u32)
             .wrapping_mul(divisibility.inverse)
             .rotate_right(divisibility.shift)
@@ -233,8 +234,26 @@ fn class_of_general(size: usize, align: usize) -> Option<SizeClass> {
 /// The class for C's `malloc`, whose results must be 16-byte aligned.
 #[inline(always)]
 pub fn class_of_malloc(size: usize) -> Option<SizeClass> {
-    class_of(size, 16)
+    if size <= LOOKUP_MAX {
+        // SAFETY: (size + 15) >> 4 <= LOOKUP_MAX / 16 + 1, the table's last index.
+        return Some(SizeClass(unsafe {
+            *LOOKUP_MALLOC.get_unchecked((size + 15) >> 4)
+        }));
+    }
+    class_of_general(size, 16)
 }
+
+/// The 16-aligned classes by `(size + 15) / 16`, so `malloc`'s lookup is one shift and one load.
+static LOOKUP_MALLOC: [u8; LOOKUP_MAX / 16 + 1] = {
+    let mut table = [0u8; LOOKUP_MAX / 16 + 1];
+    let mut i = 0;
+    while i <= LOOKUP_MAX / 16 {
+        let size = if i == 0 { 16 } else { i * 16 };
+        table[i] = compute_class(size) as u8;
+        i += 1;
+    }
+    table
+};
 
 #[cfg(test)]
 mod tests {
@@ -289,6 +308,9 @@ mod tests {
         }
         assert_eq!(class_of(100, 8192), None);
         assert_eq!(class_of_malloc(72).unwrap().size(), 80);
+        for size in 0..=8192 {
+            assert_eq!(class_of_malloc(size), class_of(size, 16), "size {size}");
+        }
         assert_eq!(class_of_malloc(0).unwrap().size(), 16);
         assert_eq!(class_of(0, 1).unwrap().size(), 8);
     }
