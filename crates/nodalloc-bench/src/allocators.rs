@@ -75,10 +75,7 @@ impl Allocator {
 
     /// Whether this contender was compiled in (only NUMAlloc is optional).
     pub const fn is_available(self) -> bool {
-        match self {
-            Allocator::Numalloc => cfg!(feature = "numalloc"),
-            _ => true,
-        }
+        cfg!(feature = "numalloc") || !matches!(self, Allocator::Numalloc)
     }
 
     pub fn available() -> Vec<Allocator> {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
     name = "nodalloc-bench",
     about = "Side-by-side allocator showdown: nodalloc vs system, mimalloc, jemalloc, snmalloc, numalloc",
     after_help = "Workload groups for --only: single_size, bulk, threads, producer_consumer, \
-                  live_cliff, realloc_growth, mixed, rss_payload (or an exact case name, see --list)."
+                  realloc_growth, mixed, live_cliff, rss_payload (or an exact case name, see --list)."
 )]
 struct Cli {
     /// Run only these workload groups or case names (comma-separated).

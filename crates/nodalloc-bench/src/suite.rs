@@ -30,9 +30,9 @@ pub const GROUPS: [&str; 8] = [
     "bulk",
     "threads",
     "producer_consumer",
-    "live_cliff",
     "realloc_growth",
     "mixed",
+    "live_cliff",
     "rss_payload",
 ];
 
@@ -179,15 +179,6 @@ pub fn cases(cfg: &SuiteConfig) -> Vec<Case> {
     );
 
     push(
-        "live_cliff",
-        "live_cliff".into(),
-        Kind::LiveCliff {
-            n: pick(5_000, 2_300_000, 2_300_000) as usize,
-        },
-        true,
-    );
-
-    push(
         "realloc_growth",
         "realloc_growth".into(),
         Kind::Realloc {
@@ -215,6 +206,18 @@ pub fn cases(cfg: &SuiteConfig) -> Vec<Case> {
             true,
         );
     }
+
+    // The memory-hungry cases go last: an allocator that keeps (or runs out
+    // of) address space after them would otherwise carry that state into
+    // every later case of the shared process.
+    push(
+        "live_cliff",
+        "live_cliff".into(),
+        Kind::LiveCliff {
+            n: pick(5_000, 2_300_000, 2_300_000) as usize,
+        },
+        true,
+    );
 
     for size in RSS_SIZES {
         push(

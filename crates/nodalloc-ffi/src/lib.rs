@@ -11,6 +11,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod foreign;
+mod threads;
 mod tls;
 
 use core::ffi::{c_int, c_void};

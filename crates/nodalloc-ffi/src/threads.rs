@@ -1,0 +1,77 @@
+//! `pthread_create`, wrapped so a new thread gets its heap (and is bound to its node by the
+//! `NODALLOC_BIND` policy) before the first line of user code runs, rather than at its first
+//! allocation: a thread that touches memory before it allocates still lands on its node.
+//!
+//! The real function is found once with `dlsym(RTLD_NEXT, …)`. The start routine and its
+//! argument travel to the new thread in a small block from our own `malloc`.
+
+use core::ffi::{c_int, c_void};
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
+type PthreadCreate = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    StartRoutine,
+    *mut c_void,
+) -> c_int;
+
+static REAL: AtomicUsize = AtomicUsize::new(0);
+
+struct Start {
+    routine: StartRoutine,
+    argument: *mut c_void,
+}
+
+fn real_pthread_create() -> Option<PthreadCreate> {
+    let mut address = REAL.load(Ordering::Acquire);
+    if address == 0 {
+        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name has no other precondition.
+        address = unsafe { libc::dlsym(libc::RTLD_NEXT, c"pthread_create".as_ptr()) } as usize;
+        if address == 0 {
+            return None;
+        }
+        REAL.store(address, Ordering::Release);
+    }
+    // SAFETY: the symbol is libc's pthread_create, whose signature this is.
+    Some(unsafe { core::mem::transmute::<usize, PthreadCreate>(address) })
+}
+
+extern "C" fn trampoline(start: *mut c_void) -> *mut c_void {
+    // SAFETY: `start` is the block `pthread_create` below filled for this thread alone.
+    let Start { routine, argument } = unsafe { (start as *mut Start).read() };
+    // SAFETY: the block came from our malloc and is no longer used.
+    unsafe { crate::free(start) };
+    crate::heap_or_create();
+    routine(argument)
+}
+
+/// # Safety
+/// POSIX `pthread_create`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_create(
+    thread: *mut libc::pthread_t,
+    attributes: *const libc::pthread_attr_t,
+    routine: StartRoutine,
+    argument: *mut c_void,
+) -> c_int {
+    let Some(real) = real_pthread_create() else {
+        return libc::EAGAIN;
+    };
+    // SAFETY: plain malloc of a small block.
+    let start = unsafe { crate::malloc(core::mem::size_of::<Start>()) } as *mut Start;
+    if start.is_null() {
+        // Out of memory: start the thread unwrapped; it binds at its first allocation.
+        // SAFETY: forwarded arguments.
+        return unsafe { real(thread, attributes, routine, argument) };
+    }
+    // SAFETY: `start` holds room for one Start.
+    unsafe { start.write(Start { routine, argument }) };
+    // SAFETY: forwarded arguments; the trampoline takes ownership of `start`.
+    let result = unsafe { real(thread, attributes, trampoline, start as *mut c_void) };
+    if result != 0 {
+        // SAFETY: the thread was not created, so the block is still ours.
+        unsafe { crate::free(start as *mut c_void) };
+    }
+    result
+}
