@@ -339,10 +339,25 @@ impl NodeHeaps {
     /// Periodic upkeep of `node`, run from thread slow paths at most once per decommit delay:
     /// drains rings nobody touched since the last pass, sorts the inbox, and lets the region
     /// decommit what is due. One thread runs it at a time; the others skip.
+    ///
+    /// A node whose own threads have not run it for a whole extra period (a node without CPUs,
+    /// or one whose threads are gone) is maintained by whichever thread notices, so objects
+    /// freed to its inbox do not stay there forever.
     pub fn maintain(&self, node: usize, now: u64) {
+        let period = self.arena.decay.delay_ns.max(1_000_000);
+        self.maintain_node(node, now, 0);
+        for other in 0..self.arena.node_count() {
+            if other != node {
+                self.maintain_node(other, now, period);
+            }
+        }
+    }
+
+    /// Maintains `node` if it is due by more than `grace` ns.
+    fn maintain_node(&self, node: usize, now: u64, grace: u64) {
         let heap = self.node(node);
         let due = heap.next_maintenance.load(Ordering::Relaxed);
-        if now < due {
+        if now < due.saturating_add(grace) {
             return;
         }
         let next = now + self.arena.decay.delay_ns.max(1_000_000);

@@ -680,6 +680,39 @@ mod tests {
     }
 
     #[test]
+    fn frees_to_a_node_without_threads_are_sorted_by_other_nodes_upkeep() {
+        let heaps = heaps(2);
+        let class = class_of(256, 8).unwrap();
+        // Objects placed on node 1, as alloc_on_node does; no thread ever lives there.
+        let batch = heaps.take_from_bags(1, class, 32).unwrap();
+        let mut objects = Vec::new();
+        let mut object = batch.head;
+        while !object.is_null() {
+            objects.push(object);
+            // SAFETY: walking the batch we were handed.
+            object = unsafe { next_of(object) };
+        }
+        assert_eq!(heaps.class(1, class).bags.load(Ordering::Relaxed), 1);
+        let mut heap = Box::new(ThreadHeap::new());
+        heap.attach(heaps, 0);
+        for &object in &objects {
+            // SAFETY: each object is live and freed once.
+            unsafe { heap.free(object, class) };
+        }
+        heap.flush_outboxes();
+        // Node 1's maintenance is overdue after two periods (1 ms each in test arenas).
+        for _ in 0..3 {
+            std::thread::sleep(std::time::Duration::from_millis(3));
+            heap.tick();
+        }
+        assert_eq!(
+            heaps.class(1, class).bags.load(Ordering::Relaxed),
+            0,
+            "node 1's bag was never emptied"
+        );
+    }
+
+    #[test]
     fn retired_heap_serves_late_calls_without_caching() {
         let heaps = heaps(1);
         let mut heap = Box::new(ThreadHeap::new());
