@@ -211,7 +211,21 @@ pub fn class_of(size: usize, align: usize) -> Option<SizeClass> {
         // `max(2)`: a zero-byte request still gets a 16-byte class.
         return Some(SizeClass(LOOKUP[(((size + 15) & !15) >> 3).max(2)]));
     }
+    if align <= 16 {
+        // Above 1 KiB every class is a multiple of 16, so the arithmetic lookup serves both.
+        return class_of_medium(size);
+    }
     class_of_general(size, align)
+}
+
+/// Sizes above the lookup table: a leading-zero count and two shifts.
+#[inline]
+fn class_of_medium(size: usize) -> Option<SizeClass> {
+    if size <= MAX_SMALL {
+        Some(SizeClass(compute_class(size) as u8))
+    } else {
+        None
+    }
 }
 
 #[cold]
@@ -240,7 +254,7 @@ pub fn class_of_malloc(size: usize) -> Option<SizeClass> {
             *LOOKUP_MALLOC.get_unchecked((size + 15) >> 4)
         }));
     }
-    class_of_general(size, 16)
+    class_of_medium(size)
 }
 
 /// The 16-aligned classes by `(size + 15) / 16`, so `malloc`'s lookup is one shift and one load.
