@@ -113,20 +113,33 @@ fn allocate(size: usize, align: usize) -> *mut c_void {
     let p = raw::alloc(heap_or_create(), size, align);
     if p.is_null() {
         set_errno(libc::ENOMEM);
+    } else {
+        clear_freed_mark(p);
     }
     p as *mut c_void
+}
+
+/// Clears the double-free mark `free` leaves in an object's second word, so freeing it once
+/// more is not a suspicion (every block here is at least 16 bytes).
+#[inline(always)]
+fn clear_freed_mark(p: *mut u8) {
+    // SAFETY: `p` is a block of at least 16 bytes we just handed out, 8-aligned.
+    unsafe { (p.add(8) as *mut usize).write(0) };
 }
 
 /// # Safety
 /// C's `malloc`.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-    if let (Some(class), Some(heap)) = (class_of_malloc(size), heap()) {
-        let p = heap.alloc_cached(class);
-        if !p.is_null() {
-            return p as *mut c_void;
+    if let Some(class) = class_of_malloc(size) {
+        if let Some(heap) = heap() {
+            let p = heap.alloc_cached(class);
+            if !p.is_null() {
+                clear_freed_mark(p);
+                return p as *mut c_void;
+            }
+            return malloc_slow(heap, class);
         }
-        return malloc_slow(heap, class);
     }
     allocate(size, MALLOC_ALIGN)
 }
@@ -137,6 +150,8 @@ fn malloc_slow(heap: &mut ThreadHeap, class: SizeClass) -> *mut c_void {
     let p = heap.alloc_slow(class);
     if p.is_null() {
         set_errno(libc::ENOMEM);
+    } else {
+        clear_freed_mark(p);
     }
     p as *mut c_void
 }
@@ -372,6 +387,8 @@ pub extern "C" fn nodalloc_malloc_on_node(size: usize, node: c_int) -> *mut c_vo
     let p = raw::alloc_on_node(size, MALLOC_ALIGN, node as usize);
     if p.is_null() {
         set_errno(libc::ENOMEM);
+    } else {
+        clear_freed_mark(p);
     }
     p as *mut c_void
 }
