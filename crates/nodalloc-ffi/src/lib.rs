@@ -28,6 +28,39 @@ const PAGE: usize = 4096;
 
 static EXIT_KEY: AtomicUsize = AtomicUsize::new(usize::MAX);
 
+/// Runs when the library is loaded, before the program's own constructors and `main`.
+#[used]
+#[link_section = ".init_array"]
+static LOAD: extern "C" fn() = on_load;
+
+/// Lets `stats()` find this face's thread heap. With `NODALLOC_STATS=1`, starts the allocator
+/// now, so its exit report is registered before any of the program's exit handlers (it then
+/// runs after them), and gives the report a duplicate of stderr, because programs such as
+/// coreutils close fd 2 in their own exit handlers. A process that never allocates still
+/// reports.
+extern "C" fn on_load() {
+    raw::set_current_heap_hook(current_heap);
+    let stats_wanted = nodalloc_core::os::env(c"NODALLOC_STATS")
+        .is_some_and(|value| matches!(value, b"1" | b"yes" | b"true"));
+    if stats_wanted {
+        // SAFETY: dup of our own stderr; F_DUPFD_CLOEXEC keeps it out of exec'd programs.
+        let fd = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3) };
+        if fd >= 0 {
+            raw::set_stats_fd(fd);
+        }
+        raw::start();
+    }
+}
+
+fn current_heap() -> *mut ThreadHeap {
+    let heap = tls::get();
+    if heap as usize > RETIRED {
+        heap
+    } else {
+        null_mut()
+    }
+}
+
 /// The calling thread's heap, if it has a live one.
 #[inline(always)]
 fn heap() -> Option<&'static mut ThreadHeap> {
@@ -318,11 +351,9 @@ pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void
 /// glibc's `memalign`: a non-power-of-two alignment is rounded up to one.
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-    let Some(align) = align
-        .max(1)
-        .checked_next_power_of_two()
-        .filter(|&a| a <= isize::MAX as usize / 2 + 1)
-    else {
+    // glibc: alignments above SIZE_MAX / 2 + 1 are invalid; up to it they round to a power of
+    // two (and a request that cannot be met is then ENOMEM, not EINVAL).
+    let Some(align) = align.max(1).checked_next_power_of_two() else {
         set_errno(libc::EINVAL);
         return null_mut();
     };

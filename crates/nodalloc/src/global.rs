@@ -203,8 +203,31 @@ extern "C" fn fork_child() {
     THREADS_LIVE.store(1, Ordering::Relaxed);
 }
 
+/// Where the exit report goes: fd 2 unless a face saved a duplicate (a program may close
+/// stderr in its own exit handlers before ours runs).
+pub(crate) static STATS_FD: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(2);
+
+/// A face that keeps thread heaps of its own (the C library) names the calling thread's heap
+/// here, so `stats()` can publish that thread's counters first.
+pub(crate) static CURRENT_HEAP_HOOK: AtomicUsize = AtomicUsize::new(0);
+
+/// Publishes the calling thread's counters, wherever its heap lives.
+pub(crate) fn publish_current_thread() {
+    let hook = CURRENT_HEAP_HOOK.load(Ordering::Acquire);
+    if hook != 0 {
+        // SAFETY: only `raw::set_current_heap_hook` stores here, always a fn of this type.
+        let hook: fn() -> *mut ThreadHeap = unsafe { core::mem::transmute(hook) };
+        // SAFETY: the hook returns null or the calling thread's own heap.
+        if let Some(heap) = unsafe { hook().as_mut() } {
+            heap.publish_all();
+        }
+    } else {
+        with_heap(|heap| heap.publish_all());
+    }
+}
+
 extern "C" fn print_stats_at_exit() {
-    crate::stats().write_to(2);
+    crate::stats().write_to(STATS_FD.load(Ordering::Relaxed));
 }
 
 /// Free thread heaps of faces that keep their own thread-local pointer, linked by `pool_next`.

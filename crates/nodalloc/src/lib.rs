@@ -204,7 +204,7 @@ mod face {
     pub fn stats() -> Stats {
         match existing_instance() {
             Some(heaps) => {
-                with_heap(|heap| heap.publish_all());
+                crate::global::publish_current_thread();
                 Stats::collect(heaps, crate::global::live_threads())
             }
             None => Stats::empty(),

@@ -407,6 +407,15 @@ impl NodeHeaps {
     /// A large object (a span of whole units) for `node`, spilling to the nearest node when
     /// its region is exhausted. Null when no region can serve.
     pub fn alloc_large(&self, node: usize, size: usize, align: usize) -> *mut u8 {
+        // Heuristic overcommit refuses one request larger than RAM plus swap; so do we, or a
+        // program probing with a huge malloc would get memory it can never touch.
+        let topology = &self.arena.topology;
+        if topology.overcommit_mode() == crate::os::topology::OvercommitMode::Heuristic
+            && topology.memory_total() > 0
+            && size as u64 > topology.memory_total()
+        {
+            return null_mut();
+        }
         // Zero bytes at a large alignment still need a unique address: one unit.
         let Some(units) = size.max(1).checked_add(UNIT - 1).map(|s| s >> UNIT_SHIFT) else {
             return null_mut();

@@ -171,6 +171,22 @@ pub fn alloc_on_node(size: usize, align: usize, node: usize) -> *mut u8 {
     }
 }
 
+/// Tells `stats()` how to find the calling thread's heap (the face's own thread-local), so the
+/// caller's counters are published before a snapshot. `hook` returns null when it has none.
+pub fn set_current_heap_hook(hook: fn() -> *mut ThreadHeap) {
+    crate::global::CURRENT_HEAP_HOOK.store(hook as usize, Ordering::Release);
+}
+
+/// Sends the `NODALLOC_STATS=1` exit report to `fd` instead of 2.
+pub fn set_stats_fd(fd: i32) {
+    crate::global::STATS_FD.store(fd, Ordering::Relaxed);
+}
+
+/// Starts the allocator now (reading the options), rather than at the first allocation.
+pub fn start() -> bool {
+    instance().is_some()
+}
+
 /// The number of usable nodes (starting the allocator if needed).
 pub fn node_count() -> usize {
     instance().map_or(0, |heaps| heaps.arena.node_count())

@@ -48,6 +48,9 @@ pub struct Topology {
     thp: ThpMode,
     overcommit: OvercommitMode,
     address_space_limit: Option<u64>,
+    /// RAM plus swap (`/proc/meminfo`), 0 if unknown: under heuristic overcommit the kernel
+    /// refuses single requests larger than this, and so does nodalloc.
+    memory_total: u64,
 }
 
 const EMPTY_NODE: NodeInfo = NodeInfo {
@@ -73,6 +76,7 @@ impl Topology {
             thp: ThpMode::Unknown,
             overcommit: OvercommitMode::Heuristic,
             address_space_limit: None,
+            memory_total: 0,
         }
     }
 
@@ -88,15 +92,18 @@ impl Topology {
         self.thp = read_thp_mode();
         self.overcommit = read_overcommit_mode();
         self.address_space_limit = super::address_space_limit();
+        self.memory_total = read_memory_total();
         if simulate > 0 {
             self.simulate(simulate);
         } else if !self.read_sys_nodes() {
             // Unreadable or empty /sys: one node with every CPU we may use.
             let (thp, overcommit, limit) = (self.thp, self.overcommit, self.address_space_limit);
+            let memory_total = self.memory_total;
             self.reset(&cpus);
             self.thp = thp;
             self.overcommit = overcommit;
             self.address_space_limit = limit;
+            self.memory_total = memory_total;
         }
     }
 
@@ -119,6 +126,7 @@ impl Topology {
         self.thp = ThpMode::Unknown;
         self.overcommit = OvercommitMode::Heuristic;
         self.address_space_limit = None;
+        self.memory_total = 0;
     }
 
     /// Splits the process's CPUs into `count` fake nodes: contiguous blocks when there are enough
@@ -319,6 +327,11 @@ impl Topology {
         self.address_space_limit
     }
 
+    /// RAM plus swap in bytes, 0 if unknown.
+    pub fn memory_total(&self) -> u64 {
+        self.memory_total
+    }
+
     /// Nodes other than `node`, nearest first (ties broken by index): the stealing order.
     pub fn nearest_nodes(&self, node: usize, out: &mut [u8; MAX_NODES]) -> usize {
         let mut length = 0;
@@ -352,6 +365,25 @@ fn meminfo_total(text: &[u8]) -> Option<u64> {
         .position(|b| !b.is_ascii_digit())
         .unwrap_or(rest.len());
     Some(parse_decimal(&rest[..digits_end])? as u64 * 1024)
+}
+
+fn read_memory_total() -> u64 {
+    let mut buffer = [0u8; 4096];
+    let Some(text) = read_file(c"/proc/meminfo", &mut buffer) else {
+        return 0;
+    };
+    let field = |key: &[u8]| -> u64 {
+        status_field(text, key)
+            .and_then(|value| {
+                let end = value
+                    .iter()
+                    .position(|b| !b.is_ascii_digit())
+                    .unwrap_or(value.len());
+                parse_decimal(&value[..end])
+            })
+            .map_or(0, |kib| kib as u64 * 1024)
+    };
+    field(b"MemTotal:") + field(b"SwapTotal:")
 }
 
 fn read_thp_mode() -> ThpMode {

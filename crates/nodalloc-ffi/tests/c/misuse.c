@@ -1,0 +1,73 @@
+/* Frees that nodalloc must refuse by aborting, with a one-line message naming the pointer.
+ *
+ * Usage: misuse MODE (stack, middle, double, double-small, middle-small). The program prints
+ * "pointer 0x…" (the pointer it is about to free, as %p prints it) on stdout, then makes the bad call; the harness expects SIGABRT and
+ * the message on stderr. Reaching the end is a failure (exit 1).
+ */
+#include "check.h"
+
+#include <sys/prctl.h>
+#include <sys/resource.h>
+
+#define MIB ((size_t)1024 * 1024)
+
+static void announce(void *pointer) {
+    printf("pointer %p\n", pointer);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    CHECK(argc == 2, "usage: misuse stack|middle|double|double-small|middle-small");
+    /* An expected abort should not leave a core file behind. */
+    struct rlimit no_core = {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    require_nodalloc();
+
+    const char *mode = argv[1];
+    if (strcmp(mode, "stack") == 0) {
+        char on_stack[64];
+        memset(on_stack, 1, sizeof on_stack);
+        void *pointer = opaque_pointer(on_stack);
+        announce(pointer);
+        free(pointer);
+    } else if (strcmp(mode, "middle") == 0) {
+        char *block = malloc(opaque_size(MIB));
+        CHECK(block != NULL, "malloc(1 MiB) failed");
+        memset(block, 2, MIB);
+        void *pointer = opaque_pointer(block + MIB / 2);
+        announce(pointer);
+        free(pointer);
+    } else if (strcmp(mode, "double") == 0) {
+        char *block = malloc(opaque_size(MIB));
+        CHECK(block != NULL, "malloc(1 MiB) failed");
+        memset(block, 3, MIB);
+        /* The second free goes through an integer, where the compiler's use-after-free
+         * warning cannot follow it. */
+        uintptr_t address = (uintptr_t)block;
+        announce(block);
+        free(block);
+        free((void *)opaque_size(address));
+    } else if (strcmp(mode, "double-small") == 0) {
+        /* A small block freed twice with another free in between: the second free finds the
+         * block in the thread's cache. */
+        char *block = malloc(opaque_size(48));
+        char *other = malloc(opaque_size(48));
+        CHECK(block != NULL && other != NULL, "malloc(48) failed");
+        uintptr_t address = (uintptr_t)block;
+        announce(block);
+        free(block);
+        free(other);
+        free((void *)opaque_size(address));
+    } else if (strcmp(mode, "middle-small") == 0) {
+        char *block = malloc(opaque_size(200));
+        CHECK(block != NULL, "malloc(200) failed");
+        void *pointer = opaque_pointer(block + 16);
+        announce(pointer);
+        free(pointer);
+    } else {
+        CHECK(0, "unknown mode %s", mode);
+    }
+    fprintf(stderr, "misuse %s: the bad free returned\n", mode);
+    return 1;
+}

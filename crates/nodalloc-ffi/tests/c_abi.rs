@@ -1,0 +1,256 @@
+//! The C ABI of `libnodalloc.so`, tested from C: the programs in `tests/c/` are compiled with
+//! `cc` and run twice, once linked with `-lnodalloc` and once built without it and given the
+//! library through `LD_PRELOAD` (the two ways the library is meant to be used). Each program
+//! checks glibc's contract itself and prints `ok NAME: N checks` at the end; misuse is checked
+//! from here, in a child that must die of SIGABRT with nodalloc's one-line message.
+
+mod common;
+
+use common::{
+    clean_command, describe_status, library, run_bounded, Finished, SIGABRT, STATS_LINE_PREFIX,
+};
+use std::collections::HashMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// Generous: the slowest program (threads_fork) takes a few seconds against a debug build.
+const TIME_LIMIT: Duration = Duration::from_secs(120);
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Mode {
+    /// Linked with `-lnodalloc` (and an rpath to the library).
+    Linked,
+    /// Linked against nothing but libc; `LD_PRELOAD` brings nodalloc in at run time.
+    Preloaded,
+}
+
+const MODES: [Mode; 2] = [Mode::Linked, Mode::Preloaded];
+
+fn crate_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The program `name` (`tests/c/NAME.c`) built for `mode`, compiled once per test run.
+fn program(name: &str, mode: Mode) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<(String, Mode), PathBuf>>> = OnceLock::new();
+    let mut built = BUILT
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(path) = built.get(&(name.to_string(), mode)) {
+        return path.clone();
+    }
+    let path = compile(name, mode);
+    built.insert((name.to_string(), mode), path.clone());
+    path
+}
+
+fn compile(name: &str, mode: Mode) -> PathBuf {
+    let library = library();
+    let library_dir = library.parent().expect("the library's directory");
+    // One directory per profile: the scratch directory is shared by all profiles, and a linked
+    // program carries the rpath of its profile's library.
+    let profile = library_dir
+        .file_name()
+        .expect("the profile directory's name")
+        .to_string_lossy();
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("c_abi-{profile}"));
+    std::fs::create_dir_all(&out_dir).expect("creating the C programs' directory");
+    let suffix = match mode {
+        Mode::Linked => "linked",
+        Mode::Preloaded => "preloaded",
+    };
+    let output = out_dir.join(format!("{name}-{suffix}"));
+    // Built under a private name and renamed into place, so that two test runs sharing a target
+    // directory never execute a half-written file.
+    let partial = out_dir.join(format!("{name}-{suffix}.{}.partial", std::process::id()));
+    let source = crate_dir().join("tests/c").join(format!("{name}.c"));
+    let mut cc = Command::new("cc");
+    cc.args(["-O1", "-g", "-Wall", "-Werror", "-pthread", "-I"])
+        .arg(crate_dir().join("include"))
+        .arg("-o")
+        .arg(&partial)
+        .arg(&source);
+    match mode {
+        Mode::Linked => {
+            cc.arg("-L")
+                .arg(library_dir)
+                .arg("-lnodalloc")
+                .arg(format!("-Wl,-rpath,{}", library_dir.display()));
+        }
+        Mode::Preloaded => {
+            cc.arg("-DNODALLOC_PRELOADED");
+        }
+    }
+    let result = cc
+        .output()
+        .unwrap_or_else(|error| panic!("cannot run `cc` to build {}: {error}", source.display()));
+    assert!(
+        result.status.success(),
+        "compiling {} failed: {:?}\n{}",
+        source.display(),
+        cc,
+        String::from_utf8_lossy(&result.stderr)
+    );
+    std::fs::rename(&partial, &output).expect("moving the compiled program into place");
+    output
+}
+
+/// A command that runs `name` built for `mode`, with the library preloaded if the mode says so.
+fn command(name: &str, mode: Mode) -> Command {
+    let mut command = clean_command(program(name, mode));
+    if mode == Mode::Preloaded {
+        command.env("LD_PRELOAD", library());
+    }
+    command
+}
+
+fn run_passing(name: &str, mode: Mode, command: &mut Command) -> Finished {
+    let finished = run_bounded(command, TIME_LIMIT);
+    assert!(
+        finished.succeeded(),
+        "{name} ({mode:?}) failed: {}",
+        finished.describe()
+    );
+    let ok_line = format!("ok {name}: ");
+    assert!(
+        finished
+            .stdout
+            .lines()
+            .any(|line| line.starts_with(&ok_line)),
+        "{name} ({mode:?}) exited 0 without its final `{ok_line}…` line: {}",
+        finished.describe()
+    );
+    finished
+}
+
+fn has_stats_line(stderr: &str) -> bool {
+    stderr
+        .lines()
+        .any(|line| line.starts_with(STATS_LINE_PREFIX))
+}
+
+#[test]
+fn malloc_calloc_realloc_reallocarray_and_free_keep_glibcs_contract() {
+    for mode in MODES {
+        let finished = run_passing("basic", mode, &mut command("basic", mode));
+        assert!(
+            !has_stats_line(&finished.stderr),
+            "basic ({mode:?}) printed statistics without NODALLOC_STATS: {}",
+            finished.describe()
+        );
+    }
+}
+
+#[test]
+fn aligned_allocation_functions_keep_glibcs_contract_and_stats_print_at_exit() {
+    for mode in MODES {
+        let mut aligned = command("aligned", mode);
+        aligned.env("NODALLOC_STATS", "1");
+        let finished = run_passing("aligned", mode, &mut aligned);
+        assert!(
+            has_stats_line(&finished.stderr),
+            "aligned ({mode:?}) with NODALLOC_STATS=1 printed no line starting with \
+             `{STATS_LINE_PREFIX}` on stderr: {}",
+            finished.describe()
+        );
+    }
+}
+
+#[test]
+fn nodalloc_extras_report_nodes_place_blocks_limit_commits_and_print_stats() {
+    for mode in MODES {
+        run_passing("extras", mode, &mut command("extras", mode));
+    }
+}
+
+#[test]
+fn malloc_on_node_reaches_every_simulated_node() {
+    for mode in MODES {
+        let mut extras = command("extras", mode);
+        extras.arg("4").env("NODALLOC_SIMULATE_NODES", "4");
+        run_passing("extras", mode, &mut extras);
+    }
+}
+
+#[test]
+fn threads_exchanging_blocks_survive_a_thousand_forks() {
+    for mode in MODES {
+        run_passing("threads_fork", mode, &mut command("threads_fork", mode));
+    }
+}
+
+/// With four simulated nodes the four threads are bound to different nodes, so most frees are
+/// remote: they travel through outboxes and inboxes, which fork must also leave consistent.
+#[test]
+fn threads_on_four_simulated_nodes_exchanging_blocks_survive_a_thousand_forks() {
+    let mut threads_fork = command("threads_fork", Mode::Linked);
+    threads_fork.env("NODALLOC_SIMULATE_NODES", "4");
+    let finished = run_passing("threads_fork", Mode::Linked, &mut threads_fork);
+    assert!(
+        !finished.stderr.contains("warning"),
+        "nodalloc warned: {}",
+        finished.describe()
+    );
+}
+
+/// Runs `misuse MODE`, which prints the pointer it is about to free and frees it, and checks
+/// that it dies of SIGABRT with exactly `nodalloc: free(): WHAT 0x…` on stderr.
+fn assert_bad_free_aborts(misuse: &str, what: &str) {
+    for mode in MODES {
+        let mut bad_free = command("misuse", mode);
+        bad_free.arg(misuse);
+        let finished = run_bounded(&mut bad_free, TIME_LIMIT);
+        let pointer = finished
+            .stdout
+            .lines()
+            .find_map(|line| line.strip_prefix("pointer "))
+            .unwrap_or_else(|| {
+                panic!(
+                    "misuse {misuse} ({mode:?}) did not get to the bad free: {}",
+                    finished.describe()
+                )
+            });
+        assert_eq!(
+            finished.status.signal(),
+            Some(SIGABRT),
+            "misuse {misuse} ({mode:?}) should die of SIGABRT, but: {}",
+            finished.describe()
+        );
+        let expected = format!("nodalloc: free(): {what} {pointer}");
+        assert!(
+            finished.stderr.lines().any(|line| line == expected),
+            "misuse {misuse} ({mode:?}) ({}): stderr lacks the line `{expected}`: {}",
+            describe_status(finished.status),
+            finished.describe()
+        );
+    }
+}
+
+#[test]
+fn free_of_a_stack_pointer_aborts_naming_the_pointer() {
+    assert_bad_free_aborts("stack", "invalid pointer");
+}
+
+#[test]
+fn free_of_a_pointer_inside_a_large_block_aborts_naming_the_pointer() {
+    assert_bad_free_aborts("middle", "invalid pointer");
+}
+
+#[test]
+fn double_free_of_a_large_block_aborts_naming_the_pointer() {
+    assert_bad_free_aborts("double", "double free of");
+}
+
+#[test]
+fn double_free_of_a_small_block_aborts_naming_the_pointer() {
+    assert_bad_free_aborts("double-small", "double free of");
+}
+
+#[test]
+fn free_of_a_pointer_inside_a_small_block_aborts_naming_the_pointer() {
+    assert_bad_free_aborts("middle-small", "invalid pointer");
+}
