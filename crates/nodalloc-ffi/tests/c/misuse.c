@@ -1,8 +1,8 @@
 /* Frees that nodalloc must refuse by aborting, with a one-line message naming the pointer.
  *
  * Usage: misuse MODE (stack, middle, double, double-small, middle-small). The program prints
- * "pointer 0x…" (the pointer it is about to free, as %p prints it) on stdout, then makes the bad call; the harness expects SIGABRT and
- * the message on stderr. Reaching the end is a failure (exit 1).
+ * "pointer 0x…" (the pointer it is about to free, as %p prints it) on stdout, then makes the
+ * bad call; the harness expects SIGABRT and the message on stderr. Reaching the end is a failure (exit 1).
  */
 #include "check.h"
 
