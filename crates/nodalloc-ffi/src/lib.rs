@@ -143,7 +143,12 @@ fn set_errno(value: c_int) {
 
 /// Allocation at `align` (a power of two, at least 16), with errno on failure.
 fn allocate(size: usize, align: usize) -> *mut c_void {
-    let p = raw::alloc(heap_or_create(), size, align);
+    handed_out(raw::alloc(heap_or_create(), size, align))
+}
+
+/// What every allocation path returns: ENOMEM for null, else the block with its double-free
+/// mark cleared.
+fn handed_out(p: *mut u8) -> *mut c_void {
     if p.is_null() {
         set_errno(libc::ENOMEM);
     } else {
@@ -180,13 +185,7 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 #[cold]
 #[inline(never)]
 fn malloc_slow(heap: &mut ThreadHeap, class: SizeClass) -> *mut c_void {
-    let p = heap.alloc_slow(class);
-    if p.is_null() {
-        set_errno(libc::ENOMEM);
-    } else {
-        clear_freed_mark(p);
-    }
-    p as *mut c_void
+    handed_out(heap.alloc_slow(class))
 }
 
 /// # Safety
@@ -415,13 +414,7 @@ pub extern "C" fn nodalloc_malloc_on_node(size: usize, node: c_int) -> *mut c_vo
         set_errno(libc::EINVAL);
         return null_mut();
     }
-    let p = raw::alloc_on_node(size, MALLOC_ALIGN, node as usize);
-    if p.is_null() {
-        set_errno(libc::ENOMEM);
-    } else {
-        clear_freed_mark(p);
-    }
-    p as *mut c_void
+    handed_out(raw::alloc_on_node(size, MALLOC_ALIGN, node as usize))
 }
 
 /// Sets the hard limit on committed bytes (0: none). 0 on success, -1 + ENOMEM if the heap
