@@ -77,6 +77,12 @@ fn heap() -> Option<&'static mut ThreadHeap> {
 #[cold]
 #[inline(never)]
 fn heap_or_create() -> Option<&'static mut ThreadHeap> {
+    heap_or_create_with(false)
+}
+
+/// As [`heap_or_create`]; `inherited_binding` says the thread's mask is known to be the one
+/// nodalloc set on its creator, so binding may start from the process's start-up mask.
+fn heap_or_create_with(inherited_binding: bool) -> Option<&'static mut ThreadHeap> {
     let current = tls::get();
     if current as usize == RETIRED {
         return None;
@@ -87,6 +93,7 @@ fn heap_or_create() -> Option<&'static mut ThreadHeap> {
     }
     foreign::remember_startup_mappings();
     let heap = raw::take_heap()?;
+    heap.bind_from_process_mask = inherited_binding;
     // Attaching may re-enter malloc (binding, the first instance creation registering hooks);
     // those nested calls run without a heap, on the detached path.
     heap.run_attach_hook();

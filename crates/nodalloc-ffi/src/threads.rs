@@ -7,6 +7,7 @@
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
+use nodalloc_core::os::cpuset::CpuSet;
 
 type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
 type PthreadCreate = unsafe extern "C" fn(
@@ -21,6 +22,35 @@ static REAL: AtomicUsize = AtomicUsize::new(0);
 struct Start {
     routine: StartRoutine,
     argument: *mut c_void,
+    /// The new thread inherits a mask nodalloc set on its creator (not one the program set).
+    inherited_binding: bool,
+}
+
+/// True when a thread created now with `attributes` inherits exactly the mask nodalloc gave the
+/// calling thread: the caller still has that mask, and the attributes carry no affinity of
+/// their own (glibc reports "none" as every bit set).
+fn inherits_nodalloc_mask(attributes: *const libc::pthread_attr_t) -> bool {
+    let Some(mask) = crate::heap().and_then(|heap| heap.bound_mask) else {
+        return false;
+    };
+    let mut current = CpuSet::new();
+    if !nodalloc_core::os::thread_affinity(&mut current) || current != mask {
+        return false;
+    }
+    if attributes.is_null() {
+        return true;
+    }
+    let mut requested = [0u8; core::mem::size_of::<CpuSet>()];
+    // SAFETY: `attributes` is the caller's initialised attribute object; glibc writes at most
+    // `requested.len()` bytes.
+    let result = unsafe {
+        libc::pthread_attr_getaffinity_np(
+            attributes,
+            requested.len(),
+            requested.as_mut_ptr() as *mut libc::cpu_set_t,
+        )
+    };
+    result == 0 && requested.iter().all(|&byte| byte == 0xff)
 }
 
 fn real_pthread_create() -> Option<PthreadCreate> {
@@ -39,10 +69,14 @@ fn real_pthread_create() -> Option<PthreadCreate> {
 
 extern "C" fn trampoline(start: *mut c_void) -> *mut c_void {
     // SAFETY: `start` is the block `pthread_create` below filled for this thread alone.
-    let Start { routine, argument } = unsafe { (start as *mut Start).read() };
+    let Start {
+        routine,
+        argument,
+        inherited_binding,
+    } = unsafe { (start as *mut Start).read() };
     // SAFETY: the block came from our malloc and is no longer used.
     unsafe { crate::free(start) };
-    crate::heap_or_create();
+    crate::heap_or_create_with(inherited_binding);
     routine(argument)
 }
 
@@ -65,8 +99,15 @@ pub unsafe extern "C" fn pthread_create(
         // SAFETY: forwarded arguments.
         return unsafe { real(thread, attributes, routine, argument) };
     }
+    let inherited_binding = inherits_nodalloc_mask(attributes);
     // SAFETY: `start` holds room for one Start.
-    unsafe { start.write(Start { routine, argument }) };
+    unsafe {
+        start.write(Start {
+            routine,
+            argument,
+            inherited_binding,
+        })
+    };
     // SAFETY: forwarded arguments; the trampoline takes ownership of `start`.
     let result = unsafe { real(thread, attributes, trampoline, start as *mut c_void) };
     if result != 0 {

@@ -60,52 +60,76 @@ pub fn choose_node(topology: &Topology, options: &Options, index: usize) -> usiz
     }
 }
 
-/// Binds the calling thread (the `index`-th to start allocating) and returns its home node.
-pub fn bind_current_thread(topology: &Topology, options: &Options, index: usize) -> usize {
-    if topology.node_count() < 2 {
-        return 0;
-    }
-    let node = choose_node(topology, options, index);
-    if options.bind == BindPolicy::None {
-        return node;
-    }
-    let mut current = CpuSet::new();
-    if !thread_affinity(&mut current) {
-        return node;
-    }
-    let base = if is_nodalloc_mask(topology, &current) {
-        *topology.process_cpus()
-    } else {
-        current
-    };
-    let target = topology.node(node).cpus.intersection(&base);
-    if target.is_empty() {
-        // We may not run there: live where we are.
-        return current_cpu()
-            .map(|cpu| topology.node_of_cpu(cpu))
-            .unwrap_or(node);
-    }
-    if target != current && set_thread_affinity(&target).is_err() {
-        return current_cpu()
-            .map(|cpu| topology.node_of_cpu(cpu))
-            .unwrap_or(node);
-    }
-    node
+/// What a thread's binding may start from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindBase {
+    /// The thread's current affinity: whatever it inherited or was given. Never widened.
+    Current,
+    /// The process's start-up affinity: only when the thread is known to have inherited a mask
+    /// that nodalloc itself set on its creator (the C library's `pthread_create` wrapper checks
+    /// that fact), so restoring the wider mask undoes nodalloc's own narrowing, not the user's.
+    Process,
 }
 
-/// True when `mask` is exactly the mask binding gives some node (and narrower than the
-/// process's own), i.e. it was most likely inherited from a bound thread.
-fn is_nodalloc_mask(topology: &Topology, mask: &CpuSet) -> bool {
-    if mask == topology.process_cpus() {
-        return false;
+/// The outcome of binding: the home node, and the mask nodalloc set (if it set one).
+#[derive(Clone, Copy, Debug)]
+pub struct Binding {
+    pub node: usize,
+    pub mask: Option<CpuSet>,
+}
+
+/// Binds the calling thread (the `index`-th worker to start allocating) and returns its home.
+///
+/// The process's main thread is never bound: every thread it creates inherits its mask, and a
+/// narrowed main thread would pin them all to one node. It lives where it runs (its heap
+/// follows its CPU). Nor is anything bound on one node, under `none`, or when the policy's node
+/// has no CPU in the base mask.
+pub fn bind_current_thread(
+    topology: &Topology,
+    options: &Options,
+    index: usize,
+    base: BindBase,
+) -> Binding {
+    let here = || {
+        current_cpu()
+            .map(|cpu| topology.node_of_cpu(cpu))
+            .unwrap_or(0)
+    };
+    if topology.node_count() < 2 || options.bind == BindPolicy::None || is_main_thread() {
+        return Binding {
+            node: here(),
+            mask: None,
+        };
     }
-    (0..topology.node_count()).any(|node| {
-        topology
-            .node(node)
-            .cpus
-            .intersection(topology.process_cpus())
-            == *mask
-    })
+    let node = choose_node(topology, options, index);
+    let mut current = CpuSet::new();
+    if !thread_affinity(&mut current) {
+        return Binding {
+            node: here(),
+            mask: None,
+        };
+    }
+    let base = match base {
+        BindBase::Current => current,
+        BindBase::Process => *topology.process_cpus(),
+    };
+    let target = topology.node(node).cpus.intersection(&base);
+    if target.is_empty() || (target != current && set_thread_affinity(&target).is_err()) {
+        // We may not (or cannot) run there: live where we are.
+        return Binding {
+            node: here(),
+            mask: None,
+        };
+    }
+    Binding {
+        node,
+        mask: Some(target),
+    }
+}
+
+fn is_main_thread() -> bool {
+    // SAFETY: gettid and getpid have no preconditions.
+    unsafe { libc::gettid() == libc::getpid() }
 }
 
 #[cfg(test)]
@@ -169,19 +193,33 @@ mod tests {
             let options = Options::default();
             let mut original = CpuSet::new();
             assert!(thread_affinity(&mut original));
-            let node = bind_current_thread(&topology, &options, 1);
+            let binding = bind_current_thread(&topology, &options, 1, BindBase::Current);
             let mut after = CpuSet::new();
             assert!(thread_affinity(&mut after));
             assert!(after.is_subset_of(&original), "affinity widened");
-            assert!(after.is_subset_of(&topology.node(node).cpus) || after == original);
-            // A thread narrowed to one CPU by the user stays on it.
-            let mut one = CpuSet::new();
-            one.insert(original.nth(0).unwrap());
-            set_thread_affinity(&one).unwrap();
-            bind_current_thread(&topology, &options, 0);
-            let mut last = CpuSet::new();
-            thread_affinity(&mut last);
-            assert!(last.is_subset_of(&one));
+            assert!(after.is_subset_of(&topology.node(binding.node).cpus) || after == original);
+            // A thread narrowed by the user to one node's CPUs stays inside that mask, whatever
+            // node the policy would give it (this is exactly a mask binding could have set).
+            for index in 0..4 {
+                let mut one = topology.node(0).cpus.intersection(&original);
+                if one.is_empty() {
+                    one.insert(original.nth(0).unwrap());
+                }
+                set_thread_affinity(&one).unwrap();
+                bind_current_thread(&topology, &options, index, BindBase::Current);
+                let mut last = CpuSet::new();
+                thread_affinity(&mut last);
+                assert!(
+                    last.is_subset_of(&one),
+                    "index {index}: {last:?} not within {one:?}"
+                );
+            }
+            // Only an explicit Process base may restore the start-up mask.
+            let binding = bind_current_thread(&topology, &options, 1, BindBase::Process);
+            let mut restored = CpuSet::new();
+            thread_affinity(&mut restored);
+            assert!(restored.is_subset_of(topology.process_cpus()));
+            assert_eq!(binding.mask, Some(restored));
         })
         .join()
         .unwrap();

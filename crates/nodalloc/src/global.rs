@@ -9,10 +9,11 @@
 
 use crate::arena::{region::Decay, Arena, ArenaConfig};
 use crate::bind;
+use crate::bind::BindBase;
 use crate::ds::spinlock::SpinLock;
 use crate::node::NodeHeaps;
 use crate::os;
-use crate::os::options::{BindPolicy, Options};
+use crate::os::options::Options;
 use crate::os::topology::{OvercommitMode, Topology};
 use crate::thread::{HeapState, ThreadHeap};
 use core::cell::UnsafeCell;
@@ -149,9 +150,17 @@ fn attach_current_thread(heap: &mut ThreadHeap) -> bool {
         return false;
     };
     let index = THREADS_STARTED.fetch_add(1, Ordering::Relaxed);
-    let node = bind::bind_current_thread(&heaps.arena.topology, options, index);
-    heap.attach(heaps, node);
-    heap.follow_cpu = options.bind == BindPolicy::None && heaps.arena.node_count() > 1;
+    let base = if heap.bind_from_process_mask {
+        BindBase::Process
+    } else {
+        BindBase::Current
+    };
+    let binding = bind::bind_current_thread(&heaps.arena.topology, options, index, base);
+    heap.attach(heaps, binding.node);
+    heap.bound_mask = binding.mask;
+    // On several nodes the home follows the thread: a thread that runs outside its home node
+    // (never bound, or re-pinned by the program) re-homes on its next slow path.
+    heap.follow_cpu = heaps.arena.node_count() > 1;
     THREADS_LIVE.fetch_add(1, Ordering::Relaxed);
     let key = EXIT_KEY.load(Ordering::Acquire);
     if key != usize::MAX && !heap.pooled {

@@ -105,6 +105,7 @@ mod face {
         };
         let node = with_heap(|heap| {
             heap.run_attach_hook();
+            heap.check_home();
             heap.tick();
             heap.node()
         });

@@ -97,6 +97,7 @@ pub fn alloc(heap: Option<&mut ThreadHeap>, size: usize, align: usize) -> *mut u
         }
         (None, Some(heap)) if heap.state != HeapState::Retired => {
             heap.run_attach_hook();
+            heap.check_home();
             heap.tick();
             heaps.alloc_large(heap.node(), size, align)
         }

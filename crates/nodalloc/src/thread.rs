@@ -96,13 +96,18 @@ pub struct ThreadHeap {
     pub remote_frees: u64,
     /// Monotonic ns of the next tick (idle classes flushed, node maintenance); see `tick`.
     next_tick: u64,
+    /// Input to the attach hook: bind from the process's start-up mask rather than the thread's
+    /// current one (set only when the thread is known to have inherited nodalloc's own mask).
+    pub bind_from_process_mask: bool,
+    /// The affinity nodalloc set on this thread, if it set one (output of the attach hook).
+    pub bound_mask: Option<crate::os::cpuset::CpuSet>,
     /// Taken from the pool of a face that keeps its own thread-local pointer (the C library);
     /// such heaps are retired by that face, not by the crate's exit key.
     pub pooled: bool,
     /// Link in the pool of free heaps.
     pub pool_next: *mut ThreadHeap,
-    /// Unbound thread (`NODALLOC_BIND=none` on several nodes): each tick samples the CPU and the
-    /// heap re-homes when the scheduler has moved the thread to another node.
+    /// Several nodes: slow paths sample the CPU and the heap re-homes when the thread runs on
+    /// another node (unbound and moved by the scheduler, or re-pinned by the program).
     pub follow_cpu: bool,
     /// Called on the first slow path of a fresh heap to attach it (the global face binds the
     /// thread and picks the global instance); returns false when no heap can be had.
@@ -134,6 +139,8 @@ impl ThreadHeap {
             outbox_mask: 0,
             remote_frees: 0,
             next_tick: 0,
+            bind_from_process_mask: false,
+            bound_mask: None,
             pooled: false,
             pool_next: null_mut(),
             follow_cpu: false,
@@ -227,6 +234,7 @@ impl ThreadHeap {
                 None => null_mut(),
             };
         }
+        self.check_home();
         self.flush_outboxes();
         heaps.drain_inbox(self.node);
         self.tick();
@@ -476,8 +484,20 @@ impl ThreadHeap {
         }
     }
 
+    /// Re-homes the heap if the thread now runs on another node (see `follow_cpu`). Cheap: one
+    /// `sched_getcpu` (a vDSO or rseq read).
+    pub fn check_home(&mut self) {
+        if self.follow_cpu && self.state == HeapState::Active {
+            if let Some(heaps) = self.heaps() {
+                self.rehome(heaps);
+            }
+        }
+    }
+
     /// Moves the heap to the node of the CPU the thread runs on now, returning every cached
-    /// object to its old node first (objects never change node).
+    /// object to its old node first (objects never change node). A thread nodalloc bound only
+    /// runs outside its home when the program re-pinned it; from then on the mask is the
+    /// program's, not nodalloc's.
     fn rehome(&mut self, heaps: &'static NodeHeaps) {
         let Some(cpu) = crate::os::current_cpu() else {
             return;
@@ -486,6 +506,7 @@ impl ThreadHeap {
         if node != self.node && node < heaps.arena.node_count() {
             self.flush();
             self.attach(heaps, node);
+            self.bound_mask = None;
         }
     }
 

@@ -101,6 +101,73 @@ fn child_entry() {
                 GLOBAL.dealloc(p, layout);
             }
         }
+        "repin" => {
+            // Default interleave on two simulated nodes (node 0 = CPU 0, node 1 = CPU 1).
+            let affinity = || {
+                // SAFETY: a zeroed cpu_set_t is valid; the kernel fills it.
+                unsafe {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set);
+                    (libc::CPU_ISSET(0, &set), libc::CPU_ISSET(1, &set))
+                }
+            };
+            let pin = |cpu: usize| {
+                // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
+                unsafe {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut set);
+                    assert_eq!(
+                        libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
+                        0
+                    );
+                }
+            };
+            // Workers are bound by the policy; one re-pinned by the program re-homes at once.
+            for worker in 0..4 {
+                std::thread::spawn(move || {
+                    let first = Box::new([1u8; 64]);
+                    let home = nodalloc::node_of(first.as_ptr()).unwrap();
+                    let other = 1 - home;
+                    pin(other);
+                    let objects: Vec<Box<[u8; 64]>> = (0..200).map(|_| Box::new([2; 64])).collect();
+                    let large = vec![3u8; 1 << 20];
+                    assert_eq!(
+                        nodalloc::current_node(),
+                        other,
+                        "worker {worker} kept its old home"
+                    );
+                    assert!(objects
+                        .iter()
+                        .all(|o| nodalloc::node_of(o.as_ptr()) == Some(other)));
+                    assert_eq!(nodalloc::node_of(large.as_ptr()), Some(other));
+                })
+                .join()
+                .unwrap();
+            }
+            // A program that narrows itself to one node's CPUs: no thread it creates runs
+            // outside that mask, whichever node the policy would give it.
+            std::thread::spawn(move || {
+                pin(0);
+                let children: Vec<_> = (0..4)
+                    .map(|_| {
+                        std::thread::spawn(move || {
+                            let _touch = Box::new([0u8; 64]);
+                            affinity()
+                        })
+                    })
+                    .collect();
+                for child in children {
+                    assert_eq!(
+                        child.join().unwrap(),
+                        (true, false),
+                        "a child's mask was widened"
+                    );
+                }
+            })
+            .join()
+            .unwrap();
+            eprintln!("repin ok");
+        }
         "rehome" => {
             // Two simulated nodes on two CPUs: node 0 is CPU 0, node 1 is CPU 1.
             let pin = |cpu: usize| {
@@ -267,6 +334,17 @@ fn child_entry() {
 /// `threads` threads allocate random sizes, fill them, pass half to a neighbour thread that
 /// checks and frees them, and free the rest themselves. Ends with balanced statistics.
 fn stress(threads: usize, ops: usize) {
+    // The test harness thread running this was bound to a node at its first allocation, and
+    // its children would inherit that mask (nodalloc never widens one). A program that wants
+    // its workers spread over every node gives them the whole machine, as here.
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it; setting our own affinity.
+    unsafe {
+        let mut all: libc::cpu_set_t = std::mem::zeroed();
+        for cpu in 0..std::thread::available_parallelism().map_or(1, |n| n.get()) {
+            libc::CPU_SET(cpu, &mut all);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of_val(&all), &all);
+    }
     let before = nodalloc::stats();
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads)
         .map(|_| mpsc::channel::<(usize, usize)>())
@@ -464,6 +542,21 @@ fn a_commit_on_demand_heap_serves_the_stress() {
     );
     assert!(ok, "child failed:\n{stderr}");
     assert!(stderr.contains("stress ok: 2 nodes"), "{stderr}");
+}
+
+#[test]
+fn a_repinned_thread_rehomes_and_binding_never_widens_a_mask() {
+    if std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        < 2
+    {
+        eprintln!("needs two CPUs; skipped");
+        return;
+    }
+    let (ok, stderr) = run_child("repin", &[("NODALLOC_SIMULATE_NODES", "2")]);
+    assert!(ok, "child failed:\n{stderr}");
+    assert!(stderr.contains("repin ok"), "{stderr}");
 }
 
 #[test]
