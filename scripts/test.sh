@@ -12,4 +12,8 @@ cargo test --release -p nodalloc --test global_allocator
 echo "== loom models of the lock-free structures"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p nodalloc --test loom --release
 
+echo "== real NUMA: QEMU guests with 2 and 4 (+1 CPU-less) emulated nodes"
+numa-vm/run --nodes 2
+numa-vm/run --nodes 4 --memory-only-node
+
 echo "== all tests passed"

@@ -19,7 +19,8 @@ static void node_of_names_node_zero_for_the_main_threads_blocks(void) {
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         void *block = malloc(opaque_size(sizes[i]));
         CHECK(block != NULL, "malloc(%zu) failed", sizes[i]);
-        /* The first thread is bound to node 0 under every binding policy. */
+        /* The main thread lives on the node of its CPU: node 0 here (on one node, or started
+         * on CPU 0 alone with simulated nodes, as the harness does). */
         int node = NODALLOC(nodalloc_node_of)(block);
         CHECK(node == 0, "nodalloc_node_of(malloc(%zu)) = %d, expected 0", sizes[i], node);
         /* Any byte inside the block belongs to the same node. */

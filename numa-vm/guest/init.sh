@@ -1,0 +1,81 @@
+#!/bin/sh
+# /init of the numa-vm guest (busybox sh; copied into the initramfs by numa-vm/run). Runs every
+# test under every allocator, one process each, prints the RESULT lines on the console and
+# powers the guest off. The host script decides pass/fail from those lines; this script only
+# makes sure that a test which dies without a RESULT line still leaves one behind.
+# shellcheck disable=SC3040 # busybox ash has pipefail
+set -euo pipefail
+export PATH=/bin
+
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t tmpfs tmpfs /tmp
+
+# Kernel command line: numatest.filter=NAME keeps the tests whose name contains NAME;
+# numatest.env=NODALLOC_X=V (any number) adds NODALLOC_X=V to every nodalloc run.
+filter=""
+nodalloc_env=""
+# shellcheck disable=SC2013 # the command line is one line of words
+for word in $(cat /proc/cmdline); do
+    case "$word" in
+        numatest.filter=*) filter="${word#numatest.filter=}" ;;
+        numatest.env=*) nodalloc_env="$nodalloc_env ${word#numatest.env=}" ;;
+    esac
+done
+
+# Tests in run order; the nodalloc-only ones measure nodalloc's own machinery.
+tests="topology placement placement_agreeing origin_reuse binding.spread binding.one_cpu"
+tests="$tests binding.one_node binding.attr hoard_stress"
+# mimalloc before nodalloc: hoard_stress judges nodalloc against mimalloc's figure.
+allocators="glibc jemalloc mimalloc nodalloc"
+lib=/usr/lib/x86_64-linux-gnu
+
+plan=""
+for test in $tests; do
+    case "$test" in *"$filter"*) plan="$plan $test" ;; esac
+done
+echo "NUMATEST-PLAN$plan"
+[ -z "$nodalloc_env" ] || echo "nodalloc runs with:$nodalloc_env"
+/bin/numatest sysinfo
+
+results=/tmp/results
+: >"$results"
+for test in $plan; do
+    for allocator in $allocators; do
+        case "$test" in
+            topology | placement_agreeing | binding.*)
+                [ "$allocator" = nodalloc ] || continue ;;
+        esac
+        preload=""
+        options=""
+        case "$allocator" in
+            nodalloc) preload=/lib/nodalloc/libnodalloc.so; options="$nodalloc_env" ;;
+            jemalloc) preload=$lib/libjemalloc.so.2 ;;
+            mimalloc) preload=$lib/libmimalloc.so.2 ;;
+        esac
+        extra=""
+        case "$test" in
+            # A small region makes nodalloc spill, which shows the distance order it uses; the
+            # CPU check reads the masks interleave binding gives.
+            topology) extra="NODALLOC_REGION_SIZE=64M NODALLOC_BIND=interleave" ;;
+            binding.*) extra="NODALLOC_BIND=interleave" ;;
+            hoard_stress)
+                reference=$(sed -n 's/^RESULT hoard_stress mimalloc .* remote_pages=\([0-9]*\/[0-9]*\).*/\1/p' "$results")
+                extra="NUMATEST_REFERENCE=${reference:-none}" ;;
+        esac
+        out=/tmp/out
+        status=0
+        # shellcheck disable=SC2086 # $options and $extra are VAR=value words or empty
+        timeout 150 env ${preload:+LD_PRELOAD=$preload} $options $extra \
+            /bin/numatest "$test" "$allocator" >"$out" 2>&1 || status=$?
+        cat "$out"
+        cat "$out" >>"$results"
+        if ! grep -q "^RESULT $test $allocator " "$out"; then
+            verdict=info
+            [ "$allocator" = nodalloc ] && verdict=fail
+            echo "RESULT $test $allocator $verdict error=no-result exit=$status"
+        fi
+    done
+done
+echo "NUMATEST-END"
+poweroff -f
