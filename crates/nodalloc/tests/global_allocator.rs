@@ -57,19 +57,53 @@ impl Rng {
     }
 }
 
-/// Runs a scenario in a child process with extra environment; returns (success, stderr).
-fn run_child(scenario: &str, env: &[(&str, &str)]) -> (bool, String) {
+/// A command that re-runs this binary's `child_entry` for `scenario`.
+fn child_command(scenario: &str, env: &[(&str, &str)]) -> Command {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"]);
     command.env("NODALLOC_TEST_CHILD", scenario);
     for (key, value) in env {
         command.env(key, value);
     }
-    let output = command.output().expect("spawn the test binary");
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    command
+}
+
+/// Runs a child to completion within two minutes (a deadlock fails the test instead of hanging
+/// it); returns (success, stderr).
+fn run_bounded(mut command: Command) -> (bool, String) {
+    let mut child = command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the test binary");
+    let mut pipe = child.stderr.take().unwrap();
+    // Read concurrently, so a chatty child never blocks on a full pipe.
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut pipe, &mut text).ok();
+        text
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!(
+                "child did not finish within 120 s (deadlock?):\n{}",
+                reader.join().unwrap()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    (status.success(), reader.join().unwrap())
+}
+
+/// Runs a scenario in a child process with extra environment; returns (success, stderr).
+fn run_child(scenario: &str, env: &[(&str, &str)]) -> (bool, String) {
+    run_bounded(child_command(scenario, env))
 }
 
 #[test]
@@ -583,28 +617,8 @@ fn an_unbound_thread_follows_the_scheduler_to_another_node() {
 
 #[test]
 fn children_of_a_busy_multithreaded_parent_can_allocate() {
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    command.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"]);
-    command.env("NODALLOC_TEST_CHILD", "fork");
-    let mut child = command
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // A deadlock would hang: give it a bound instead.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let mut stderr = String::new();
-            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-            assert!(status.success() && stderr.contains("fork ok"), "{stderr}");
-            return;
-        }
-        if std::time::Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("fork scenario did not finish within 120 s: deadlock?");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let (ok, stderr) = run_child("fork", &[]);
+    assert!(ok && stderr.contains("fork ok"), "{stderr}");
 }
 
 #[test]
@@ -612,6 +626,26 @@ fn the_memory_limit_holds_under_four_threads_and_frees_make_room() {
     let (ok, stderr) = run_child("limit", &[("NODALLOC_LIMIT", "64M")]);
     assert!(ok, "child failed:\n{stderr}");
     assert!(stderr.contains("limit ok"), "{stderr}");
+}
+
+#[test]
+fn an_address_space_limit_shrinks_the_reservation_instead_of_failing() {
+    let mut command = child_command("stress", &[]);
+    // `ulimit -v 2G`: the default 1 TiB reservation cannot fit; the arena must shrink to it.
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+            let limit = libc::rlimit {
+                rlim_cur: 2 << 30,
+                rlim_max: 2 << 30,
+            };
+            libc::setrlimit(libc::RLIMIT_AS, &limit);
+            Ok(())
+        });
+    }
+    let (ok, stderr) = run_bounded(command);
+    assert!(ok, "child failed under RLIMIT_AS=2G:\n{stderr}");
+    assert!(stderr.contains("stress ok"), "{stderr}");
 }
 
 #[test]

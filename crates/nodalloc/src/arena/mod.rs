@@ -435,6 +435,32 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn an_exhausted_region_merges_dirty_and_clean_free_spans_before_failing() {
+        let arena = test_arena(1, 64 << 20, usize::MAX);
+        // Fill the whole region (64 MiB = 2048 units) with 64-unit spans.
+        let spans: Vec<usize> = (0..32)
+            .map(|_| arena.alloc_span(0, 64, 1, SpanUse::Large).unwrap().0)
+            .collect();
+        assert!(
+            arena.alloc_span(0, 1, 1, SpanUse::Large).is_none(),
+            "region should be full"
+        );
+        let mut sorted = spans.clone();
+        sorted.sort();
+        // Two neighbours freed in different states: one decommitted (clean), one dirty. They
+        // do not coalesce, so neither piece alone holds 128 units.
+        // SAFETY: the spans were handed out above and hold nothing.
+        unsafe { arena.free_span(sorted[10], 64) };
+        arena.purge(true);
+        // SAFETY: as above.
+        unsafe { arena.free_span(sorted[11], 64) };
+        let (address, _) = arena
+            .alloc_span(0, 128, 1, SpanUse::Large)
+            .expect("the two free neighbours together must serve 128 units");
+        assert_eq!(address, sorted[10]);
+    }
+
+    #[test]
     fn aligned_spans_are_aligned() {
         let arena = test_arena(1, 64 << 20, usize::MAX);
         for align_units in [1, 2, 4, 32] {

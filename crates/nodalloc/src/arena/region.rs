@@ -218,10 +218,28 @@ impl Region {
         let _guard = self.lock.lock();
         // SAFETY: the span lock is held.
         let state = unsafe { &mut *self.state.get() };
-        let (address, zeroed) = self.take_free(state, map, units, align_units).or_else(|| {
-            self.advance_frontier(state, map, units, align_units)
-                .map(|address| (address, true))
-        })?;
+        let (address, zeroed) = self
+            .take_free(state, map, units, align_units)
+            .or_else(|| {
+                self.advance_frontier(state, map, units, align_units)
+                    .map(|address| (address, true))
+            })
+            .or_else(|| {
+                // The region is exhausted. Dirty and clean free spans never merge, so free
+                // memory can be cut into pieces too small for the request: decommit every dirty
+                // span (it then coalesces with its clean neighbours) and look once more.
+                self.purge_locked(
+                    state,
+                    map,
+                    os::monotonic_ns().max(1),
+                    Decay {
+                        delay_ns: 0,
+                        retain_bytes: 0,
+                    },
+                    true,
+                );
+                self.take_free(state, map, units, align_units)
+            })?;
         self.tag_in_use(map, address, units, usage);
         if zeroed && usage == SpanUse::Large {
             // SAFETY: the span lock is held and the span is ours (just tagged).
