@@ -187,6 +187,22 @@ fn malloc_on_node_reaches_every_simulated_node() {
     }
 }
 
+/// Seeds that once failed (none yet) are kept here and replayed on every run, beside a few
+/// fresh ones; `scripts/fuzz.sh` runs random seeds for as long as it is given.
+const FUZZ_REGRESSION_SEEDS: &[u64] = &[];
+
+#[test]
+fn random_sequences_of_every_entry_point_match_the_shadow_model() {
+    let seeds = FUZZ_REGRESSION_SEEDS.iter().copied().chain([1, 2, 3]);
+    for seed in seeds {
+        for mode in MODES {
+            let mut fuzz = command("fuzz", mode);
+            fuzz.args([seed.to_string(), "20000".into(), "4".into()]);
+            run_passing("fuzz", mode, &mut fuzz);
+        }
+    }
+}
+
 #[test]
 fn threads_exchanging_blocks_survive_a_thousand_forks() {
     for mode in MODES {
