@@ -479,9 +479,7 @@ impl ThreadHeap {
         self.publish_all();
         self.flush_outboxes();
         heaps.maintain(self.node, now);
-        if self.follow_cpu {
-            self.rehome(heaps);
-        }
+        self.check_home();
     }
 
     /// Re-homes the heap if the thread now runs on another node (see `follow_cpu`). Cheap: one

@@ -101,6 +101,15 @@ fn run_bounded(mut command: Command) -> (bool, String) {
     (status.success(), reader.join().unwrap())
 }
 
+/// The scenarios that move threads between simulated nodes need a CPU per node.
+fn has_two_cpus() -> bool {
+    let two = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    if !two {
+        eprintln!("needs two CPUs; skipped");
+    }
+    two
+}
+
 /// Runs a scenario in a child process with extra environment; returns (success, stderr).
 fn run_child(scenario: &str, env: &[(&str, &str)]) -> (bool, String) {
     run_bounded(child_command(scenario, env))
@@ -618,12 +627,7 @@ fn a_commit_on_demand_heap_serves_the_stress() {
 
 #[test]
 fn a_repinned_thread_rehomes_and_binding_never_widens_a_mask() {
-    if std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        < 2
-    {
-        eprintln!("needs two CPUs; skipped");
+    if !has_two_cpus() {
         return;
     }
     let (ok, stderr) = run_child("repin", &[("NODALLOC_SIMULATE_NODES", "2")]);
@@ -633,12 +637,7 @@ fn a_repinned_thread_rehomes_and_binding_never_widens_a_mask() {
 
 #[test]
 fn an_unbound_thread_follows_the_scheduler_to_another_node() {
-    if std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        < 2
-    {
-        eprintln!("needs two CPUs; skipped");
+    if !has_two_cpus() {
         return;
     }
     let (ok, stderr) = run_child(

@@ -524,12 +524,15 @@ impl Region {
         let new_frontier = (round_up(needed_end - self.start, CHUNK_UNITS << UNIT_SHIFT)
             + self.start)
             .max(state.frontier);
-        if new_frontier > self.end || needed_end > self.end {
+        // On failure, the clean span taken off the frontier goes back.
+        let give_back = |region: &Self, state: &mut PoolState| {
             if start != state.frontier {
-                // Put back the span we took off the frontier.
                 let length = (state.frontier - start) >> UNIT_SHIFT;
-                self.insert_free(state, map, map.unit_of(start), length, 0);
+                region.insert_free(state, map, map.unit_of(start), length, 0);
             }
+        };
+        if new_frontier > self.end || needed_end > self.end {
+            give_back(self, state);
             return None;
         }
         let charged = self.charge(units << UNIT_SHIFT);
@@ -539,10 +542,7 @@ impl Region {
             if charged {
                 self.uncharge(units << UNIT_SHIFT);
             }
-            if start != state.frontier {
-                let length = (state.frontier - start) >> UNIT_SHIFT;
-                self.insert_free(state, map, map.unit_of(start), length, 0);
-            }
+            give_back(self, state);
             return None;
         }
         if aligned > start {
