@@ -25,7 +25,12 @@ done
 
 # Tests in run order; the nodalloc-only ones measure nodalloc's own machinery.
 tests="topology placement placement_agreeing origin_reuse binding.spread binding.one_cpu"
-tests="$tests binding.one_node binding.attr hoard_stress"
+tests="$tests binding.one_node binding.attr binding.policies mempolicy small_node_spill"
+# cpuless_explicit only where a node has memory and no CPU (numa-vm/run --memory-only-node).
+if [ "$(cat /sys/devices/system/node/has_memory)" != "$(cat /sys/devices/system/node/has_cpu)" ]; then
+    tests="$tests cpuless_explicit"
+fi
+tests="$tests hoard_stress"
 # mimalloc before nodalloc: hoard_stress judges nodalloc against mimalloc's figure.
 allocators="glibc jemalloc mimalloc nodalloc"
 lib=/usr/lib/x86_64-linux-gnu
@@ -43,7 +48,7 @@ results=/tmp/results
 for test in $plan; do
     for allocator in $allocators; do
         case "$test" in
-            topology | placement_agreeing | binding.*)
+            topology | placement_agreeing | binding.* | mempolicy | small_node_spill | cpuless_explicit)
                 [ "$allocator" = nodalloc ] || continue ;;
         esac
         preload=""
@@ -58,6 +63,8 @@ for test in $plan; do
             # A small region makes nodalloc spill, which shows the distance order it uses; the
             # CPU check reads the masks interleave binding gives.
             topology) extra="NODALLOC_REGION_SIZE=64M NODALLOC_BIND=interleave" ;;
+            # binding.policies, mempolicy and small_node_spill set their options in the
+            # children they start (options are read at start-up).
             binding.*) extra="NODALLOC_BIND=interleave" ;;
             hoard_stress)
                 reference=$(sed -n 's/^RESULT hoard_stress mimalloc .* remote_pages=\([0-9]*\/[0-9]*\).*/\1/p' "$results")
@@ -65,11 +72,13 @@ for test in $plan; do
         esac
         out=/tmp/out
         status=0
+        began=$(date +%s)
         # shellcheck disable=SC2086 # $options and $extra are VAR=value words or empty
         timeout 150 env ${preload:+LD_PRELOAD=$preload} $options $extra \
             /bin/numatest "$test" "$allocator" >"$out" 2>&1 || status=$?
         cat "$out"
         cat "$out" >>"$results"
+        echo "NUMATEST-TIME $test $allocator $(($(date +%s) - began)) s"
         if ! grep -q "^RESULT $test $allocator " "$out"; then
             verdict=info
             [ "$allocator" = nodalloc ] && verdict=fail

@@ -3,6 +3,7 @@
  *
  *   numatest sysinfo
  *   numatest <test> <allocator>
+ *   numatest <test>.child nodalloc <argument>   (started by a test itself: run_child)
  *
  * The allocator is whatever malloc the process runs with (LD_PRELOAD or none); its name only
  * labels the output and decides the verdict: nodalloc's figures are checked against its targets
@@ -29,6 +30,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1067,6 +1069,725 @@ static void test_hoard_stress(void) {
         extra);
 }
 
+/* ---------------------------------------------------------------- child processes */
+
+/* nodalloc reads its options and the task memory policy once, at start-up: a test that varies
+ * them runs this program again in a child (fork + exec of /proc/self/exe) as
+ * `numatest <child-mode> nodalloc <argument>`, with `assignments` ("NAME=VALUE") added to the
+ * environment and, when `bind_mask` is not NULL (bit i = /sys node i, MAX_NODES bits), the
+ * task memory policy MPOL_BIND to those nodes set before the exec (inherited across it, as numactl --membind does). The child's output (stdout
+ * and stderr) lands in `output`; returns the child's wait status. */
+#define MPOL_BIND_MODE 2
+static int run_child(const char *mode, const char *argument, const char *const *assignments,
+                     const unsigned long *bind_mask, char *output, size_t size) {
+    int fds[2];
+    if (pipe(fds) != 0)
+        die("pipe");
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        close(fds[1]);
+        for (int i = 0; assignments && assignments[i]; i++) {
+            char name[128];
+            const char *equals = strchr(assignments[i], '=');
+            size_t length = equals ? (size_t)(equals - assignments[i]) : 0;
+            if (!equals || length >= sizeof name)
+                _exit(3);
+            memcpy(name, assignments[i], length);
+            name[length] = 0;
+            setenv(name, equals + 1, 1);
+        }
+        if (bind_mask) {
+            /* maxnode counts one bit more than the kernel reads. */
+            if (syscall(SYS_set_mempolicy, MPOL_BIND_MODE, bind_mask, MAX_NODES + 1UL) != 0) {
+                out("CHILD set_mempolicy failed errno=%d\n", errno);
+                _exit(4);
+            }
+        }
+        execl("/proc/self/exe", "numatest", mode, "nodalloc", argument, (char *)NULL);
+        _exit(5);
+    }
+    close(fds[1]);
+    size_t used = 0;
+    for (;;) {
+        ssize_t n = read(fds[0], output + used, size - 1 - used);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        used += (size_t)n;
+        if (used == size - 1) { /* full: drain the rest so the child never blocks */
+            char sink[4096];
+            while (read(fds[0], sink, sizeof sink) > 0)
+                ;
+            break;
+        }
+    }
+    output[used] = 0;
+    close(fds[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    return status;
+}
+
+/* Runs a child that prints the RESULT line itself; passes its output on, and reports a failure
+ * when it ended without one (crashed, killed, or the exec failed). */
+static void run_reporting_child(const char *test, const char *mode, const char *argument,
+                                const char *const *assignments) {
+    static char output[1 << 16];
+    int status = run_child(mode, argument, assignments, NULL, output, sizeof output);
+    out("%s", output);
+    if (!strstr(output, "RESULT ") || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        out("RESULT %s %s fail error=child exited=%d status=%d signal=%d\n", test, allocator,
+            WIFEXITED(status), WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+            WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+static int write_file(const char *path, const char *text) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    ssize_t n = write(fd, text, strlen(text));
+    close(fd);
+    return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+/* The /sys node id of a CPU, -1 if none. */
+static int node_of_cpu(int cpu) {
+    for (int i = 0; i < node_count; i++)
+        if (cpu >= 0 && cpu < CPU_SETSIZE && CPU_ISSET(cpu, &nodes[i].cpus))
+            return nodes[i].os_id;
+    return -1;
+}
+
+static struct node *node_by_os_id(int os_id) {
+    for (int i = 0; i < node_count; i++)
+        if (nodes[i].os_id == os_id)
+            return &nodes[i];
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- page sets */
+
+/* Distinct pages of a set of objects, and how many of them the kernel has on each node. */
+struct page_set {
+    uintptr_t *pages;
+    long count, capacity;
+};
+
+static void page_set_init(struct page_set *s, long capacity) {
+    s->pages = xmap(sizeof *s->pages * capacity);
+    s->count = 0;
+    s->capacity = capacity;
+}
+
+static void page_set_add(struct page_set *s, const void *object, size_t size) {
+    uintptr_t first = (uintptr_t)object & ~(PAGE - 1);
+    uintptr_t last = ((uintptr_t)object + size - 1) & ~(PAGE - 1);
+    for (uintptr_t page = first; page <= last; page += PAGE) {
+        if (s->count == s->capacity)
+            die("page-set-full");
+        s->pages[s->count++] = page;
+    }
+}
+
+/* Sorts and deduplicates, then fills per_node[os id] (and *absent: pages with no node). */
+static void page_set_count(struct page_set *s, long *per_node, long *absent) {
+    qsort(s->pages, s->count, sizeof *s->pages, compare_pointers);
+    long distinct = 0;
+    for (long i = 0; i < s->count; i++)
+        if (distinct == 0 || s->pages[distinct - 1] != s->pages[i])
+            s->pages[distinct++] = s->pages[i];
+    s->count = distinct;
+    for (int i = 0; i < MAX_NODES; i++)
+        per_node[i] = 0;
+    *absent = 0;
+    enum { CHUNK = 1024 };
+    void *batch[CHUNK];
+    int status[CHUNK];
+    for (long at = 0; at < distinct; at += CHUNK) {
+        long n = distinct - at < CHUNK ? distinct - at : CHUNK;
+        for (long i = 0; i < n; i++)
+            batch[i] = (void *)s->pages[at + i];
+        page_nodes(batch, n, status);
+        for (long i = 0; i < n; i++) {
+            if (status[i] >= 0 && status[i] < MAX_NODES)
+                per_node[status[i]]++;
+            else
+                ++*absent;
+        }
+    }
+}
+
+/* "node:pages,..." for the nodes that hold any. */
+static void per_node_text(const long *per_node, long absent, char *buffer, size_t size) {
+    size_t used = 0;
+    buffer[0] = 0;
+    for (int i = 0; i < MAX_NODES; i++)
+        if (per_node[i])
+            append(buffer, size, &used, "%s%d:%ld", used ? "," : "", i, per_node[i]);
+    if (absent)
+        append(buffer, size, &used, "%sabsent:%ld", used ? "," : "", absent);
+    if (!used)
+        snprintf(buffer, size, "-");
+}
+
+/* An ordinary mix of touched objects: 2048 x 64 B, 32 x 16 KiB, 2 x 1 MiB, 1 x 4 MiB (about
+ * 6.6 MiB; small enough for TCG). Kept (leaked) so that the pages stay put until counted. */
+static void allocate_mix(struct page_set *s) {
+    static const size_t sizes[] = {64, 16 << 10, 1 << 20, 4 << 20};
+    static const int counts[] = {2048, 32, 2, 1};
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < counts[r]; i++) {
+            char *p = malloc(sizes[r]);
+            if (!p)
+                die("malloc");
+            for (size_t offset = 0; offset < sizes[r]; offset += PAGE)
+                p[offset] = 1;
+            p[sizes[r] - 1] = 1;
+            page_set_add(s, p, sizes[r]);
+        }
+}
+
+/* ---------------------------------------------------------------- binding.policies */
+
+/* The child: creates `count` workers one at a time, each keeps running until all exist (so no
+ * heap is handed from an exited thread to a new one). Prints the main thread's mask and, per
+ * worker, "W k cpu_before cpu_after node_of_index mask". */
+struct policy_worker {
+    pthread_t thread;
+    int cpu_before, cpu_after, node_index;
+    cpu_set_t mask;
+};
+
+static sem_t released;
+
+static void *policy_thread(void *argument) {
+    struct policy_worker *w = argument;
+    w->cpu_before = sched_getcpu();
+    char *volatile p = malloc(64);
+    if (!p)
+        die("malloc");
+    *p = 1;
+    w->node_index = na_node_of(p);
+    w->cpu_after = sched_getcpu();
+    sched_getaffinity(0, sizeof w->mask, &w->mask);
+    sem_post(&started);
+    while (sem_wait(&released) != 0 && errno == EINTR)
+        ;
+    free(p);
+    return NULL;
+}
+
+static void child_policy_workers(int count) {
+    first_malloc(); /* the main thread's heap first: it is heap 0 */
+    cpu_set_t mask;
+    sched_getaffinity(0, sizeof mask, &mask);
+    char text[512];
+    cpuset_text(&mask, text, sizeof text);
+    out("M %s\n", text);
+    sem_init(&released, 0, 0);
+    struct policy_worker *workers = xmap(sizeof *workers * count);
+    for (int i = 0; i < count; i++) {
+        if (pthread_create(&workers[i].thread, NULL, policy_thread, &workers[i]) != 0)
+            die("pthread_create");
+        while (sem_wait(&started) != 0 && errno == EINTR)
+            ;
+    }
+    for (int i = 0; i < count; i++)
+        sem_post(&released);
+    for (int i = 0; i < count; i++)
+        pthread_join(workers[i].thread, NULL);
+    for (int i = 0; i < count; i++) {
+        cpuset_text(&workers[i].mask, text, sizeof text);
+        out("W %d %d %d %d %s\n", i, workers[i].cpu_before, workers[i].cpu_after,
+            workers[i].node_index, text);
+    }
+}
+
+static void parse_mask(const char *text, cpu_set_t *set) {
+    CPU_ZERO(set);
+    if (strncmp(text, "none", 4))
+        parse_list(text, add_cpu, set);
+}
+
+/* The node (/sys id) a policy gives the heap with index `index` (heap 0 is the main thread's,
+ * which is never bound: worker k has index k + 1). */
+static int policy_node(const char *policy, int index, const int *map, int map_length) {
+    if (!strcmp(policy, "interleave"))
+        return cpu_node_os_id(index);
+    if (!strcmp(policy, "saturate")) {
+        int total = 0;
+        for (int k = 0; k < cpu_node_count; k++)
+            total += usable_node(cpu_nodes[k])->cpu_count;
+        int position = index % total;
+        for (int k = 0; k < cpu_node_count; k++) {
+            int cpus = usable_node(cpu_nodes[k])->cpu_count;
+            if (position < cpus)
+                return cpu_node_os_id(k);
+            position -= cpus;
+        }
+        return cpu_node_os_id(0);
+    }
+    if (!strcmp(policy, "map"))
+        return map[index % map_length];
+    return -1; /* none: wherever the thread runs */
+}
+
+static void test_binding_policies(void) {
+    const char *test = "binding.policies";
+    if (!is_nodalloc) {
+        out("RESULT %s %s info skipped=nodalloc-only\n", test, allocator);
+        return;
+    }
+    if (cpu_node_count < 2)
+        die("needs-two-nodes-with-cpus");
+    int count = 2 * cpu_node_count;
+    /* The map: on 2 CPU nodes "1 1 0"; on 4, an asymmetric 5 entries (node 0 once, node 3
+     * twice, a length that is no multiple of the node count), as /sys ids, with a comment and
+     * a comma to exercise the parser. */
+    int map[8], map_length = 0;
+    if (cpu_node_count >= 4) {
+        int pattern[] = {3, 3, 1, 0, 2};
+        for (int i = 0; i < 5; i++)
+            map[map_length++] = cpu_node_os_id(pattern[i]);
+    } else {
+        map[map_length++] = cpu_node_os_id(cpu_node_count - 1);
+        map[map_length++] = cpu_node_os_id(cpu_node_count - 1);
+        map[map_length++] = cpu_node_os_id(0);
+    }
+    char map_text[128];
+    size_t used = 0;
+    map_text[0] = 0;
+    append(map_text, sizeof map_text, &used, "# numatest binding.policies\n");
+    for (int i = 0; i < map_length; i++)
+        append(map_text, sizeof map_text, &used, "%d%s", map[i], i == 0 ? ", " : " ");
+    append(map_text, sizeof map_text, &used, "\n");
+    const char *map_path = "/tmp/numatest-bind.map";
+    if (write_file(map_path, map_text) != 0)
+        die("write-map-file");
+
+    cpu_set_t parent_mask;
+    sched_getaffinity(0, sizeof parent_mask, &parent_mask);
+    static const char *policies[] = {"interleave", "saturate", "map", "none"};
+    char report[4096] = "";
+    size_t report_used = 0;
+    int all_met = 1;
+    char count_text[16];
+    snprintf(count_text, sizeof count_text, "%d", count);
+    for (int p = 0; p < 4; p++) {
+        const char *policy = policies[p];
+        char assignment[160];
+        if (!strcmp(policy, "map"))
+            snprintf(assignment, sizeof assignment, "NODALLOC_BIND=map:%s", map_path);
+        else
+            snprintf(assignment, sizeof assignment, "NODALLOC_BIND=%s", policy);
+        const char *assignments[] = {assignment, NULL};
+        static char output[1 << 16];
+        int status = run_child("binding.policies.child", count_text, assignments, NULL, output,
+                               sizeof output);
+        char words[200]; /* the child's first words, kept before the lines are split */
+        size_t word_length = strnlen(output, sizeof words - 1);
+        memcpy(words, output, word_length);
+        words[word_length] = 0;
+        int ok = 0, seen = 0, stable = 0;
+        char got[512] = "", bad[1024] = "";
+        size_t got_used = 0, bad_used = 0;
+        cpu_set_t child_main;
+        CPU_ZERO(&child_main);
+        for (char *line = output; line && *line;) {
+            char *end = strchr(line, '\n');
+            if (end)
+                *end = 0;
+            if (line[0] == 'M' && line[1] == ' ') {
+                parse_mask(line + 2, &child_main);
+            } else if (line[0] == 'W' && line[1] == ' ') {
+                int k, before, after, index;
+                char mask_text[512];
+                if (sscanf(line + 2, "%d %d %d %d %511s", &k, &before, &after, &index,
+                           mask_text) == 5) {
+                    cpu_set_t mask;
+                    parse_mask(mask_text, &mask);
+                    int node_of = os_id_of_index(index);
+                    int run_node = node_of_cpu(after);
+                    int want = policy_node(policy, k + 1, map, map_length);
+                    int good;
+                    if (want < 0) { /* none: mask unchanged, memory where it runs */
+                        int migrated = node_of_cpu(before) != run_node;
+                        stable += !migrated;
+                        good = CPU_EQUAL(&mask, &parent_mask) && CPU_EQUAL(&mask, &child_main) &&
+                               (migrated || node_of == run_node);
+                    } else {
+                        stable++;
+                        cpu_set_t expected;
+                        CPU_AND(&expected, &node_by_os_id(want)->cpus, &parent_mask);
+                        good = CPU_EQUAL(&mask, &expected) && run_node == want &&
+                               node_of == want;
+                    }
+                    seen++;
+                    ok += good;
+                    append(got, sizeof got, &got_used, "%s%d", k ? "," : "", node_of);
+                    if (!good)
+                        append(bad, sizeof bad, &bad_used,
+                               "%st%d:want%d,cpu%d>%d(node%d),node_of%d,mask{%s}",
+                               bad_used ? ";" : "", k, want, before, after, run_node, node_of,
+                               mask_text);
+                }
+            }
+            line = end ? end + 1 : NULL;
+        }
+        int exited = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        /* none: at least half the threads must not have migrated mid-probe, or nothing was
+         * measured. */
+        int met = exited && seen == count && ok == count && stable * 2 >= count;
+        all_met = all_met && met;
+        append(report, sizeof report, &report_used, " %s=%d/%d[%s]", policy, ok, count,
+               got[0] ? got : "-");
+        if (!strcmp(policy, "none"))
+            append(report, sizeof report, &report_used, " none_unmigrated=%d/%d", stable,
+                   count);
+        if (!exited)
+            append(report, sizeof report, &report_used, " %s_child_status=%d", policy, status);
+        if (bad[0])
+            append(report, sizeof report, &report_used, " %s_bad=%s", policy, bad);
+        if (!exited || seen != count) {
+            /* Keep the child's last words, on one line. */
+            for (char *c = words; *c; c++)
+                if (*c == '\n' || *c == ' ')
+                    *c = '|';
+            append(report, sizeof report, &report_used, " %s_output=%s", policy, words);
+        }
+    }
+    char parent_text[256];
+    cpuset_text(&parent_mask, parent_text, sizeof parent_text);
+    char map_line[64];
+    used = 0;
+    map_line[0] = 0;
+    for (int i = 0; i < map_length; i++)
+        append(map_line, sizeof map_line, &used, "%s%d", i ? "," : "", map[i]);
+    /* The figures list the node (nodalloc_node_of, as /sys id) of each worker's first block,
+     * in creation order; worker k is heap k + 1 (the main thread's heap is 0). */
+    out("RESULT %s %s %s workers=%d%s map=%s parent_mask={%s}\n", test, allocator,
+        verdict(all_met), count, report, map_line, parent_text);
+}
+
+/* ---------------------------------------------------------------- mempolicy */
+
+/* The node count from nodalloc's statistics ("nodalloc <v>: N node(s), ..."), -1 if absent. */
+static int nodalloc_reported_nodes(void) {
+    int fds[2];
+    if (pipe(fds) != 0)
+        die("pipe");
+    na_stats_print(fds[1]);
+    close(fds[1]);
+    char text[8192];
+    ssize_t length = read(fds[0], text, sizeof text - 1);
+    close(fds[0]);
+    text[length > 0 ? length : 0] = 0;
+    char *colon = strstr(text, ": ");
+    if (colon && strstr(colon, " node(s)"))
+        return (int)strtol(colon + 2, NULL, 10);
+    return -1;
+}
+
+static void *mix_thread(void *argument) {
+    struct worker *w = argument;
+    allocate_mix(w->context);
+    sem_post(&started);
+    return NULL;
+}
+
+static void add_int(int value, void *list) {
+    int *l = list; /* l[0] = count, then the values */
+    if (l[0] < MAX_NODES)
+        l[1 + l[0]++] = value;
+}
+
+/* The child, started under MPOL_BIND to the /sys nodes in `list` ("1,3"): nodalloc must see
+ * those nodes only, indexed densely in /sys order (index k = the k-th allowed node), refuse
+ * every other index with EINVAL, and put every page of explicit (64 B and 4 MiB per index) and
+ * ordinary allocations (main thread and one worker) on the allowed nodes. Prints one line:
+ * "CASE met=0|1 key=value ...". */
+static void child_mempolicy(const char *list) {
+    int allowed[1 + MAX_NODES] = {0};
+    parse_list(list, add_int, allowed);
+    int n = allowed[0];
+    unsigned long mask[MAX_NODES / 64 + 1] = {0};
+    int mode = -1;
+    if (syscall(SYS_get_mempolicy, &mode, mask, MAX_NODES + 1UL, NULL, 0UL) != 0)
+        die("get_mempolicy");
+    first_malloc();
+    int reported = nodalloc_reported_nodes();
+    int valid = 0, index_ok = 0, refused_einval = 0;
+    long explicit_pages = 0, explicit_on_target = 0;
+    struct page_set *set = xmap(sizeof *set);
+    page_set_init(set, 1 << 16);
+    struct page_set *one = xmap(sizeof *one);
+    page_set_init(one, 2048);
+    long per_node[MAX_NODES], absent;
+    for (int k = 0; k < MAX_NODES; k++) {
+        errno = 0;
+        char *small = na_malloc_on_node(64, k);
+        if (!small) {
+            refused_einval += errno == EINVAL;
+            continue;
+        }
+        valid++;
+        char *large = na_malloc_on_node(4 << 20, k);
+        if (!large)
+            die("malloc_on_node-large");
+        memset(small, 1, 64);
+        for (size_t offset = 0; offset < (4 << 20); offset += PAGE)
+            large[offset] = 1;
+        one->count = 0;
+        page_set_add(one, small, 64);
+        page_set_add(one, large, 4 << 20);
+        page_set_add(set, small, 64);
+        page_set_add(set, large, 4 << 20);
+        page_set_count(one, per_node, &absent);
+        int target = k < n ? allowed[1 + k] : -1;
+        explicit_pages += one->count;
+        explicit_on_target += target >= 0 ? per_node[target] : 0;
+        index_ok += k < n && na_node_of(small) == k && na_node_of(large) == k;
+    }
+    allocate_mix(set); /* the main thread */
+    struct worker *workers = xmap(sizeof *workers);
+    workers[0].context = set; /* the worker runs alone: the main thread waits on `started` */
+    start_workers(workers, 1, mix_thread);
+    join_workers(workers, 1);
+    page_set_count(set, per_node, &absent);
+    long on_allowed = 0;
+    for (int i = 0; i < n; i++)
+        on_allowed += per_node[allowed[1 + i]];
+    char placed[256], f_allowed[64], f_explicit[64];
+    per_node_text(per_node, absent, placed, sizeof placed);
+    fraction(f_allowed, sizeof f_allowed, on_allowed, set->count);
+    fraction(f_explicit, sizeof f_explicit, explicit_on_target, explicit_pages);
+    int met = mode == MPOL_BIND_MODE && reported == n && valid == n && index_ok == n &&
+              refused_einval == MAX_NODES - n && on_allowed == set->count &&
+              explicit_on_target == explicit_pages;
+    out("CASE met=%d membind={%s} task_policy=%d nodes_reported=%d/%d "
+        "malloc_on_node_valid=%d/%d index_to_node=%d/%d refused_einval=%d "
+        "explicit_pages_on_index_node=%s all_pages_on_allowed=%s pages_by_node=%s\n",
+        met, list, mode, reported, n, valid, MAX_NODES, index_ok, n, refused_einval, f_explicit,
+        f_allowed, placed);
+}
+
+/* Runs the child under each membind case and reports one line. Cases: the last node with CPUs
+ * alone (not node 0, where memory would land by default anyway); and, with 3 or more nodes, the
+ * CPU node 1 and the last node with memory (the CPU-less one when there is one), so that
+ * nodalloc's dense indices differ from the /sys ids. */
+static void test_mempolicy(void) {
+    const char *test = "mempolicy";
+    if (!is_nodalloc) {
+        out("RESULT %s %s info skipped=nodalloc-only\n", test, allocator);
+        return;
+    }
+    int cases[2][2], case_sizes[2], case_count = 0;
+    cases[case_count][0] = cpu_node_os_id(cpu_node_count - 1);
+    case_sizes[case_count++] = 1;
+    if (usable_count >= 3 && cpu_node_count >= 2) {
+        cases[case_count][0] = cpu_node_os_id(1);
+        cases[case_count][1] = os_id_of_index(usable_count - 1);
+        case_sizes[case_count++] = 2;
+    }
+    char report[4096] = "";
+    size_t used = 0;
+    int all_met = 1;
+    for (int c = 0; c < case_count; c++) {
+        unsigned long mask[MAX_NODES / 64 + 1] = {0};
+        char list[64] = "";
+        size_t list_used = 0;
+        for (int i = 0; i < case_sizes[c]; i++) {
+            mask[cases[c][i] / 64] |= 1UL << (cases[c][i] % 64);
+            append(list, sizeof list, &list_used, "%s%d", i ? "," : "", cases[c][i]);
+        }
+        static char output[1 << 16];
+        int status = run_child("mempolicy.child", list, NULL, mask, output, sizeof output);
+        char *line = strstr(output, "CASE met=");
+        int met = line && line[9] == '1' && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        all_met = all_met && met;
+        if (line) {
+            char *end = strchr(line, '\n');
+            if (end)
+                *end = 0;
+            append(report, sizeof report, &used, " case%d:%s", c + 1, line + 5);
+        } else {
+            for (char *ch = output; *ch; ch++)
+                if (*ch == '\n' || *ch == ' ')
+                    *ch = '|';
+            append(report, sizeof report, &used, " case%d:error=no-case status=%d output=%.200s",
+                   c + 1, status, output);
+        }
+    }
+    out("RESULT %s %s %s cases=%d%s\n", test, allocator, verdict(all_met), case_count, report);
+}
+
+/* ---------------------------------------------------------------- small_node_spill */
+
+#define SPILL_BLOCK (4UL << 20)
+#define SPILL_BLOCKS 24 /* 96 MiB held against 64 MiB regions */
+
+static void *spill_thread(void *argument) {
+    struct worker *w = argument;
+    thread_start(w); /* pinned to node 0, where the map binds it too */
+    char **blocks = w->context;
+    for (int i = 0; i < SPILL_BLOCKS; i++) {
+        blocks[i] = malloc(SPILL_BLOCK);
+        if (blocks[i])
+            for (size_t offset = 0; offset < SPILL_BLOCK; offset += PAGE)
+                blocks[i][offset] = (char)i;
+    }
+    return NULL;
+}
+
+/* The child (NODALLOC_REGION_SIZE=64M, NODALLOC_BIND=map to node 0): one worker on node 0
+ * holds 24 touched 4 MiB blocks. Node 0's region fills; the rest must come from the node
+ * nearest to node 0 by its /sys row, and every page of every block must be on the node
+ * nodalloc_node_of names. */
+static void child_small_node_spill(void) {
+    const char *test = "small_node_spill";
+    first_malloc();
+    char **blocks = xmap(sizeof *blocks * SPILL_BLOCKS);
+    struct worker *workers = xmap(sizeof *workers);
+    workers[0].context = blocks;
+    worker_pin(&workers[0], 0);
+    start_workers(workers, 1, spill_thread);
+    join_workers(workers, 1);
+    int home = cpu_nodes[0], nearest = nearest_usable(home);
+    int non_null = 0, on_home = 0, on_nearest = 0, elsewhere = 0, first_spill = -1;
+    int blocks_on_named = 0, ordered = 1;
+    long pages = 0, pages_on_named = 0;
+    char sequence[256] = "";
+    size_t used = 0;
+    int spilled = 0;
+    for (int i = 0; i < SPILL_BLOCKS; i++) {
+        if (!blocks[i])
+            continue;
+        non_null++;
+        int index = na_node_of(blocks[i]);
+        if (index == home) {
+            on_home++;
+            if (spilled)
+                ordered = 0; /* back home after a spill: only at a region's end, never mid-way */
+        } else {
+            spilled = 1;
+            if (first_spill < 0)
+                first_spill = i;
+            if (index == nearest)
+                on_nearest++;
+            else
+                elsewhere++;
+        }
+        append(sequence, sizeof sequence, &used, "%s%d", i ? "," : "", os_id_of_index(index));
+        void *addresses[SPILL_BLOCK / PAGE];
+        int status[SPILL_BLOCK / PAGE];
+        for (unsigned long p = 0; p < SPILL_BLOCK / PAGE; p++)
+            addresses[p] = blocks[i] + p * PAGE;
+        page_nodes(addresses, SPILL_BLOCK / PAGE, status);
+        long good = 0;
+        for (unsigned long p = 0; p < SPILL_BLOCK / PAGE; p++)
+            good += status[p] == os_id_of_index(index);
+        pages += SPILL_BLOCK / PAGE;
+        pages_on_named += good;
+        blocks_on_named += good == (long)(SPILL_BLOCK / PAGE);
+    }
+    char f_pages[64];
+    fraction(f_pages, sizeof f_pages, pages_on_named, pages);
+    /* 64 MiB regions hold at most 16 blocks of 4 MiB: the home node gives at most that, and at
+     * least one block must have spilled (24 x 4 MiB = 96 MiB). */
+    int met = non_null == SPILL_BLOCKS && on_home >= 1 && on_home <= 16 && on_nearest >= 1 &&
+              elsewhere == 0 && ordered && blocks_on_named == SPILL_BLOCKS &&
+              workers[0].home_os_id == cpu_node_os_id(0);
+    out("RESULT %s %s %s blocks=%d non_null=%d home=node%d on_home=%d spilled_to_nearest=%d "
+        "nearest=node%d elsewhere=%d first_spill=block%d pages_on_named_node=%s "
+        "blocks_all_pages_on_named=%d/%d thread_home=node%d node_sequence=%s\n",
+        test, allocator, verdict(met), SPILL_BLOCKS, non_null, os_id_of_index(home), on_home,
+        on_nearest, os_id_of_index(nearest), elsewhere, first_spill, f_pages, blocks_on_named,
+        SPILL_BLOCKS, workers[0].home_os_id, sequence);
+}
+
+static void test_small_node_spill(void) {
+    const char *test = "small_node_spill";
+    if (!is_nodalloc) {
+        out("RESULT %s %s info skipped=nodalloc-only\n", test, allocator);
+        return;
+    }
+    const char *map_path = "/tmp/numatest-node0.map";
+    char map_text[32];
+    snprintf(map_text, sizeof map_text, "%d\n", cpu_node_os_id(0));
+    if (write_file(map_path, map_text) != 0)
+        die("write-map-file");
+    const char *assignments[] = {"NODALLOC_REGION_SIZE=64M",
+                                 "NODALLOC_BIND=map:/tmp/numatest-node0.map", NULL};
+    run_reporting_child(test, "small_node_spill.child", "-", assignments);
+}
+
+/* ---------------------------------------------------------------- cpuless_explicit */
+
+static void test_cpuless_explicit(void) {
+    const char *test = "cpuless_explicit";
+    if (!is_nodalloc) {
+        out("RESULT %s %s info skipped=nodalloc-only\n", test, allocator);
+        return;
+    }
+    int cpuless = -1;
+    for (int k = 0; k < usable_count; k++)
+        if (usable_node(k)->cpu_count == 0) {
+            cpuless = k;
+            break;
+        }
+    if (cpuless < 0) {
+        out("RESULT %s %s info skipped=no-cpuless-node\n", test, allocator);
+        return;
+    }
+    int cpuless_os = os_id_of_index(cpuless);
+    /* Ordinary mallocs: the main thread, then one worker per CPU node (bound by nodalloc,
+     * one at a time); none of their pages may be on the CPU-less node. */
+    struct page_set *set = xmap(sizeof *set);
+    page_set_init(set, 1 << 17);
+    first_malloc();
+    allocate_mix(set);
+    struct worker *workers = xmap(sizeof *workers * cpu_node_count);
+    for (int i = 0; i < cpu_node_count; i++)
+        workers[i].context = set; /* one at a time: start_workers waits for each */
+    start_workers(workers, cpu_node_count, mix_thread);
+    join_workers(workers, cpu_node_count);
+    long per_node[MAX_NODES], absent;
+    page_set_count(set, per_node, &absent);
+    char placed[256], f_ordinary[64];
+    per_node_text(per_node, absent, placed, sizeof placed);
+    fraction(f_ordinary, sizeof f_ordinary, per_node[cpuless_os], set->count);
+    long ordinary_on_cpuless = per_node[cpuless_os];
+
+    /* Explicit: 64 B and 4 MiB on the CPU-less node, every page there. */
+    struct page_set *explicit = xmap(sizeof *explicit);
+    page_set_init(explicit, 4096);
+    char *small = na_malloc_on_node(64, cpuless);
+    char *large = na_malloc_on_node(4 << 20, cpuless);
+    if (!small || !large)
+        die("malloc_on_node");
+    memset(small, 1, 64);
+    for (size_t offset = 0; offset < (4 << 20); offset += PAGE)
+        large[offset] = 1;
+    page_set_add(explicit, small, 64);
+    page_set_add(explicit, large, 4 << 20);
+    int named = na_node_of(small) == cpuless && na_node_of(large) == cpuless;
+    page_set_count(explicit, per_node, &absent);
+    char f_explicit[64];
+    fraction(f_explicit, sizeof f_explicit, per_node[cpuless_os], explicit->count);
+    int met = ordinary_on_cpuless == 0 && absent == 0 && named &&
+              per_node[cpuless_os] == explicit->count;
+    out("RESULT %s %s %s cpuless=node%d ordinary_pages_on_cpuless=%s ordinary_by_node=%s "
+        "explicit_pages_on_cpuless=%s explicit_node_of=%d\n",
+        test, allocator, verdict(met), cpuless_os, f_ordinary, placed, f_explicit, named);
+}
+
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv) {
@@ -1074,6 +1795,25 @@ int main(int argc, char **argv) {
     sem_init(&started, 0, 0);
     if (argc == 2 && !strcmp(argv[1], "sysinfo")) {
         sysinfo();
+        return 0;
+    }
+    if (argc == 4 && !strcmp(argv[2], "nodalloc")) {
+        /* A child started by a test (run_child): nodalloc with the options it was given. */
+        allocator = argv[2];
+        is_nodalloc = 1;
+        check_allocator();
+        if (!strcmp(argv[1], "binding.policies.child")) {
+            current_test = "binding.policies";
+            child_policy_workers(atoi(argv[3]));
+        } else if (!strcmp(argv[1], "mempolicy.child")) {
+            current_test = "mempolicy";
+            child_mempolicy(argv[3]);
+        } else if (!strcmp(argv[1], "small_node_spill.child")) {
+            current_test = "small_node_spill";
+            child_small_node_spill();
+        } else {
+            die("unknown-child");
+        }
         return 0;
     }
     if (argc != 3) {
@@ -1095,6 +1835,14 @@ int main(int argc, char **argv) {
         test_placement(test, 1);
     else if (!strcmp(test, "origin_reuse"))
         test_origin_reuse();
+    else if (!strcmp(test, "binding.policies"))
+        test_binding_policies();
+    else if (!strcmp(test, "mempolicy"))
+        test_mempolicy();
+    else if (!strcmp(test, "small_node_spill"))
+        test_small_node_spill();
+    else if (!strcmp(test, "cpuless_explicit"))
+        test_cpuless_explicit();
     else if (!strncmp(test, "binding", 7))
         test_binding(test);
     else if (!strcmp(test, "hoard_stress"))
