@@ -410,15 +410,23 @@ static void *topology_thread(void *argument) {
     return NULL;
 }
 
-/* The usable node nearest to `index` by its /sys distance row, ties to the lower index: the
- * order nodalloc documents for stealing and spilling. */
+/* The usable node nodalloc spills to from `index`: the nearest node with CPUs by its /sys
+ * distance row (ties to the lower index); a CPU-less node only when no other node has CPUs.
+ * That is the order nodalloc documents for stealing and spilling. */
 static int nearest_usable(int index) {
     int best = -1;
     for (int j = 0; j < usable_count; j++) {
         if (j == index)
             continue;
+        int cpuless = usable_node(j)->cpu_count == 0;
         int d = usable_node(index)->distance[usable[j]];
-        if (best < 0 || d < usable_node(index)->distance[usable[best]])
+        if (best < 0) {
+            best = j;
+            continue;
+        }
+        int best_cpuless = usable_node(best)->cpu_count == 0;
+        int best_d = usable_node(index)->distance[usable[best]];
+        if (cpuless < best_cpuless || (cpuless == best_cpuless && d < best_d))
             best = j;
     }
     return best;

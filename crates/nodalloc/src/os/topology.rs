@@ -332,7 +332,10 @@ impl Topology {
         self.memory_total
     }
 
-    /// Nodes other than `node`, nearest first (ties broken by index): the stealing order.
+    /// Nodes other than `node` in stealing and spilling order: nodes with CPUs nearest first
+    /// (ties by index), then nodes without CPUs (CXL, HBM), nearest first, as a last resort. A
+    /// CPU-less node is memory a program places there on purpose (`alloc_on_node`); it is used
+    /// for ordinary allocations only when every node with CPUs is full.
     pub fn nearest_nodes(&self, node: usize, out: &mut [u8; MAX_NODES]) -> usize {
         let mut length = 0;
         for other in 0..self.node_count {
@@ -341,7 +344,14 @@ impl Topology {
                 length += 1;
             }
         }
-        out[..length].sort_unstable_by_key(|&other| (self.distances[node][other as usize], other));
+        out[..length].sort_unstable_by_key(|&other| {
+            let other = other as usize;
+            (
+                self.nodes[other].cpus.is_empty(),
+                self.distances[node][other],
+                other,
+            )
+        });
         length
     }
 }
@@ -462,6 +472,17 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn cpuless_nodes_come_last_in_the_spill_order_even_when_nearest() {
+        let mut topology = boxed();
+        topology.detect_into(4);
+        // Node 1 (nearest to 0) has memory but no CPU, like a CXL expander.
+        topology.nodes[1].cpus = CpuSet::new();
+        let mut order = [0u8; MAX_NODES];
+        let n = topology.nearest_nodes(0, &mut order);
+        assert_eq!(&order[..n], &[2, 3, 1]);
     }
 
     #[test]
