@@ -39,23 +39,8 @@ fn check(p: *const u8, size: usize) {
     }
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn size(&mut self) -> usize {
-        match self.next() % 100 {
-            0..=59 => 1 + (self.next() % 256) as usize,
-            60..=89 => 256 + (self.next() % 4096) as usize,
-            90..=98 => 4096 + (self.next() % (256 << 10)) as usize,
-            _ => (256 << 10) + (self.next() % (4 << 20)) as usize,
-        }
-    }
-}
+mod common;
+use common::Rng;
 
 /// A command that re-runs this binary's `child_entry` for `scenario`.
 fn child_command(scenario: &str, env: &[(&str, &str)]) -> Command {

@@ -44,15 +44,8 @@ fn child_entry() {
     }
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+mod common;
+use common::Rng;
 
 fn fragmented_heap_is_returned() {
     const TOTAL: usize = 256 << 20;
