@@ -28,7 +28,7 @@ tests="topology placement placement_agreeing origin_reuse binding.spread binding
 tests="$tests binding.one_node binding.attr binding.policies mempolicy small_node_spill"
 # cpuless_explicit only where a node has memory and no CPU (numa-vm/run --memory-only-node).
 if [ "$(cat /sys/devices/system/node/has_memory)" != "$(cat /sys/devices/system/node/has_cpu)" ]; then
-    tests="$tests cpuless_explicit"
+    tests="$tests cpuless_explicit node_fills_up"
 fi
 tests="$tests hoard_stress"
 # mimalloc before nodalloc: hoard_stress judges nodalloc against mimalloc's figure.
@@ -48,7 +48,7 @@ results=/tmp/results
 for test in $plan; do
     for allocator in $allocators; do
         case "$test" in
-            topology | placement_agreeing | binding.* | mempolicy | small_node_spill | cpuless_explicit)
+            topology | placement_agreeing | binding.* | mempolicy | small_node_spill | cpuless_explicit | node_fills_up)
                 [ "$allocator" = nodalloc ] || continue ;;
         esac
         preload=""

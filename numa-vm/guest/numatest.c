@@ -1796,6 +1796,80 @@ static void test_cpuless_explicit(void) {
         test, allocator, verdict(met), cpuless_os, f_ordinary, placed, f_explicit, named);
 }
 
+/* ---------------------------------------------------------------- node_fills_up */
+
+/* A node whose physical memory runs out (the 256 MiB memory-only node): 4 MiB blocks are
+ * placed there with nodalloc_malloc_on_node until 1.5 times the node's size is held. Every block
+ * must be served, the program keeps running, the node itself holds a large share, and the pages
+ * that did not fit go to other nodes (the region's MPOL_PREFERRED lets the kernel fall back;
+ * MPOL_BIND would fail). */
+static long node_memory_kib(int os_id) {
+    char path[128], meminfo[4096];
+    snprintf(path, sizeof path, "/sys/devices/system/node/node%d/meminfo", os_id);
+    if (read_text(path, meminfo, sizeof meminfo) < 0)
+        return 0;
+    char *p = strstr(meminfo, "MemTotal:");
+    return p ? strtol(p + 9, NULL, 10) : 0;
+}
+
+static void test_node_fills_up(void) {
+    const char *test = "node_fills_up";
+    if (!is_nodalloc) {
+        out("RESULT %s %s info skipped=nodalloc-only\n", test, allocator);
+        return;
+    }
+    int small = -1;
+    for (int k = 0; k < usable_count; k++)
+        if (usable_node(k)->cpu_count == 0) {
+            small = k;
+            break;
+        }
+    if (small < 0) {
+        out("RESULT %s %s info skipped=no-cpuless-node\n", test, allocator);
+        return;
+    }
+    int small_os = os_id_of_index(small);
+    first_malloc();
+    enum { BLOCK = 4 << 20, BLOCKS = 96 }; /* 384 MiB against a 256 MiB node */
+    char **blocks = xmap(sizeof *blocks * BLOCKS);
+    struct page_set *set = xmap(sizeof *set);
+    page_set_init(set, BLOCKS * (BLOCK / PAGE) + 16);
+    int served = 0;
+    for (int i = 0; i < BLOCKS; i++) {
+        blocks[i] = na_malloc_on_node(BLOCK, small);
+        if (!blocks[i])
+            break;
+        for (size_t offset = 0; offset < BLOCK; offset += PAGE)
+            blocks[i][offset] = (char)i;
+        page_set_add(set, blocks[i], BLOCK);
+        served++;
+    }
+    long per_node[MAX_NODES], absent;
+    page_set_count(set, per_node, &absent);
+    long on_small = per_node[small_os], elsewhere = set->count - on_small - absent;
+    int contents_ok = 1;
+    for (int i = 0; i < served; i++) {
+        if (blocks[i][BLOCK - PAGE] != (char)i)
+            contents_ok = 0;
+        free(blocks[i]);
+    }
+    char placed[256], f_small[64];
+    per_node_text(per_node, absent, placed, sizeof placed);
+    fraction(f_small, sizeof f_small, on_small, set->count);
+    /* The node held at least half its size before the kernel fell back, and the rest went
+     * elsewhere instead of failing. */
+    long half_node_pages = node_memory_kib(small_os) / 2 / (PAGE / 1024);
+    /* The kernel falls back by distance: the spilled pages belong on the nearest node. */
+    int nearest_os = os_id_of_index(nearest_usable(small));
+    long on_nearest = per_node[nearest_os];
+    int met = served == BLOCKS && contents_ok && absent == 0 && on_small >= half_node_pages &&
+              elsewhere > 0 && on_nearest * 10 >= elsewhere * 9;
+    out("RESULT %s %s %s node=node%d blocks=%d/%d pages_on_node=%s spilled_pages=%ld "
+        "spilled_to_nearest=%ld(node%d) by_node=%s contents_ok=%d\n",
+        test, allocator, verdict(met), small_os, served, BLOCKS, f_small, elsewhere, on_nearest,
+        nearest_os, placed, contents_ok);
+}
+
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv) {
@@ -1851,6 +1925,8 @@ int main(int argc, char **argv) {
         test_small_node_spill();
     else if (!strcmp(test, "cpuless_explicit"))
         test_cpuless_explicit();
+    else if (!strcmp(test, "node_fills_up"))
+        test_node_fills_up();
     else if (!strncmp(test, "binding", 7))
         test_binding(test);
     else if (!strcmp(test, "hoard_stress"))
