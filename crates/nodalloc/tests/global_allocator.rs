@@ -7,7 +7,6 @@
 
 use nodalloc::NodAlloc;
 use std::alloc::{GlobalAlloc, Layout};
-use std::process::Command;
 use std::sync::mpsc;
 
 #[global_allocator]
@@ -40,51 +39,7 @@ fn check(p: *const u8, size: usize) {
 }
 
 mod common;
-use common::Rng;
-
-/// A command that re-runs this binary's `child_entry` for `scenario`.
-fn child_command(scenario: &str, env: &[(&str, &str)]) -> Command {
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    command.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"]);
-    command.env("NODALLOC_TEST_CHILD", scenario);
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    command
-}
-
-/// Runs a child to completion within two minutes (a deadlock fails the test instead of hanging
-/// it); returns (success, stderr).
-fn run_bounded(mut command: Command) -> (bool, String) {
-    let mut child = command
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn the test binary");
-    let mut pipe = child.stderr.take().unwrap();
-    // Read concurrently, so a chatty child never blocks on a full pipe.
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut pipe, &mut text).ok();
-        text
-    });
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            panic!(
-                "child did not finish within 120 s (deadlock?):\n{}",
-                reader.join().unwrap()
-            );
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
-    (status.success(), reader.join().unwrap())
-}
+use common::{child_command, expect_child, run_bounded, run_child, Rng};
 
 /// The scenarios that move threads between simulated nodes need a CPU per node.
 fn has_two_cpus() -> bool {
@@ -93,11 +48,6 @@ fn has_two_cpus() -> bool {
         eprintln!("needs two CPUs; skipped");
     }
     two
-}
-
-/// Runs a scenario in a child process with extra environment; returns (success, stderr).
-fn run_child(scenario: &str, env: &[(&str, &str)]) -> (bool, String) {
-    run_bounded(child_command(scenario, env))
 }
 
 #[test]
@@ -592,22 +542,23 @@ fn threads_stress_with_content_checks_and_balanced_stats() {
 
 #[test]
 fn simulated_four_nodes_stress_sends_frees_home() {
-    let (ok, stderr) = run_child("stress", &[("NODALLOC_SIMULATE_NODES", "4")]);
-    assert!(ok, "child failed:\n{stderr}");
-    assert!(stderr.contains("stress ok: 4 nodes"), "{stderr}");
+    expect_child(
+        "stress",
+        &[("NODALLOC_SIMULATE_NODES", "4")],
+        "stress ok: 4 nodes",
+    );
 }
 
 #[test]
 fn a_commit_on_demand_heap_serves_the_stress() {
-    let (ok, stderr) = run_child(
+    expect_child(
         "stress",
         &[
             ("NODALLOC_COMMIT", "demand"),
             ("NODALLOC_SIMULATE_NODES", "2"),
         ],
+        "stress ok: 2 nodes",
     );
-    assert!(ok, "child failed:\n{stderr}");
-    assert!(stderr.contains("stress ok: 2 nodes"), "{stderr}");
 }
 
 #[test]
@@ -615,9 +566,7 @@ fn a_repinned_thread_rehomes_and_binding_never_widens_a_mask() {
     if !has_two_cpus() {
         return;
     }
-    let (ok, stderr) = run_child("repin", &[("NODALLOC_SIMULATE_NODES", "2")]);
-    assert!(ok, "child failed:\n{stderr}");
-    assert!(stderr.contains("repin ok"), "{stderr}");
+    expect_child("repin", &[("NODALLOC_SIMULATE_NODES", "2")], "repin ok");
 }
 
 #[test]
@@ -625,16 +574,15 @@ fn an_unbound_thread_follows_the_scheduler_to_another_node() {
     if !has_two_cpus() {
         return;
     }
-    let (ok, stderr) = run_child(
+    expect_child(
         "rehome",
         &[
             ("NODALLOC_SIMULATE_NODES", "2"),
             ("NODALLOC_BIND", "none"),
             ("NODALLOC_DECOMMIT_DELAY", "5"),
         ],
+        "rehome ok",
     );
-    assert!(ok, "child failed:\n{stderr}");
-    assert!(stderr.contains("rehome ok"), "{stderr}");
 }
 
 #[test]
@@ -645,9 +593,7 @@ fn children_of_a_busy_multithreaded_parent_can_allocate() {
 
 #[test]
 fn the_memory_limit_holds_under_four_threads_and_frees_make_room() {
-    let (ok, stderr) = run_child("limit", &[("NODALLOC_LIMIT", "64M")]);
-    assert!(ok, "child failed:\n{stderr}");
-    assert!(stderr.contains("limit ok"), "{stderr}");
+    expect_child("limit", &[("NODALLOC_LIMIT", "64M")], "limit ok");
 }
 
 #[test]

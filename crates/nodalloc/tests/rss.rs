@@ -6,7 +6,6 @@
 
 use nodalloc::NodAlloc;
 use std::alloc::{GlobalAlloc, Layout};
-use std::process::Command;
 use std::time::Duration;
 
 #[global_allocator]
@@ -16,22 +15,6 @@ fn rss_bytes() -> usize {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
     let resident: usize = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
     resident * 4096
-}
-
-fn run_child(scenario: &str, env: &[(&str, &str)]) -> String {
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    command.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"]);
-    command.env("NODALLOC_TEST_CHILD", scenario);
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    let output = command.output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(
-        output.status.success(),
-        "scenario {scenario} failed:\n{stderr}"
-    );
-    stderr
 }
 
 #[test]
@@ -45,7 +28,7 @@ fn child_entry() {
 }
 
 mod common;
-use common::Rng;
+use common::{expect_child, Rng};
 
 fn fragmented_heap_is_returned() {
     const TOTAL: usize = 256 << 20;
@@ -145,12 +128,14 @@ fn thread_waves_keep_rss_flat() {
 
 #[test]
 fn freed_fragmented_heap_is_decommitted_after_the_delay() {
-    let out = run_child("fragmented", &[("NODALLOC_DECOMMIT_DELAY", "50")]);
-    assert!(out.contains("fragmented: committed"), "{out}");
+    expect_child(
+        "fragmented",
+        &[("NODALLOC_DECOMMIT_DELAY", "50")],
+        "fragmented: committed",
+    );
 }
 
 #[test]
 fn ten_thousand_short_threads_keep_rss_flat() {
-    let out = run_child("thread-waves", &[]);
-    assert!(out.contains("thread waves:"), "{out}");
+    expect_child("thread-waves", &[], "thread waves:");
 }

@@ -1,5 +1,7 @@
 //! Helpers shared by the crate's integration tests.
 
+use std::process::Command;
+
 /// A xorshift generator: deterministic sequences for tests, no dependency.
 pub struct Rng(pub u64);
 
@@ -22,4 +24,65 @@ impl Rng {
             _ => (256 << 10) + (self.next() % (4 << 20)) as usize,
         }
     }
+}
+
+/// A command that re-runs this binary's `child_entry` for `scenario`.
+pub fn child_command(scenario: &str, env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"]);
+    command.env("NODALLOC_TEST_CHILD", scenario);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command
+}
+
+/// Runs a child to completion within two minutes (a deadlock fails the test instead of hanging
+/// it); returns (success, stderr).
+pub fn run_bounded(mut command: Command) -> (bool, String) {
+    let mut child = command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the test binary");
+    let mut pipe = child.stderr.take().unwrap();
+    // Read concurrently, so a chatty child never blocks on a full pipe.
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut pipe, &mut text).ok();
+        text
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!(
+                "child did not finish within 120 s (deadlock?):\n{}",
+                reader.join().unwrap()
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    (status.success(), reader.join().unwrap())
+}
+
+/// Runs a scenario in a child process with extra environment; returns (success, stderr).
+pub fn run_child(scenario: &str, env: &[(&str, &str)]) -> (bool, String) {
+    run_bounded(child_command(scenario, env))
+}
+
+/// Runs a scenario and fails unless it succeeds and reports `marker` on stderr.
+#[allow(dead_code)]
+pub fn expect_child(scenario: &str, env: &[(&str, &str)], marker: &str) -> String {
+    let (ok, stderr) = run_child(scenario, env);
+    assert!(ok, "scenario {scenario} failed:\n{stderr}");
+    assert!(
+        stderr.contains(marker),
+        "scenario {scenario} did not report `{marker}`:\n{stderr}"
+    );
+    stderr
 }
