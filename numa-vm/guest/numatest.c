@@ -368,6 +368,16 @@ static int home_mismatches(struct worker *workers, int count) {
 
 /* ---------------------------------------------------------------- sysinfo */
 
+/* MemTotal of a node in KiB, 0 if unknown. */
+static long node_memory_kib(int os_id) {
+    char path[128], meminfo[4096];
+    snprintf(path, sizeof path, "/sys/devices/system/node/node%d/meminfo", os_id);
+    if (read_text(path, meminfo, sizeof meminfo) < 0)
+        return 0;
+    char *p = strstr(meminfo, "MemTotal:");
+    return p ? strtol(p + 9, NULL, 10) : 0;
+}
+
 static void sysinfo(void) {
     char cpus[512];
     out("SYSINFO nodes=%d usable=%d with_cpus=%d\n", node_count, usable_count, cpu_node_count);
@@ -378,14 +388,7 @@ static void sysinfo(void) {
         for (int j = 0; j < node_count; j++)
             append(row, sizeof row, &used, "%s%d", j ? "," : "", nodes[i].distance[j]);
         cpuset_text(&nodes[i].cpus, cpus, sizeof cpus);
-        char path[128], meminfo[4096];
-        long kib = 0;
-        snprintf(path, sizeof path, "/sys/devices/system/node/node%d/meminfo", nodes[i].os_id);
-        if (read_text(path, meminfo, sizeof meminfo) >= 0) {
-            char *p = strstr(meminfo, "MemTotal:");
-            if (p)
-                kib = strtol(p + 9, NULL, 10);
-        }
+        long kib = node_memory_kib(nodes[i].os_id);
         out("SYSINFO node%d cpus=%s memory=%ldMiB distances=%s\n", nodes[i].os_id, cpus,
             kib / 1024, row);
     }
@@ -1738,22 +1741,25 @@ static void test_small_node_spill(void) {
 
 /* ---------------------------------------------------------------- cpuless_explicit */
 
-static void test_cpuless_explicit(void) {
-    const char *test = "cpuless_explicit";
+/* The first usable node without CPUs, for the nodalloc-only tests that need one; -1 (after
+ * reporting the test as skipped) under another allocator or when there is none. */
+static int cpuless_node_or_skip(const char *test) {
     if (!is_nodalloc) {
         out("RESULT %s %s info skipped=nodalloc-only\n", test, allocator);
-        return;
+        return -1;
     }
-    int cpuless = -1;
     for (int k = 0; k < usable_count; k++)
-        if (usable_node(k)->cpu_count == 0) {
-            cpuless = k;
-            break;
-        }
-    if (cpuless < 0) {
-        out("RESULT %s %s info skipped=no-cpuless-node\n", test, allocator);
+        if (usable_node(k)->cpu_count == 0)
+            return k;
+    out("RESULT %s %s info skipped=no-cpuless-node\n", test, allocator);
+    return -1;
+}
+
+static void test_cpuless_explicit(void) {
+    const char *test = "cpuless_explicit";
+    int cpuless = cpuless_node_or_skip(test);
+    if (cpuless < 0)
         return;
-    }
     int cpuless_os = os_id_of_index(cpuless);
     /* Ordinary mallocs: the main thread, then one worker per CPU node (bound by nodalloc,
      * one at a time); none of their pages may be on the CPU-less node. */
@@ -1803,31 +1809,12 @@ static void test_cpuless_explicit(void) {
  * must be served, the program keeps running, the node itself holds a large share, and the pages
  * that did not fit go to other nodes (the region's MPOL_PREFERRED lets the kernel fall back;
  * MPOL_BIND would fail). */
-static long node_memory_kib(int os_id) {
-    char path[128], meminfo[4096];
-    snprintf(path, sizeof path, "/sys/devices/system/node/node%d/meminfo", os_id);
-    if (read_text(path, meminfo, sizeof meminfo) < 0)
-        return 0;
-    char *p = strstr(meminfo, "MemTotal:");
-    return p ? strtol(p + 9, NULL, 10) : 0;
-}
 
 static void test_node_fills_up(void) {
     const char *test = "node_fills_up";
-    if (!is_nodalloc) {
-        out("RESULT %s %s info skipped=nodalloc-only\n", test, allocator);
+    int small = cpuless_node_or_skip(test);
+    if (small < 0)
         return;
-    }
-    int small = -1;
-    for (int k = 0; k < usable_count; k++)
-        if (usable_node(k)->cpu_count == 0) {
-            small = k;
-            break;
-        }
-    if (small < 0) {
-        out("RESULT %s %s info skipped=no-cpuless-node\n", test, allocator);
-        return;
-    }
     int small_os = os_id_of_index(small);
     first_malloc();
     enum { BLOCK = 4 << 20, BLOCKS = 96 }; /* 384 MiB against a 256 MiB node */
