@@ -17,7 +17,11 @@
 
 pub mod allocators;
 pub mod check;
+pub mod csuite;
+pub mod plot;
+pub mod preload;
 pub mod prng;
+pub mod report;
 pub mod suite;
 pub mod workloads;
 

@@ -5,6 +5,7 @@
 //!   program keeps the process (its pid, its exit status, its signals).
 //! - `nodalloc topology` prints the machine as the allocator sees it: usable nodes, their CPUs
 //!   and memory, distances, the kernel modes that matter, and the binding policy in force.
+//! - `nodalloc bench [--full] [...]` runs the allocator showdown (`nodalloc-bench`).
 //!
 //! A face only translates: the topology comes from the core crate's `nodalloc::topology()`,
 //! sizes are parsed by the core crate's parser, and the options' meaning stays with the library.
@@ -43,6 +44,17 @@ enum Command {
     Run(RunArgs),
     /// Show the NUMA topology, kernel modes and binding policy nodalloc uses on this machine.
     Topology,
+    /// Run the allocator showdown (`nodalloc bench --full` for the long version); every
+    /// argument goes to `nodalloc-bench` (see `nodalloc bench --help`).
+    #[command(disable_help_flag = true)]
+    Bench {
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<OsString>,
+    },
 }
 
 #[derive(Args)]
@@ -83,7 +95,46 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Run(args) => run(args),
         Command::Topology => topology(),
+        Command::Bench { args } => bench(args),
     }
+}
+
+/// `nodalloc bench ARGS`: runs `nodalloc-bench` from beside this executable or, in a source
+/// checkout, through `cargo run --release -p nodalloc-bench` (which builds it first).
+fn bench(args: Vec<OsString>) -> ExitCode {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join("nodalloc-bench")))
+        .filter(|path| path.is_file());
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut command = match beside {
+        Some(path) => std::process::Command::new(path),
+        None if workspace.join("Cargo.toml").is_file() => {
+            let mut c = std::process::Command::new(
+                std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()),
+            );
+            c.current_dir(&workspace).args([
+                "run",
+                "--release",
+                "-p",
+                "nodalloc-bench",
+                "--bin",
+                "nodalloc-bench",
+                "--",
+            ]);
+            c
+        }
+        None => {
+            eprintln!(
+                "nodalloc: nodalloc-bench is not beside this program and no source checkout \
+                 was found; run `cargo run --release` in the nodalloc repository"
+            );
+            return ExitCode::from(EXIT_RUN_FAILED);
+        }
+    };
+    let error = command.args(args).exec();
+    eprintln!("nodalloc: cannot run the showdown: {error}");
+    ExitCode::from(EXIT_NOT_EXECUTABLE)
 }
 
 /// Where `libnodalloc.so` is looked for, in order: beside this executable (a cargo target
