@@ -479,3 +479,48 @@ pub fn run_program(
     let _ = std::fs::remove_file(tools.scratch.join("bench.db"));
     Ok(records)
 }
+
+/// The C fast-path program of the library's callgrind script.
+pub const PAIRS_C: &str = include_str!("../../nodalloc-ffi/bench/pairs.c");
+
+/// Instructions `cmd` executes under callgrind, or why it could not be counted.
+pub fn callgrind_instructions(cmd: Command, scratch: &Path) -> Result<u64, String> {
+    let out_file = scratch.join(format!("callgrind.out.{}", std::process::id()));
+    let program = cmd.get_program().to_owned();
+    let args: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();
+    let envs: Vec<_> = cmd
+        .get_envs()
+        .map(|(k, v)| (k.to_owned(), v.map(|v| v.to_owned())))
+        .collect();
+    let mut vg = Command::new("valgrind");
+    vg.arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out_file.display()))
+        .arg(program)
+        .args(args);
+    for (k, v) in envs {
+        match v {
+            Some(v) => vg.env(k, v),
+            None => vg.env_remove(k),
+        };
+    }
+    let out = vg.output().map_err(|e| format!("valgrind: {e}"))?;
+    let _ = std::fs::remove_file(&out_file);
+    let err = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        return Err(format!(
+            "valgrind: {}",
+            err.lines().last().unwrap_or("failed")
+        ));
+    }
+    err.lines()
+        .find_map(|l| l.split("Collected :").nth(1))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| "callgrind printed no total".into())
+}
+
+/// Instructions per alloc+free pair: (Ir(n) - Ir(0)) / n, so start-up cancels.
+pub fn per_pair(make: impl Fn(u64) -> Command, n: u64, scratch: &Path) -> Result<f64, String> {
+    let zero = callgrind_instructions(make(0), scratch)?;
+    let full = callgrind_instructions(make(n), scratch)?;
+    Ok(full.saturating_sub(zero) as f64 / n as f64)
+}

@@ -22,7 +22,7 @@ use nodalloc_bench::preload::{self, PreloadAlloc};
 use nodalloc_bench::report::{self, Better, Record, Report, Table};
 use nodalloc_bench::suite::{cases, Case, Kind, Mode, RunResult, SuiteConfig, GROUPS};
 use nodalloc_bench::{with_allocator, workloads, Allocator};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
@@ -37,7 +37,8 @@ const ABOUT: &str = "Side-by-side allocator showdown: nodalloc vs glibc, mimallo
                   threads, producer_consumer, realloc_growth, mixed, live_cliff, rss_payload, \
                   hoard_numa (rust); larson, xmalloc, cache_thrash, cache_scratch, mstress, \
                   glibc_simple, glibc_thread, malloc_large, frag, latency, rss_time (c); http; \
-                  sqlite3, python3 (program). Or an exact case name, see --list.\n\n\
+                  sqlite3, python3 (program); callgrind (fast-path instruction counts, run by default when \
+                  valgrind is installed). Or an exact case name, see --list.\n\n\
                   Allocators: nodalloc, glibc (alias system), mimalloc, jemalloc, snmalloc, \
                   numalloc (Rust crates), tcmalloc and nodalloc-secure (LD_PRELOAD suites only)."
 )]
@@ -77,6 +78,10 @@ struct Cli {
     /// Skip the peak-RSS child processes of the Rust suite.
     #[arg(long)]
     no_rss: bool,
+    /// Skip the fast-path instruction counts (run under valgrind when it is
+    /// installed).
+    #[arg(long)]
+    no_callgrind: bool,
     /// List the cases and exit.
     #[arg(long)]
     list: bool,
@@ -206,7 +211,7 @@ fn main() -> ExitCode {
         }
     }
     let plan = plan.selected(&cli);
-    if plan.is_empty() {
+    if plan.is_empty() && !cli.only.iter().any(|w| w == "callgrind") {
         eprintln!("--only selected nothing");
         return ExitCode::from(2);
     }
@@ -261,7 +266,7 @@ impl Plan {
     }
 
     fn knows(&self, w: &str) -> bool {
-        ["rust", "c", "http", "program"].contains(&w)
+        ["rust", "c", "http", "program", "callgrind"].contains(&w)
             || GROUPS.contains(&w)
             || self
                 .listing()
@@ -473,7 +478,9 @@ fn rust_case(cli: &Cli, case: &Case, allocs: &[Allocator], extra: &mut Extra) ->
                 .collect();
             r.x = match case.kind {
                 Kind::Single { size, .. } => Some(size as f64),
-                Kind::Threads { t, .. } | Kind::Mixed { t, .. } => Some(t as f64),
+                Kind::Threads { t, .. } | Kind::Mixed { t, .. } | Kind::HoardNuma { t, .. } => {
+                    Some(t as f64)
+                }
                 _ => None,
             };
             let med = |f: fn(&RunResult) -> Option<f64>| {
@@ -855,6 +862,10 @@ fn showdown(cli: &Cli, plan: &Plan, filter: &[String]) -> ExitCode {
         http_suite(cli, &plan.http, &rust_allocs, &mut rep, &bar);
         bar.inc(1);
     }
+    if !cli.no_callgrind && (cli.only.is_empty() || cli.only.iter().any(|w| w == "callgrind")) {
+        bar.set_message("callgrind: fast-path instructions");
+        callgrind_table(&mut rep, &rust_allocs, filter, &out_dir);
+    }
     bar.set_message("writing the report");
     let written = rep.write(&out_dir);
     bar.finish_and_clear();
@@ -944,4 +955,88 @@ fn rust_tables(rep: &mut Report, extra: Extra) {
             rows: extra.payload,
         });
     }
+}
+
+/// Pairs counted per allocator under callgrind.
+const CALLGRIND_PAIRS: u64 = 100_000;
+
+/// Instructions per 64 B alloc+free pair, by callgrind: the Rust face of each
+/// in-process contender (`fastpath` binary) and the C face of each library
+/// (`pairs` under LD_PRELOAD). Deterministic where timings are not.
+fn callgrind_table(rep: &mut Report, allocs: &[Allocator], filter: &[String], out: &Path) {
+    let has_valgrind = Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_valgrind {
+        rep.skipped
+            .push("callgrind counts: valgrind not installed".into());
+        return;
+    }
+    let scratch = out.join("bin");
+    let mut rows = Vec::new();
+    match preload::build_artifact(
+        &["-p", "nodalloc-bench", "--bin", "fastpath"],
+        "fastpath",
+        false,
+    ) {
+        Ok(bin) => {
+            for &a in allocs {
+                // snmalloc's default pagemap reservation fails under valgrind;
+                // crates/nodalloc-bench/callgrind.sh builds its workaround.
+                if a == Allocator::Snmalloc {
+                    continue;
+                }
+                let make = |n: u64| {
+                    let mut c = Command::new(&bin);
+                    c.args([a.name(), "64", &n.to_string()]);
+                    c
+                };
+                rows.push(vec![
+                    report_name(a).to_string(),
+                    "Rust (GlobalAlloc)".into(),
+                    csuite::per_pair(make, CALLGRIND_PAIRS, &scratch)
+                        .map_or_else(|e| format!("failed: {e}"), |v| format!("{v:.1}")),
+                ]);
+            }
+        }
+        Err(e) => rep.skipped.push(format!("callgrind, Rust face: {e}")),
+    }
+    let pairs = preload::compile_c(csuite::PAIRS_C, "pairs", &scratch, false);
+    match pairs {
+        Ok(pairs) => {
+            let (mut allocs, _) = preload::contenders(preload::nodalloc_lib());
+            allocs.retain(|a| wanted(filter, &a.name));
+            for a in allocs {
+                let make = |n: u64| {
+                    let mut c = Command::new(&pairs);
+                    c.args(["64", &n.to_string()]);
+                    match &a.lib {
+                        Some(lib) => c.env("LD_PRELOAD", lib),
+                        None => c.env_remove("LD_PRELOAD"),
+                    };
+                    c
+                };
+                rows.push(vec![
+                    a.name.clone(),
+                    "C (LD_PRELOAD)".into(),
+                    csuite::per_pair(make, CALLGRIND_PAIRS, &scratch)
+                        .map_or_else(|e| format!("failed: {e}"), |v| format!("{v:.1}")),
+                ]);
+            }
+        }
+        Err(e) => rep.skipped.push(format!("callgrind, C face: {e}")),
+    }
+    rep.tables.push(Table {
+        title: "Fast path: instructions per 64 B malloc+free pair (callgrind)".into(),
+        note: format!(
+            "valgrind --tool=callgrind, (Ir({CALLGRIND_PAIRS}) - Ir(0)) / {CALLGRIND_PAIRS}; \
+             includes the loop (about 6 instructions). snmalloc needs its valgrind build: \
+             crates/nodalloc-bench/callgrind.sh."
+        ),
+        header: ["allocator", "face", "instructions/pair"]
+            .map(String::from)
+            .to_vec(),
+        rows,
+    });
 }

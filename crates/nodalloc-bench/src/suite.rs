@@ -25,7 +25,7 @@ pub struct SuiteConfig {
 }
 
 /// Workload groups, the names accepted by `--only`.
-pub const GROUPS: [&str; 8] = [
+pub const GROUPS: [&str; 9] = [
     "single_size",
     "bulk",
     "threads",
@@ -34,6 +34,7 @@ pub const GROUPS: [&str; 8] = [
     "mixed",
     "live_cliff",
     "rss_payload",
+    "hoard_numa",
 ];
 
 /// The sizes of the single-thread sweep.
@@ -68,6 +69,7 @@ pub enum Kind {
     Realloc { max: usize, step: usize },
     Mixed { t: usize, ops: u64, size_div: u64 },
     RssPayload { size: usize, total: usize },
+    HoardNuma { t: usize, per_thread: u64 },
 }
 
 #[derive(Clone, Debug)]
@@ -207,6 +209,22 @@ pub fn cases(cfg: &SuiteConfig) -> Vec<Case> {
         );
     }
 
+    let hoard_threads: &[usize] = match mode {
+        Mode::Full => &[2, 4, 8],
+        _ => &[4],
+    };
+    for &t in cfg.threads.as_deref().unwrap_or(hoard_threads) {
+        push(
+            "hoard_numa",
+            format!("hoard_numa/{t}t"),
+            Kind::HoardNuma {
+                t,
+                per_thread: pick(500, 50_000, 200_000),
+            },
+            false,
+        );
+    }
+
     // The memory-hungry cases go last: an allocator that keeps (or runs out
     // of) address space after them would otherwise carry that state into
     // every later case of the shared process.
@@ -272,6 +290,7 @@ fn run_on<A: GlobalAlloc + Sync>(kind: &Kind, a: &'static A) -> RunResult {
         }
         Kind::Realloc { max, step } => workloads::realloc_growth(a, max, step),
         Kind::Mixed { t, ops, size_div } => workloads::mixed(a, t, ops, size_div),
+        Kind::HoardNuma { t, per_thread } => workloads::hoard_numa(a, t, per_thread),
         Kind::RssPayload { size, total } => {
             let l = workloads::rss_payload(a, size, total);
             payload_bytes = Some(l.peak_live_bytes);

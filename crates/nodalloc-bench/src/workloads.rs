@@ -601,3 +601,143 @@ pub fn rss_payload<A: GlobalAlloc + Sync>(
     ledger.assert_balanced("rss_payload");
     ledger
 }
+
+/// Touches per object per thread in [`hoard_numa`], as in Hoard's NUMA stress.
+pub const HOARD_TOUCHES: usize = 20;
+
+/// Pins the calling thread to CPU `index` modulo the CPUs it may use, so
+/// consecutive workers land on different CPUs (and, on a multi-node machine
+/// whose CPUs are numbered node by node, spread over the nodes). Best effort:
+/// a failure leaves the thread where it is.
+fn pin_to_cpu(index: usize) {
+    // SAFETY: `cpu_set_t` is plain old data for which all-zero is valid.
+    let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the set is valid and writable, its size is passed.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&allowed), &mut allowed) };
+    if rc != 0 {
+        return;
+    }
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: reads a valid set; the index is below CPU_SETSIZE.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &allowed) })
+        .collect();
+    if cpus.is_empty() {
+        return;
+    }
+    // SAFETY: as above.
+    let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the CPU number comes from the allowed set, below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(cpus[index % cpus.len()], &mut one) };
+    // SAFETY: valid set and size; only this thread's affinity changes.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&one), &one) };
+}
+
+/// Hoard's NUMA stress: `t` threads pinned round-robin over the CPUs form a
+/// ring. Each allocates `per_thread` objects (16–512 B) in batches, writes
+/// every object [`HOARD_TOUCHES`] times and passes the batch to the next
+/// thread, which checks each object, touches it as many times again and frees
+/// it. Every free is remote, and an allocator that hands a thread memory
+/// another node freed makes every touch remote.
+pub fn hoard_numa<A: GlobalAlloc + Sync>(a: &'static A, t: usize, per_thread: u64) -> Ledger {
+    const BATCH: usize = 64;
+    let t = t.max(2);
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..t)
+        .map(|_| std::sync::mpsc::sync_channel::<Vec<(usize, usize, u64)>>(4))
+        .unzip();
+    let ledgers: Vec<Ledger> = std::thread::scope(|s| {
+        let handles: Vec<_> = receivers
+            .into_iter()
+            .enumerate()
+            .map(|(i, inbox)| {
+                let next = senders[(i + 1) % t].clone();
+                s.spawn(move || {
+                    pin_to_cpu(i);
+                    // Allocations and frees of others' objects are counted
+                    // apart: each half alone never goes below zero.
+                    let mut ledger = Ledger::default();
+                    let mut freed = Ledger::default();
+                    let mut rng = Rng::new(0x40A2_D000 + i as u64);
+                    let mut made = 0u64;
+                    let mut batch = Vec::with_capacity(BATCH);
+                    let base = (i as u64) << 40;
+                    let mut received = 0u64;
+                    let mut next = Some(next);
+                    let drain = |b: Vec<(usize, usize, u64)>, ledger: &mut Ledger| {
+                        for (p, size, index) in b {
+                            let p = p as *mut u8;
+                            for k in 0..HOARD_TOUCHES {
+                                // SAFETY: the object is live, `size` ≥ 16
+                                // bytes, handed over by the channel.
+                                unsafe { touch(p, size, k) };
+                            }
+                            // SAFETY: object `index` of this size, filled by
+                            // its allocator thread; every touch restored the
+                            // word it changed.
+                            unsafe { check_and_free(a, p, size, index, ledger) };
+                        }
+                    };
+                    while made < per_thread {
+                        let size = rng.range(16, 512) as usize;
+                        // SAFETY: a fresh checked object; ownership moves on.
+                        let p = unsafe { new_obj(a, size, base + made, &mut ledger) };
+                        for k in 0..HOARD_TOUCHES {
+                            // SAFETY: just allocated, `size` ≥ 16 bytes.
+                            unsafe { touch(p, size, k) };
+                        }
+                        batch.push((p as usize, size, base + made));
+                        made += 1;
+                        if batch.len() == BATCH || made == per_thread {
+                            let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                            if let Some(tx) = &next {
+                                tx.send(full).expect("hoard_numa: ring broken");
+                            }
+                        }
+                        // Keep the ring moving: take what arrived meanwhile.
+                        while let Ok(b) = inbox.try_recv() {
+                            received += b.len() as u64;
+                            drain(b, &mut freed);
+                        }
+                    }
+                    // Own work is out: close our side, then drain until the
+                    // predecessor has closed its side too.
+                    next.take();
+                    while received < per_thread {
+                        let b = inbox.recv().expect("hoard_numa: predecessor gone early");
+                        received += b.len() as u64;
+                        drain(b, &mut freed);
+                    }
+                    ledger.merge(&freed);
+                    ledger
+                })
+            })
+            .collect();
+        drop(senders);
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("hoard_numa: worker panicked"))
+            .collect()
+    });
+    let mut total = Ledger::default();
+    for l in &ledgers {
+        total.merge(l);
+    }
+    total.assert_balanced("hoard_numa");
+    total
+}
+
+/// One touch of an object: rewrites its last word with itself plus `k`
+/// minus `k` (a read-modify-write the pattern check does not see change).
+///
+/// # Safety
+/// `p` must be a live allocation of at least `size` ≥ 8 bytes, 8-aligned.
+#[inline(always)]
+unsafe fn touch(p: *mut u8, size: usize, k: usize) {
+    // SAFETY: per the contract the word lies inside the object.
+    let w = unsafe { p.add((size - 8) & !7) as *mut u64 };
+    // SAFETY: as above; volatile so the touches are not folded away.
+    unsafe {
+        let v = w.read_volatile();
+        w.write_volatile(v.wrapping_add(k as u64));
+        w.write_volatile(v);
+    }
+}

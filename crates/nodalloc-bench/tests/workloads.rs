@@ -37,6 +37,7 @@ fn ledgers_count_what_was_asked() {
             assert_eq!(workloads::bulk(a, 10, 64, 3).allocs, 30);
             assert_eq!(workloads::producer_consumer(a, 500).frees, 500);
             assert_eq!(workloads::mixed(a, 2, 300, 16).allocs, 600);
+            assert_eq!(workloads::hoard_numa(a, 3, 200).frees, 600);
             let c = workloads::live_cliff(a, 1000);
             assert_eq!(c.ledger.allocs, 1000);
             assert!(c.first_ns > 0.0 && c.last_ns > 0.0);
