@@ -31,6 +31,8 @@ if [ "$(cat /sys/devices/system/node/has_memory)" != "$(cat /sys/devices/system/
     tests="$tests cpuless_explicit node_fills_up"
 fi
 tests="$tests hoard_stress"
+# Hostile environments (nodalloc only), last: they change system settings (restored below).
+tests="$tests overcommit_never thp_modes no_sysfs mbind_fails ulimit_v"
 # mimalloc before nodalloc: hoard_stress judges nodalloc against mimalloc's figure.
 allocators="glibc jemalloc mimalloc nodalloc"
 lib=/usr/lib/x86_64-linux-gnu
@@ -45,10 +47,22 @@ echo "NUMATEST-PLAN$plan"
 
 results=/tmp/results
 : >"$results"
+# The settings overcommit_never and thp_modes change; they restore them themselves, and this
+# puts them back after every test in case a test died first.
+overcommit=$(cat /proc/sys/vm/overcommit_memory)
+thp_file=/sys/kernel/mm/transparent_hugepage/enabled
+thp=""
+[ -r "$thp_file" ] && thp=$(sed -n 's/.*\[\(.*\)\].*/\1/p' "$thp_file")
+restore_settings() {
+    [ "$(cat /proc/sys/vm/overcommit_memory)" = "$overcommit" ] ||
+        echo "$overcommit" >/proc/sys/vm/overcommit_memory
+    [ -z "$thp" ] || grep -q "\[$thp\]" "$thp_file" || echo "$thp" >"$thp_file"
+}
 for test in $plan; do
     for allocator in $allocators; do
         case "$test" in
-            topology | placement_agreeing | binding.* | mempolicy | small_node_spill | cpuless_explicit | node_fills_up)
+            topology | placement_agreeing | binding.* | mempolicy | small_node_spill | cpuless_explicit | node_fills_up | \
+                overcommit_never | thp_modes | no_sysfs | mbind_fails | ulimit_v)
                 [ "$allocator" = nodalloc ] || continue ;;
         esac
         preload=""
@@ -76,6 +90,7 @@ for test in $plan; do
         # shellcheck disable=SC2086 # $options and $extra are VAR=value words or empty
         timeout 150 env ${preload:+LD_PRELOAD=$preload} $options $extra \
             /bin/numatest "$test" "$allocator" >"$out" 2>&1 || status=$?
+        restore_settings
         cat "$out"
         cat "$out" >>"$results"
         echo "NUMATEST-TIME $test $allocator $(($(date +%s) - began)) s"

@@ -28,7 +28,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/sysinfo.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1083,12 +1091,19 @@ static void test_hoard_stress(void) {
 /* ---------------------------------------------------------------- child processes */
 
 /* nodalloc reads its options and the task memory policy once, at start-up: a test that varies
- * them runs this program again in a child (fork + exec of /proc/self/exe) as
+ * them runs this program again in a child (fork + exec of this program, exe_path) as
  * `numatest <child-mode> nodalloc <argument>`, with `assignments` ("NAME=VALUE") added to the
  * environment and, when `bind_mask` is not NULL (bit i = /sys node i, MAX_NODES bits), the
  * task memory policy MPOL_BIND to those nodes set before the exec (inherited across it, as numactl --membind does). The child's output (stdout
  * and stderr) lands in `output`; returns the child's wait status. */
 #define MPOL_BIND_MODE 2
+/* This program's path, read once at start-up: a child may exec it where /proc is gone. */
+static char exe_path[512] = "/bin/numatest";
+/* Set by a test for the next run_child: called in the child just before the exec (after the
+ * environment and the memory policy), to make its environment hostile (rlimit, seccomp, mount
+ * namespace). A non-zero return ends the child with status 6; the hook prints why. */
+static int (*child_hook)(const void *);
+static const void *child_hook_argument;
 static int run_child(const char *mode, const char *argument, const char *const *assignments,
                      const unsigned long *bind_mask, char *output, size_t size) {
     int fds[2];
@@ -1119,7 +1134,10 @@ static int run_child(const char *mode, const char *argument, const char *const *
                 _exit(4);
             }
         }
-        execl("/proc/self/exe", "numatest", mode, "nodalloc", argument, (char *)NULL);
+        if (child_hook && child_hook(child_hook_argument) != 0)
+            _exit(6);
+        execl(exe_path, "numatest", mode, "nodalloc", argument, (char *)NULL);
+        out("CHILD exec %s failed errno=%d\n", exe_path, errno);
         _exit(5);
     }
     close(fds[1]);
@@ -1857,10 +1875,580 @@ static void test_node_fills_up(void) {
         nearest_os, placed, contents_ok);
 }
 
+/* ---------------------------------------------------------------- hostile environments */
+
+/* Five nodalloc-only tests start nodalloc in an environment a program may meet in production
+ * and check that it starts, serves a content-checked workload, fails cleanly (NULL + ENOMEM)
+ * where memory really is not there, and says little: vm.overcommit_memory=2 (overcommit_never),
+ * each transparent-huge-page mode (thp_modes), no /sys or no /proc (no_sysfs), an mbind that
+ * always fails (mbind_fails), and RLIMIT_AS (ulimit_v). The parent (root in the guest) changes
+ * the system setting or prepares a hook for run_child; the child, `numatest hostile.child
+ * nodalloc SPEC`, runs under nodalloc (LD_PRELOAD inherited) and prints one line
+ * "CASE met=0|1 key=value ..." judged against SPEC, a comma-separated list of:
+ *
+ *   load=full|medium|light   full: 8192 x 64 B, 512 x 16 KiB, 24 x 1 MiB, 8 x 4 MiB live at
+ *                     once (64.5 MiB); medium: 8192 x 64 B, 256 x 16 KiB, 16 x 1 MiB, 7 x 4 MiB
+ *                     (48.5 MiB); light: 4096 x 64 B, 128 x 16 KiB, 4 x 1 MiB, 2 x 4 MiB
+ *                     (14.3 MiB). Every object is filled with its own byte, checked, a quarter
+ *                     of the medium ones grown by realloc (prefix checked), the odd objects freed,
+ *                     as many calloc'd (must read zero), then everything freed. Any NULL or any
+ *                     wrong byte fails the case.
+ *   huge=ram2|MIB     one malloc of twice the guest's RAM plus swap (sysinfo(2): needs no /proc),
+ *                     or of MIB MiB, and one realloc of a live 64 B block to that size, must
+ *                     both return NULL with errno ENOMEM (the block intact); a 4 MiB malloc
+ *                     after them must succeed.
+ *   nodes=N           nodalloc_stats_print reports N node(s); with N = 1 every object of the
+ *                     workload is on node 0 by nodalloc_node_of and nodalloc_malloc_on_node(64,
+ *                     1) is refused with EINVAL.
+ *   mbind_errno=E     a direct mbind(2) of a page of ours fails with errno E (the seccomp filter
+ *                     is in force in the child).
+ *   thp=MODE          /sys/kernel/mm/transparent_hugepage/enabled reads [MODE]; AnonHugePages
+ *                     (/proc/self/smaps_rollup) at the workload's peak: 0 under never, > 0
+ *                     under always and madvise (under madvise only because nodalloc saw the
+ *                     mode and advised MADV_HUGEPAGE on its heap).
+ *
+ * The parent counts the lines of the child's stderr that begin with "nodalloc: " (warnings
+ * and fatal errors; the statistics begin "nodalloc <version>:"). */
+
+struct hostile_spec {
+    int load; /* 0 light, 1 medium, 2 full */
+    unsigned long huge_bytes; /* 0: no huge request */
+    int nodes;                /* -1: not checked */
+    int mbind_errno;          /* -1: not checked */
+    char thp[16];             /* "": not checked */
+};
+
+static void parse_hostile_spec(const char *text, struct hostile_spec *spec) {
+    spec->load = 0;
+    spec->huge_bytes = 0;
+    spec->nodes = -1;
+    spec->mbind_errno = -1;
+    spec->thp[0] = 0;
+    char copy[256];
+    snprintf(copy, sizeof copy, "%s", text);
+    char *saved = NULL;
+    for (char *word = strtok_r(copy, ",", &saved); word; word = strtok_r(NULL, ",", &saved)) {
+        if (!strcmp(word, "load=full"))
+            spec->load = 2;
+        else if (!strcmp(word, "load=medium"))
+            spec->load = 1;
+        else if (!strcmp(word, "load=light"))
+            spec->load = 0;
+        else if (!strcmp(word, "huge=ram2")) {
+            struct sysinfo info;
+            if (syscall(SYS_sysinfo, &info) != 0) /* sysinfo() is this program's own */
+                die("sysinfo");
+            spec->huge_bytes = 2UL * (info.totalram + info.totalswap) * info.mem_unit;
+        } else if (!strncmp(word, "huge=", 5))
+            spec->huge_bytes = strtoul(word + 5, NULL, 10) << 20;
+        else if (!strncmp(word, "nodes=", 6))
+            spec->nodes = atoi(word + 6);
+        else if (!strncmp(word, "mbind_errno=", 12))
+            spec->mbind_errno = atoi(word + 12);
+        else if (!strncmp(word, "thp=", 4))
+            snprintf(spec->thp, sizeof spec->thp, "%s", word + 4);
+        else
+            die("bad-hostile-spec");
+    }
+}
+
+/* AnonHugePages of this process in KiB, -1 if unreadable. */
+static long anon_huge_kib(void) {
+    char text[4096];
+    if (read_text("/proc/self/smaps_rollup", text, sizeof text) < 0)
+        return -1;
+    char *p = strstr(text, "AnonHugePages:");
+    return p ? strtol(p + 14, NULL, 10) : -1;
+}
+
+/* The bracketed word of the THP mode file ("always" in "[always] madvise never"), "" if none. */
+static void thp_mode(char *mode, size_t size) {
+    char text[256];
+    mode[0] = 0;
+    if (read_text("/sys/kernel/mm/transparent_hugepage/enabled", text, sizeof text) < 0)
+        return;
+    char *open = strchr(text, '['), *close = open ? strchr(open, ']') : NULL;
+    if (open && close && (size_t)(close - open) < size)
+        snprintf(mode, size, "%.*s", (int)(close - open - 1), open + 1);
+}
+
+struct hostile_figures {
+    long objects, nulls, wrong_bytes, off_node0, peak_bytes, anon_huge_kib;
+};
+
+/* Fills an object with its own byte; checks it (returns the wrong bytes) where `check`. */
+static long fill_or_check(unsigned char *p, size_t size, unsigned char value, int check) {
+    if (!check) {
+        memset(p, value, size);
+        return 0;
+    }
+    long wrong = 0;
+    for (size_t i = 0; i < size; i++)
+        wrong += p[i] != value;
+    return wrong;
+}
+
+static void hostile_workload(const struct hostile_spec *spec, struct hostile_figures *f) {
+    static const size_t sizes[] = {64, 16 << 10, 1 << 20, 4 << 20};
+    static const int load_counts[3][4] = {{4096, 128, 4, 2}, {8192, 256, 16, 7}, {8192, 512, 24, 8}};
+    const int *counts = load_counts[spec->load];
+    int total = 0;
+    for (int r = 0; r < 4; r++)
+        total += counts[r];
+    unsigned char **objects = xmap(sizeof *objects * total);
+    size_t *lengths = xmap(sizeof *lengths * total);
+    memset(f, 0, sizeof *f);
+    f->anon_huge_kib = -1;
+    int n = 0;
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i < counts[r]; i++, n++) {
+            lengths[n] = sizes[r];
+            objects[n] = malloc(sizes[r]);
+            if (!objects[n]) {
+                f->nulls++;
+                continue;
+            }
+            fill_or_check(objects[n], sizes[r], (unsigned char)(n * 7 + 1), 0);
+            f->peak_bytes += (long)sizes[r];
+            if (spec->nodes == 1 && na_node_of(objects[n]) != 0)
+                f->off_node0++;
+        }
+    f->objects = n;
+    if (spec->thp[0])
+        f->anon_huge_kib = anon_huge_kib();
+    for (int k = 0; k < n; k++)
+        if (objects[k])
+            f->wrong_bytes += fill_or_check(objects[k], lengths[k], (unsigned char)(k * 7 + 1), 1);
+    /* A quarter of the medium objects grow to 48 KiB: the old bytes must come along. */
+    int first_medium = counts[0];
+    for (int k = first_medium; k < first_medium + counts[1]; k += 4) {
+        if (!objects[k])
+            continue;
+        unsigned char *grown = realloc(objects[k], 48 << 10);
+        if (!grown) {
+            f->nulls++;
+            continue;
+        }
+        f->wrong_bytes += fill_or_check(grown, lengths[k], (unsigned char)(k * 7 + 1), 1);
+        objects[k] = grown;
+        lengths[k] = 48 << 10;
+        fill_or_check(grown, lengths[k], (unsigned char)(k * 7 + 1), 0);
+    }
+    /* Free the odd ones, calloc as many in their place: recycled memory must read zero. */
+    for (int k = 1; k < n; k += 2) {
+        free(objects[k]);
+        objects[k] = calloc(1, lengths[k]);
+        if (!objects[k]) {
+            f->nulls++;
+            continue;
+        }
+        f->wrong_bytes += fill_or_check(objects[k], lengths[k], 0, 1);
+        fill_or_check(objects[k], lengths[k], (unsigned char)(k * 7 + 1), 0);
+        if (spec->nodes == 1 && na_node_of(objects[k]) != 0)
+            f->off_node0++;
+    }
+    for (int k = 0; k < n; k++)
+        if (objects[k]) {
+            f->wrong_bytes += fill_or_check(objects[k], lengths[k], (unsigned char)(k * 7 + 1), 1);
+            free(objects[k]);
+        }
+    xunmap(objects, sizeof *objects * total);
+    xunmap(lengths, sizeof *lengths * total);
+}
+
+static void child_hostile(const char *text) {
+    struct hostile_spec spec;
+    parse_hostile_spec(text, &spec);
+    char report[1024] = "";
+    size_t used = 0;
+    int met = 1;
+    first_malloc();
+    if (spec.mbind_errno >= 0) {
+        void *page = xmap(PAGE);
+        unsigned long mask = 1; /* node 0 */
+        errno = 0;
+        long result = syscall(SYS_mbind, page, PAGE, MPOL_BIND_MODE, &mask, 65UL, 0UL);
+        int direct = result == 0 ? 0 : errno;
+        met = met && direct == spec.mbind_errno;
+        append(report, sizeof report, &used, " direct_mbind_errno=%d/%d", direct,
+               spec.mbind_errno);
+        xunmap(page, PAGE);
+    }
+    if (spec.thp[0]) {
+        char mode[16];
+        thp_mode(mode, sizeof mode);
+        met = met && !strcmp(mode, spec.thp);
+        append(report, sizeof report, &used, " thp=%s/%s", mode, spec.thp);
+    }
+    struct hostile_figures f;
+    double began = now_seconds();
+    hostile_workload(&spec, &f);
+    met = met && f.nulls == 0 && f.wrong_bytes == 0;
+    append(report, sizeof report, &used,
+           " objects=%ld peak_live=%.1fMiB nulls=%ld wrong_bytes=%ld workload_s=%.2f", f.objects,
+           f.peak_bytes / 1048576.0, f.nulls, f.wrong_bytes, now_seconds() - began);
+    if (spec.thp[0]) {
+        int huge_ok = !strcmp(spec.thp, "never") ? f.anon_huge_kib == 0 : f.anon_huge_kib > 0;
+        met = met && huge_ok;
+        append(report, sizeof report, &used, " anon_huge_at_peak=%ldKiB", f.anon_huge_kib);
+    }
+    if (spec.nodes >= 0) {
+        int reported = nodalloc_reported_nodes();
+        met = met && reported == spec.nodes;
+        append(report, sizeof report, &used, " nodes_reported=%d/%d", reported, spec.nodes);
+        if (spec.nodes == 1) {
+            errno = 0;
+            void *elsewhere = na_malloc_on_node(64, 1);
+            int refused = elsewhere == NULL && errno == EINVAL;
+            met = met && f.off_node0 == 0 && refused;
+            append(report, sizeof report, &used, " objects_off_node0=%ld node1_refused_einval=%d",
+                   f.off_node0, refused);
+        }
+    }
+    if (spec.huge_bytes) {
+        errno = 0;
+        void *huge = malloc(spec.huge_bytes);
+        int malloc_errno = errno;
+        int malloc_ok = huge == NULL && malloc_errno == ENOMEM;
+        free(huge);
+        char *small = malloc(64);
+        if (!small)
+            die("malloc");
+        memset(small, 0x5a, 64);
+        errno = 0;
+        void *grown = realloc(small, spec.huge_bytes);
+        int realloc_errno = errno;
+        int realloc_ok = grown == NULL && realloc_errno == ENOMEM &&
+                         fill_or_check((unsigned char *)small, 64, 0x5a, 1) == 0;
+        free(grown ? grown : small);
+        char *after = malloc(4 << 20);
+        if (after)
+            memset(after, 1, 4 << 20);
+        free(after);
+        met = met && malloc_ok && realloc_ok && after != NULL;
+        append(report, sizeof report, &used,
+               " huge=%luMiB malloc_null_enomem=%d(errno=%d) realloc_null_enomem=%d(errno=%d) "
+               "4MiB_after=%d",
+               spec.huge_bytes >> 20, malloc_ok, malloc_errno, realloc_ok, realloc_errno,
+               after != NULL);
+    }
+    out("CASE met=%d spec=%s%s\n", met, text, report);
+}
+
+/* Counts the lines of `output` that begin with "nodalloc: " (nodalloc's warnings and fatal
+ * errors) and, of those, the ones that contain `word` (when not NULL). */
+static int nodalloc_messages(const char *output, const char *word, int *with_word) {
+    int count = 0;
+    if (with_word)
+        *with_word = 0;
+    for (const char *line = output; line && *line;) {
+        const char *end = strchr(line, '\n');
+        size_t length = end ? (size_t)(end - line) : strlen(line);
+        if (length >= 10 && !strncmp(line, "nodalloc: ", 10)) {
+            count++;
+            if (word && with_word && memmem(line, length, word, strlen(word)))
+                ++*with_word;
+        }
+        line = end ? end + 1 : NULL;
+    }
+    return count;
+}
+
+/* Runs one child case; appends " NAME:[<the child's CASE figures> messages=N said=... exit=S]"
+ * to the report and returns whether the case is met: the child's own verdict, exit status 0, at
+ * most `max_messages` "nodalloc: " lines (with `exact_word`: exactly one, and it contains the
+ * word), and `required` (when not NULL) somewhere in the child's output. */
+static int hostile_case(const char *name, const char *spec, const char *const *assignments,
+                        int max_messages, const char *exact_word, const char *required,
+                        char *report, size_t size, size_t *used) {
+    static char output[1 << 16];
+    int status = run_child("hostile.child", spec, assignments, NULL, output, sizeof output);
+    child_hook = NULL;
+    child_hook_argument = NULL;
+    int with_word = 0;
+    int messages = nodalloc_messages(output, exact_word, &with_word);
+    int messages_ok = exact_word ? messages == 1 && with_word == 1 : messages <= max_messages;
+    char *line = strstr(output, "CASE met=");
+    int exited = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    int signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    int has_required = !required || strstr(output, required) != NULL;
+    int met = line && line[9] == '1' && exited == 0 && messages_ok && has_required;
+    /* The messages, one line each, so a failure shows what nodalloc said. */
+    char said[512] = "";
+    size_t said_used = 0;
+    for (const char *at = strstr(output, "nodalloc: "); at; at = strstr(at + 1, "nodalloc: ")) {
+        if (at != output && at[-1] != '\n')
+            continue;
+        const char *end = strchr(at, '\n');
+        append(said, sizeof said, &said_used, "%s%.*s", said_used ? "|" : "",
+               (int)(end ? end - at : (long)strlen(at)), at);
+    }
+    for (char *ch = said; *ch; ch++)
+        if (*ch == ' ')
+            *ch = '_';
+    if (line) {
+        char *end = strchr(line, '\n');
+        if (end)
+            *end = 0;
+        append(report, size, used, " %s:[%s messages=%d%s%s%s%s exit=%d signal=%d]", name,
+               line + 5, messages, said_used ? " said=" : "", said,
+               required ? (has_required ? " found=" : " missing=") : "", required ? required : "",
+               exited, signal);
+    } else {
+        for (char *ch = output; *ch; ch++)
+            if (*ch == '\n' || *ch == ' ')
+                *ch = '|';
+        append(report, size, used, " %s:[error=no-case exit=%d signal=%d output=%.300s]", name,
+               exited, signal, output);
+    }
+    return met;
+}
+
+static int nodalloc_only(const char *test) {
+    if (!is_nodalloc)
+        out("RESULT %s %s info skipped=nodalloc-only\n", test, allocator);
+    return is_nodalloc;
+}
+
+/* Writes a one-line system setting and reads it back; 0 when it took. */
+static int set_setting(const char *path, const char *value) {
+    char back[256];
+    if (write_file(path, value) != 0 || read_text(path, back, sizeof back) < 0)
+        return -1;
+    return 0;
+}
+
+/* ---- overcommit_never */
+
+static long meminfo_kib(const char *key) {
+    char text[8192];
+    if (read_text("/proc/meminfo", text, sizeof text) < 0)
+        return -1;
+    char *p = strstr(text, key);
+    return p ? strtol(p + strlen(key), NULL, 10) : -1;
+}
+
+static void test_overcommit_never(void) {
+    const char *test = "overcommit_never";
+    if (!nodalloc_only(test))
+        return;
+    const char *path = "/proc/sys/vm/overcommit_memory";
+    char saved[32] = "";
+    if (read_text(path, saved, sizeof saved) < 0)
+        die("read-overcommit_memory");
+    saved[strcspn(saved, "\n")] = 0;
+    char now[32] = "";
+    if (set_setting(path, "2") != 0 || read_text(path, now, sizeof now) < 0 || now[0] != '2')
+        die("write-overcommit_memory");
+    long limit = meminfo_kib("CommitLimit:"), committed = meminfo_kib("Committed_AS:");
+    char report[4096] = "";
+    size_t used = 0;
+    int met = hostile_case("mode2", "load=full,huge=ram2", NULL, 0, NULL, NULL, report,
+                           sizeof report, &used);
+    int restored = set_setting(path, saved) == 0 && read_text(path, now, sizeof now) >= 0 &&
+                   !strncmp(now, saved, strlen(saved));
+    out("RESULT %s %s %s commit_limit=%ldMiB committed_before=%ldMiB restored=%s:%d%s\n", test,
+        allocator, verdict(met && restored), limit / 1024, committed / 1024, saved, restored,
+        report);
+}
+
+/* ---- thp_modes */
+
+static void test_thp_modes(void) {
+    const char *test = "thp_modes";
+    if (!nodalloc_only(test))
+        return;
+    const char *path = "/sys/kernel/mm/transparent_hugepage/enabled";
+    char saved[16];
+    thp_mode(saved, sizeof saved);
+    if (!saved[0]) {
+        out("RESULT %s %s info skipped=no-thp reason=%s-unreadable-errno-%d\n", test, allocator,
+            path, errno);
+        return;
+    }
+    static const char *const modes[] = {"always", "madvise", "never"};
+    char report[4096] = "";
+    size_t used = 0;
+    int met = 1;
+    for (int m = 0; m < 3; m++) {
+        char mode[16] = "", spec[64];
+        if (set_setting(path, modes[m]) == 0)
+            thp_mode(mode, sizeof mode);
+        if (strcmp(mode, modes[m])) {
+            append(report, sizeof report, &used, " %s:[error=cannot-set read=%s]", modes[m],
+                   mode);
+            met = 0;
+            continue;
+        }
+        snprintf(spec, sizeof spec, "load=light,thp=%s", modes[m]);
+        met = hostile_case(modes[m], spec, NULL, 0, NULL, NULL, report, sizeof report, &used) &&
+              met;
+    }
+    char now[16];
+    set_setting(path, saved);
+    thp_mode(now, sizeof now);
+    int restored = !strcmp(now, saved);
+    out("RESULT %s %s %s restored=%s:%d%s\n", test, allocator, verdict(met && restored), saved,
+        restored, report);
+}
+
+/* ---- no_sysfs */
+
+/* In the child: a private mount namespace without the listed mounts ("/sys", "/proc", both). */
+static int hook_unmount(const void *argument) {
+    const char *const *targets = argument;
+    if (unshare(CLONE_NEWNS) != 0) {
+        out("CHILD unshare failed errno=%d\n", errno);
+        return -1;
+    }
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
+        out("CHILD mount-private failed errno=%d\n", errno);
+        return -1;
+    }
+    for (int i = 0; targets[i]; i++) {
+        if (umount2(targets[i], MNT_DETACH) != 0) {
+            out("CHILD umount %s failed errno=%d\n", targets[i], errno);
+            return -1;
+        }
+    }
+    /* Gone for this child only: the probe files must be unreadable now. */
+    char probe[64];
+    for (int i = 0; targets[i]; i++) {
+        const char *file = !strcmp(targets[i], "/sys") ? "/sys/devices/system/node/online"
+                                                        : "/proc/self/status";
+        if (read_text(file, probe, sizeof probe) >= 0) {
+            out("CHILD %s still readable\n", file);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void test_no_sysfs(void) {
+    const char *test = "no_sysfs";
+    if (!nodalloc_only(test))
+        return;
+    static const char *const no_sys[] = {"/sys", NULL};
+    static const char *const no_proc[] = {"/proc", NULL};
+    static const char *const neither[] = {"/sys", "/proc", NULL};
+    static const char *const stats[] = {"NODALLOC_STATS=1", NULL};
+    char report[8192] = "", spec[64], nodes_line[32];
+    size_t used = 0;
+    int met = 1;
+    /* Each child also prints its statistics at exit (NODALLOC_STATS=1): "...: N node(s)". */
+    child_hook = hook_unmount;
+    child_hook_argument = no_sys;
+    met = hostile_case("no_sys", "load=light,nodes=1", stats, 2, NULL, ": 1 node(s)", report,
+                       sizeof report, &used) && met;
+    /* Without /proc (Mems_allowed, meminfo, overcommit mode) /sys still gives the nodes. */
+    snprintf(spec, sizeof spec, "load=light,nodes=%d", usable_count);
+    snprintf(nodes_line, sizeof nodes_line, ": %d node(s)", usable_count);
+    child_hook = hook_unmount;
+    child_hook_argument = no_proc;
+    met = hostile_case("no_proc", spec, stats, 2, NULL, nodes_line, report, sizeof report,
+                       &used) && met;
+    child_hook = hook_unmount;
+    child_hook_argument = neither;
+    met = hostile_case("neither", "load=light,nodes=1", stats, 2, NULL, ": 1 node(s)", report,
+                       sizeof report, &used) && met;
+    /* The namespace was the children's: this process still has /sys and /proc. */
+    char probe[64];
+    int parent_keeps = read_text("/sys/devices/system/node/online", probe, sizeof probe) > 0 &&
+                       read_text("/proc/self/status", probe, sizeof probe) > 0;
+    out("RESULT %s %s %s parent_keeps_sys_and_proc=%d%s\n", test, allocator,
+        verdict(met && parent_keeps), parent_keeps, report);
+}
+
+/* ---- mbind_fails */
+
+/* In the child: a seccomp filter that fails mbind(2) with the errno at `argument`. */
+static int hook_seccomp_mbind(const void *argument) {
+    unsigned int error = *(const int *)argument;
+    struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_mbind, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (error & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog program = {.len = sizeof filter / sizeof filter[0], .filter = filter};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+        out("CHILD no_new_privs failed errno=%d\n", errno);
+        return -1;
+    }
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0) {
+        out("CHILD seccomp failed errno=%d\n", errno);
+        return -1;
+    }
+    return 0;
+}
+
+static void test_mbind_fails(void) {
+    const char *test = "mbind_fails";
+    if (!nodalloc_only(test))
+        return;
+    if (usable_count < 2) {
+        out("RESULT %s %s info skipped=one-node(nodalloc-issues-no-mbind)\n", test, allocator);
+        return;
+    }
+    static const int errors[] = {EPERM, EINVAL};
+    static const char *const names[] = {"eperm", "einval"};
+    char report[4096] = "", spec[64];
+    size_t used = 0;
+    int met = 1;
+    for (int c = 0; c < 2; c++) {
+        snprintf(spec, sizeof spec, "load=light,nodes=%d,mbind_errno=%d", usable_count,
+                 errors[c]);
+        child_hook = hook_seccomp_mbind;
+        child_hook_argument = &errors[c];
+        met = hostile_case(names[c], spec, NULL, 1, "mbind", NULL, report, sizeof report,
+                           &used) && met;
+    }
+    out("RESULT %s %s %s regions=%d%s\n", test, allocator, verdict(met), usable_count, report);
+}
+
+/* ---- ulimit_v */
+
+static int hook_rlimit_as(const void *argument) {
+    unsigned long bytes = *(const unsigned long *)argument;
+    struct rlimit limit = {.rlim_cur = bytes, .rlim_max = bytes};
+    if (setrlimit(RLIMIT_AS, &limit) != 0) {
+        out("CHILD setrlimit failed errno=%d\n", errno);
+        return -1;
+    }
+    return 0;
+}
+
+static void test_ulimit_v(void) {
+    const char *test = "ulimit_v";
+    if (!nodalloc_only(test))
+        return;
+    static const unsigned long limit = 256UL << 20;
+    char report[4096] = "";
+    size_t used = 0;
+    child_hook = hook_rlimit_as;
+    child_hook_argument = &limit;
+    /* 48.5 MiB live at the peak (nodalloc's heap under a 256 MiB limit is one 64 MiB region
+     * per node, or one region in all where the limit has no room for one per node: then one
+     * warning says so); a 512 MiB request is past the limit itself. */
+    int met = hostile_case("as256M", "load=medium,huge=512", NULL, 1, NULL, NULL, report,
+                           sizeof report, &used);
+    out("RESULT %s %s %s rlimit_as=%luMiB nodes=%d%s\n", test, allocator, verdict(met),
+        limit >> 20, usable_count, report);
+}
+
 /* ---------------------------------------------------------------- main */
 
 int main(int argc, char **argv) {
-    read_topology();
+    ssize_t length = readlink("/proc/self/exe", exe_path, sizeof exe_path - 1);
+    if (length > 0)
+        exe_path[length] = 0;
+    /* A hostile child may have no /sys: it reads no topology (its spec carries the figures). */
+    int hostile_child = argc == 4 && !strcmp(argv[1], "hostile.child");
+    if (!hostile_child)
+        read_topology();
     sem_init(&started, 0, 0);
     if (argc == 2 && !strcmp(argv[1], "sysinfo")) {
         sysinfo();
@@ -1880,6 +2468,9 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[1], "small_node_spill.child")) {
             current_test = "small_node_spill";
             child_small_node_spill();
+        } else if (hostile_child) {
+            current_test = "hostile";
+            child_hostile(argv[3]);
         } else {
             die("unknown-child");
         }
@@ -1914,6 +2505,16 @@ int main(int argc, char **argv) {
         test_cpuless_explicit();
     else if (!strcmp(test, "node_fills_up"))
         test_node_fills_up();
+    else if (!strcmp(test, "overcommit_never"))
+        test_overcommit_never();
+    else if (!strcmp(test, "thp_modes"))
+        test_thp_modes();
+    else if (!strcmp(test, "no_sysfs"))
+        test_no_sysfs();
+    else if (!strcmp(test, "mbind_fails"))
+        test_mbind_fails();
+    else if (!strcmp(test, "ulimit_v"))
+        test_ulimit_v();
     else if (!strncmp(test, "binding", 7))
         test_binding(test);
     else if (!strcmp(test, "hoard_stress"))

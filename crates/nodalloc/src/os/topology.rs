@@ -13,6 +13,10 @@ use super::{read_file, thread_affinity, PathBuffer};
 /// Usable nodes the allocator tracks. Regions, node heaps and stats are sized by the real count.
 pub const MAX_NODES: usize = 32;
 
+/// The arena's smallest region (`arena::MIN_REGION_SHIFT`, restated: this layer sits below the
+/// arena). `RLIMIT_AS` must leave room for one per node; see [`Topology::fit_address_space`].
+pub const MIN_REGION_BYTES: u64 = 64 << 20;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ThpMode {
     Always,
@@ -97,14 +101,43 @@ impl Topology {
             self.simulate(simulate);
         } else if !self.read_sys_nodes() {
             // Unreadable or empty /sys: one node with every CPU we may use.
-            let (thp, overcommit, limit) = (self.thp, self.overcommit, self.address_space_limit);
-            let memory_total = self.memory_total;
-            self.reset(&cpus);
-            self.thp = thp;
-            self.overcommit = overcommit;
-            self.address_space_limit = limit;
-            self.memory_total = memory_total;
+            self.collapse_to_one_node(&cpus);
         }
+        self.fit_address_space(&cpus);
+    }
+
+    /// Makes `self` one node holding `cpus`, keeping the kernel modes already read.
+    fn collapse_to_one_node(&mut self, cpus: &CpuSet) {
+        let (thp, overcommit, limit) = (self.thp, self.overcommit, self.address_space_limit);
+        let memory_total = self.memory_total;
+        self.reset(cpus);
+        self.thp = thp;
+        self.overcommit = overcommit;
+        self.address_space_limit = limit;
+        self.memory_total = memory_total;
+    }
+
+    /// The arena takes at most half of `RLIMIT_AS` (the rest is the program's) and needs one
+    /// region of at least [`MIN_REGION_BYTES`] per node. When N such regions exceed that half
+    /// (`ulimit -v 256M` on 4 nodes), an N-node arena would leave the program next to nothing or
+    /// not fit at all, and every allocation would fail: use one node instead, with every CPU.
+    /// Placement is left to the kernel, as on a one-node machine; one warning says so.
+    fn fit_address_space(&mut self, cpus: &CpuSet) {
+        let Some(limit) = self.address_space_limit else {
+            return;
+        };
+        let nodes = self.node_count;
+        if nodes < 2 || nodes as u64 * MIN_REGION_BYTES <= limit / 2 {
+            return;
+        }
+        self.collapse_to_one_node(cpus);
+        super::warn(|w| {
+            w.str("RLIMIT_AS of ")
+                .size(limit)
+                .str(" has no room for ")
+                .decimal(nodes as u64)
+                .str(" node regions; using one node");
+        });
     }
 
     /// Makes `self` the one-node topology of `cpus`, field by field (no large temporary).
@@ -483,6 +516,26 @@ mod tests {
         let mut order = [0u8; MAX_NODES];
         let n = topology.nearest_nodes(0, &mut order);
         assert_eq!(&order[..n], &[2, 3, 1]);
+    }
+
+    #[test]
+    fn an_address_space_limit_too_small_for_every_node_leaves_one_node() {
+        for (nodes, limit_mib, expected) in [(4, 256, 1), (3, 256, 1), (2, 256, 2), (4, 512, 4)] {
+            let mut topology = boxed();
+            topology.detect_into(nodes);
+            topology.address_space_limit = Some(limit_mib << 20);
+            let cpus = *topology.process_cpus();
+            topology.fit_address_space(&cpus);
+            assert_eq!(
+                topology.node_count(),
+                expected,
+                "{nodes} nodes, {limit_mib} MiB"
+            );
+            assert_eq!(topology.address_space_limit(), Some(limit_mib << 20));
+            if expected == 1 {
+                assert_eq!(topology.node(0).cpus.count(), cpus.count());
+            }
+        }
     }
 
     #[test]
