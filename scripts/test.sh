@@ -6,8 +6,11 @@ cd "$(dirname "$0")/.."
 echo "== cargo test --workspace (debug: assertions on)"
 cargo test --workspace
 
-echo "== release-mode allocator tests (the optimised fast paths)"
-cargo test --release -p nodalloc --test global_allocator
+echo "== release-mode allocator tests (the optimised fast paths, 100 000 threads, secure mode)"
+cargo test --release -p nodalloc --test global_allocator --test rss --test hostile --test secure
+
+echo "== release-mode C ABI tests (includes the 15-second soak with its RSS bound)"
+cargo test --release -p nodalloc-ffi --test c_abi
 
 echo "== loom models of the lock-free structures"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p nodalloc --test loom --release

@@ -281,12 +281,13 @@ fn child_entry() {
         }
         "limit" => {
             const LIMIT: usize = 64 << 20;
+            const THREADS: usize = 8;
             // Reserved before any thread meets the limit: std aborts the process when its own
             // allocation fails, and a growing Vec would.
             let vectors: Vec<Vec<(usize, Layout)>> =
-                (0..4).map(|_| Vec::with_capacity(100_000)).collect();
+                (0..THREADS).map(|_| Vec::with_capacity(100_000)).collect();
             // Every thread is spawned (which allocates) before any of them starts filling.
-            let start = std::sync::Arc::new(std::sync::Barrier::new(4));
+            let start = std::sync::Arc::new(std::sync::Barrier::new(THREADS));
             let threads: Vec<_> = vectors
                 .into_iter()
                 .enumerate()
@@ -312,7 +313,7 @@ fn child_entry() {
                                 continue;
                             }
                             // SAFETY: we own `size` bytes at `p`.
-                            unsafe { p.write_bytes(1, size) };
+                            unsafe { p.write_bytes(t as u8, size) };
                             held.push((p as usize, layout));
                         }
                         (held, refused)
@@ -320,10 +321,10 @@ fn child_entry() {
                 })
                 .collect();
             let mut all = Vec::new();
-            for handle in threads {
+            for (t, handle) in threads.into_iter().enumerate() {
                 let (held, refused) = handle.join().unwrap();
                 assert!(refused > 0, "a thread never met the limit");
-                all.push(held);
+                all.push((t, held));
             }
             let stats = nodalloc::stats();
             assert_eq!(stats.limit, LIMIT);
@@ -332,16 +333,64 @@ fn child_entry() {
                 "peak {} over the limit",
                 stats.peak_committed
             );
-            for (p, layout) in all.into_iter().flatten() {
-                // SAFETY: allocated above with this layout.
-                unsafe { GLOBAL.dealloc(p as *mut u8, layout) };
+            let granted: usize = all
+                .iter()
+                .flat_map(|(_, held)| held.iter().map(|(_, layout)| layout.size()))
+                .sum();
+            assert!(
+                granted > LIMIT / 2,
+                "only {granted} bytes granted under the limit"
+            );
+            for (t, held) in all {
+                for (p, layout) in held {
+                    // SAFETY: allocated above with this layout and still live.
+                    let bytes =
+                        unsafe { std::slice::from_raw_parts(p as *const u8, layout.size()) };
+                    assert!(
+                        bytes.iter().all(|&b| b == t as u8),
+                        "a block lost its contents"
+                    );
+                    // SAFETY: allocated above with this layout.
+                    unsafe { GLOBAL.dealloc(p as *mut u8, layout) };
+                }
             }
-            nodalloc::purge();
-            let layout = Layout::from_size_align(8 << 20, 8).unwrap();
+            // No purge: the frees alone make room, for every thread at once (the freed spans
+            // are still committed and the heap is fragmented by the bags left in caches).
+            let again: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    std::thread::spawn(move || {
+                        for size in [1 << 20, 2 << 20, 3 << 20, 4 << 20] {
+                            let layout = Layout::from_size_align(size, 8).unwrap();
+                            // SAFETY: a valid layout.
+                            let p = unsafe { GLOBAL.alloc(layout) };
+                            assert!(
+                                !p.is_null(),
+                                "thread {t}: no room for {size} B after the frees"
+                            );
+                            // SAFETY: we own `size` bytes at `p`; freed once.
+                            unsafe {
+                                p.write_bytes(1, size);
+                                GLOBAL.dealloc(p, layout);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for thread in again {
+                thread.join().unwrap();
+            }
+            let layout = Layout::from_size_align(LIMIT / 2, 8).unwrap();
             // SAFETY: a valid layout; after the frees there is room again.
             let p = unsafe { GLOBAL.alloc(layout) };
-            assert!(!p.is_null(), "no room after freeing everything");
-            eprintln!("limit ok: peak {}", nodalloc::stats().peak_committed);
+            assert!(
+                !p.is_null(),
+                "no room for half the limit after freeing everything"
+            );
+            // SAFETY: allocated above.
+            unsafe { GLOBAL.dealloc(p, layout) };
+            let peak = nodalloc::stats().peak_committed;
+            assert!(peak <= LIMIT, "peak {peak} over the limit");
+            eprintln!("limit ok: {THREADS} threads, peak {peak}");
         }
         other => panic!("unknown scenario {other}"),
     }
@@ -592,7 +641,7 @@ fn children_of_a_busy_multithreaded_parent_can_allocate() {
 }
 
 #[test]
-fn the_memory_limit_holds_under_four_threads_and_frees_make_room() {
+fn the_memory_limit_holds_under_eight_threads_and_frees_make_room() {
     expect_child("limit", &[("NODALLOC_LIMIT", "64M")], "limit ok");
 }
 

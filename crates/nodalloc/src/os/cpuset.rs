@@ -167,6 +167,59 @@ mod tests {
     }
 
     #[test]
+    fn cpu_numbers_beyond_glibcs_1024_bit_mask_are_kept() {
+        let set = CpuSet::parse_list(b"0-3,1500-1503,4095\n").unwrap();
+        assert_eq!(
+            set.iter().collect::<Vec<_>>(),
+            vec![0, 1, 2, 3, 1500, 1501, 1502, 1503, 4095]
+        );
+        assert_eq!(set.nth(8), Some(4095));
+        let mut by_hand = CpuSet::new();
+        for cpu in [0, 1, 2, 3, 1500, 1501, 1502, 1503, 4095] {
+            by_hand.insert(cpu);
+        }
+        assert_eq!(set, by_hand);
+        assert!(
+            set.intersection(&CpuSet::parse_list(b"1024-2047").unwrap())
+                .count()
+                == 4
+        );
+        // The kernel's buffer for sched_{get,set}affinity is the whole set: 4096 bits, four
+        // times glibc's cpu_set_t, so machines with up to 4096 CPUs never get EINVAL.
+        assert_eq!(core::mem::size_of::<CpuSet>() * 8, MAX_CPUS);
+        assert!(core::mem::size_of::<CpuSet>() > core::mem::size_of::<libc::cpu_set_t>());
+    }
+
+    #[test]
+    fn cpu_numbers_past_the_set_are_dropped_and_huge_ranges_end() {
+        // The fallback past MAX_CPUS: such CPUs are left out (the topology maps them to node 0).
+        let set = CpuSet::parse_list(b"4094-4100,5000,9999-10002").unwrap();
+        assert_eq!(set.iter().collect::<Vec<_>>(), vec![4094, 4095]);
+        assert!(!set.contains(4096) && !set.contains(5000) && !set.contains(usize::MAX));
+        let mut set = CpuSet::new();
+        set.insert(MAX_CPUS);
+        set.insert(1 << 40);
+        assert!(set.is_empty());
+        // A range of 10^19 CPUs is cut at MAX_CPUS past its start instead of looping for ever.
+        let mut seen = 0usize;
+        for_each_in_list(b"0-9999999999999999999", |_| seen += 1).unwrap();
+        assert_eq!(seen, MAX_CPUS + 1);
+        // More than 19 digits does not fit a usize: malformed, not wrapped.
+        assert!(CpuSet::parse_list(b"0-99999999999999999999").is_none());
+    }
+
+    #[test]
+    fn the_kernel_accepts_the_sets_size_for_affinity_calls() {
+        let mut set = CpuSet::new();
+        assert!(
+            crate::os::thread_affinity(&mut set),
+            "sched_getaffinity failed"
+        );
+        assert!(!set.is_empty());
+        assert_eq!(crate::os::set_thread_affinity(&set), Ok(()));
+    }
+
+    #[test]
     fn large_cpu_numbers_fit() {
         let set = CpuSet::parse_list(b"4000-4095").unwrap();
         assert_eq!(set.count(), 96);
