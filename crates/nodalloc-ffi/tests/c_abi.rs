@@ -281,3 +281,192 @@ fn double_free_of_a_small_block_aborts_naming_the_pointer() {
 fn free_of_a_pointer_inside_a_small_block_aborts_naming_the_pointer() {
     assert_bad_free_aborts("middle-small", "invalid pointer");
 }
+
+// ---- Hostile conditions (docs/RELIABILITY.md): exit, limits, many threads, soak ----
+
+/// A run of `exit` that hangs is killed after this long (a normal run takes well under 1 s).
+const EXIT_TIME_LIMIT: Duration = Duration::from_secs(10);
+
+#[test]
+fn atexit_handlers_and_thread_destructors_after_nodallocs_flush_can_allocate() {
+    for mode in MODES {
+        let mut handlers = command("exit", mode);
+        handlers.arg("handlers");
+        run_passing("exit", mode, &mut handlers);
+        // Statistics at exit: nodalloc's own atexit report runs among the program's handlers.
+        let mut with_stats = command("exit", mode);
+        with_stats.arg("handlers").env("NODALLOC_STATS", "1");
+        let finished = run_passing("exit", mode, &mut with_stats);
+        assert!(has_stats_line(&finished.stderr), "{}", finished.describe());
+    }
+}
+
+/// `exit` while four threads allocate, free and pass blocks to each other: from the main thread
+/// and from a worker, 20 times each per mode, some runs with the exit report or four simulated
+/// nodes (frees in flight between nodes). Each run must end, with status 0, within 10 s.
+#[test]
+fn exit_while_other_threads_allocate_does_not_hang() {
+    for mode in MODES {
+        for who in ["main", "worker"] {
+            for run in 0..20 {
+                let mut exit = command("exit", mode);
+                exit.arg(who);
+                if run % 2 == 1 {
+                    exit.env("NODALLOC_STATS", "1");
+                }
+                if run % 4 >= 2 {
+                    exit.env("NODALLOC_SIMULATE_NODES", "4");
+                }
+                let finished = run_bounded(&mut exit, EXIT_TIME_LIMIT);
+                assert!(
+                    finished.succeeded() && finished.stdout.contains("ok exit: "),
+                    "exit {who} ({mode:?}), run {run}: {}",
+                    finished.describe()
+                );
+            }
+        }
+    }
+}
+
+/// NODALLOC_LIMIT=64M and eight threads racing to it: NULL + ENOMEM past it, peak committed
+/// within it, every thread can allocate again after the frees.
+#[test]
+fn the_memory_limit_holds_under_eight_threads_and_frees_make_room() {
+    const LIMIT: usize = 64 << 20;
+    for mode in MODES {
+        let mut limit = command("limit", mode);
+        limit.arg(LIMIT.to_string()).env("NODALLOC_LIMIT", "64M");
+        run_passing("limit", mode, &mut limit);
+    }
+}
+
+/// `ulimit -v 262144`: the reservation shrinks to fit 256 MiB of address space, a workload with
+/// 64 MiB live runs, a request larger than the address space fails with ENOMEM.
+#[test]
+fn a_256_mib_address_space_limit_serves_a_64_mib_live_workload() {
+    for mode in MODES {
+        let mut rlimit = command("rlimit", mode);
+        // SAFETY: setrlimit is async-signal-safe and touches only the child.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut rlimit, || {
+                let limit = libc::rlimit {
+                    rlim_cur: 256 << 20,
+                    rlim_max: 256 << 20,
+                };
+                if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        run_passing("rlimit", mode, &mut rlimit);
+    }
+}
+
+/// 100 000 short-lived threads created with `pthread_create` under `LD_PRELOAD`: RSS at the end
+/// within 2x of RSS after the first 1000, no thread heap left behind.
+#[test]
+fn a_hundred_thousand_short_threads_keep_rss_flat() {
+    let mode = Mode::Preloaded;
+    let finished = run_passing("threads100k", mode, &mut command("threads100k", mode));
+    eprintln!("{}", finished.stdout.trim());
+}
+
+/// Runs `secure MODE` (`tests/c/secure.c`) with `NODALLOC_SECURE=1`; it prints the block it is
+/// about to misuse. Returns that pointer (as `%p` printed it) and how the program ended.
+fn run_secure_misuse(case: &str, mode: Mode) -> (String, Finished) {
+    let mut secure = command("secure", mode);
+    secure.arg(case).env("NODALLOC_SECURE", "1");
+    let finished = run_bounded(&mut secure, TIME_LIMIT);
+    let pointer = finished
+        .stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("pointer "))
+        .unwrap_or_else(|| {
+            panic!(
+                "secure {case} ({mode:?}) did not get to the misuse: {}",
+                finished.describe()
+            )
+        })
+        .to_string();
+    (pointer, finished)
+}
+
+/// Secure mode: `secure CASE` must die of SIGABRT with a line on stderr starting with
+/// `expected(pointer)`.
+fn assert_secure_abort(case: &str, expected: impl Fn(&str) -> String) {
+    for mode in MODES {
+        let (pointer, finished) = run_secure_misuse(case, mode);
+        assert_eq!(
+            finished.status.signal(),
+            Some(SIGABRT),
+            "secure {case} ({mode:?}) should die of SIGABRT, but: {}",
+            finished.describe()
+        );
+        let expected = expected(&pointer);
+        assert!(
+            finished
+                .stderr
+                .lines()
+                .any(|line| line.starts_with(&expected)),
+            "secure {case} ({mode:?}): stderr lacks a line starting with `{expected}`: {}",
+            finished.describe()
+        );
+    }
+}
+
+#[test]
+fn secure_mode_catches_a_double_free_the_cheap_screen_misses() {
+    assert_secure_abort("double-drained", |pointer| {
+        format!("nodalloc: free(): double free of {pointer}")
+    });
+}
+
+#[test]
+fn secure_mode_refuses_a_free_list_link_overwritten_after_free() {
+    assert_secure_abort("write-after-free", |pointer| {
+        format!("nodalloc: corrupted free list: freed object {pointer} holds 0x4141414141414141, ")
+    });
+}
+
+#[test]
+fn secure_mode_faults_one_byte_past_a_large_block() {
+    for case in ["overflow", "overflow-realloc"] {
+        for mode in MODES {
+            let (_, finished) = run_secure_misuse(case, mode);
+            assert_eq!(
+                finished.status.signal(),
+                Some(libc::SIGSEGV),
+                "secure {case} ({mode:?}) should fault on the guard page, but: {}",
+                finished.describe()
+            );
+            assert!(
+                finished.stdout.contains("writing byte"),
+                "secure {case} ({mode:?}) faulted before the overflow: {}",
+                finished.describe()
+            );
+        }
+    }
+}
+
+/// `scripts/soak.sh` for 15 s: eight threads, sizes 16 B – 1 MiB, lifetimes from none to minutes,
+/// cross-thread frees, contents checked; after a 5 s warm-up RSS must stay within 1.3 x the live
+/// bytes plus the RSS at start. Release builds only: a debug library is too slow for the churn
+/// to mean anything (`cargo test --release -p nodalloc-ffi --test c_abi soak`).
+#[test]
+fn a_fifteen_second_soak_keeps_rss_within_1_3x_of_live_bytes() {
+    if cfg!(debug_assertions) {
+        eprintln!("the soak runs in release builds only; skipped");
+        return;
+    }
+    let mode = Mode::Preloaded;
+    let mut soak = command("soak", mode);
+    soak.arg("15");
+    let finished = run_passing("soak", mode, &mut soak);
+    let summary = finished
+        .stdout
+        .lines()
+        .find(|line| line.starts_with("soak summary: "))
+        .unwrap_or("(no summary)");
+    eprintln!("{summary}");
+}

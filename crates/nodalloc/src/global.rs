@@ -99,6 +99,7 @@ fn create_instance() -> Option<&'static NodeHeaps> {
             delay_ns: options.decommit_delay_ns,
             retain_bytes: options.retain_bytes as usize,
         },
+        secure: options.secure,
     };
     let arena = Arena::create(topology, &config);
     // SAFETY: the scratch mapping is ours and the arena copied the topology.

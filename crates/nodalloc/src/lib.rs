@@ -76,16 +76,7 @@ mod face {
                 return null_mut();
             }
             match class_of(layout.size(), layout.align()) {
-                Some(class) => match heaps.take_from_bags(node, class, 1) {
-                    Some(batch) => {
-                        heaps
-                            .class(node, class)
-                            .allocs
-                            .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-                        batch.head
-                    }
-                    None => null_mut(),
-                },
+                Some(class) => heaps.alloc_single(node, class),
                 None => heaps.alloc_large(node, layout.size(), layout.align()),
             }
         }

@@ -14,15 +14,20 @@
 //! exhausted, a thread of that node takes objects from the nearest other node heap (a steal),
 //! and frees them later through that node's inbox.
 //!
+//! Every link between free objects is written and read through the arena
+//! ([`Arena::write_link`], [`Arena::read_link`]), which encodes and checks it in secure mode.
+//! Secure mode also randomises the carving order of new bags, keeps the allocation bitmap for
+//! objects handed out without a thread cache, and puts a guard after every large object.
+//!
 //! Layer: calls `arena`; used by `thread` and the faces.
 
 use crate::arena::pagemap::{Kind, UnitMeta};
 use crate::arena::region::SpanUse;
+use crate::arena::secure::{carve_order, guarded_layout, Expect, Refusal};
 use crate::arena::Arena;
 use crate::ds::inbox::Inbox;
 use crate::ds::ring::{Batch, TransferRing, RING_SLOTS};
 use crate::ds::spinlock::SpinLock;
-use crate::ds::{next_of, set_next};
 use crate::os::{self, topology::MAX_NODES};
 use crate::size_class::{SizeClass, NUM_CLASSES, UNIT, UNIT_SHIFT};
 use core::cell::UnsafeCell;
@@ -84,6 +89,15 @@ unsafe impl Send for NodeHeaps {}
 pub enum Misuse {
     InvalidPointer,
     DoubleFree,
+}
+
+impl From<Refusal> for Misuse {
+    fn from(refusal: Refusal) -> Misuse {
+        match refusal {
+            Refusal::NotAnObject => Misuse::InvalidPointer,
+            Refusal::NotAllocated => Misuse::DoubleFree,
+        }
+    }
 }
 
 impl NodeHeaps {
@@ -158,9 +172,11 @@ impl NodeHeaps {
     /// Objects from `node`'s own bags, carving a new bag from its own region if needed.
     fn take_from_node_bags(&self, node: usize, class: SizeClass, want: usize) -> Option<Batch> {
         let heap = self.class(node, class);
-        let map = self.arena.map();
+        let arena = self.arena;
+        let map = arena.map();
         let size = class.size();
         let capacity = class.capacity() as u32;
+        let secure = arena.is_secure();
         let _guard = heap.lock.lock();
         // SAFETY: the class lock is held for the rest of this function.
         let partial = unsafe { &mut *heap.partial.get() };
@@ -178,6 +194,10 @@ impl NodeHeaps {
                 };
                 heap.bags.fetch_add(1, Ordering::Relaxed);
                 *partial = map.meta(map.unit_of(address));
+                if secure {
+                    // SAFETY: the class lock is held and the bag is new, on no list but ours.
+                    unsafe { (**partial).freed_at = arena.bag_seed() };
+                }
             }
             let bag = *partial;
             let start = map.address_of(map.unit_of_meta(bag));
@@ -186,17 +206,22 @@ impl NodeHeaps {
                 while batch.count < want {
                     let object = if !(*bag).free.is_null() {
                         let object = (*bag).free;
-                        (*bag).free = next_of(object);
+                        (*bag).free = arena.read_link(object, Expect::Class(class));
                         object
                     } else if (*bag).carved < capacity {
-                        let object = (start + (*bag).carved as usize * size) as *mut u8;
+                        let index = if secure {
+                            carve_order((*bag).carved, capacity, (*bag).freed_at)
+                        } else {
+                            (*bag).carved
+                        };
+                        let object = (start + index as usize * size) as *mut u8;
                         (*bag).carved += 1;
                         object
                     } else {
                         break;
                     };
                     (*bag).live += 1;
-                    set_next(object, batch.head);
+                    arena.write_link(object, batch.head);
                     if batch.tail.is_null() {
                         batch.tail = object;
                     }
@@ -212,6 +237,43 @@ impl NodeHeaps {
             None
         } else {
             Some(batch)
+        }
+    }
+
+    /// One object of `class` for the program, straight from the bags (a thread without a cache:
+    /// retired, detached, or `alloc_on_node`). Null when no memory is left.
+    pub fn alloc_single(&self, node: usize, class: SizeClass) -> *mut u8 {
+        let Some(batch) = self.take_from_bags(node, class, 1) else {
+            return null_mut();
+        };
+        self.class(node, class)
+            .allocs
+            .fetch_add(1, Ordering::Relaxed);
+        if self.arena.is_secure() {
+            self.arena.note_allocated(batch.head);
+        }
+        batch.head
+    }
+
+    /// Takes back one object of `class` from `origin`'s region that the program frees without a
+    /// thread cache, or reports the misuse.
+    ///
+    /// # Safety
+    /// `object` must be a live object of `class` that the caller gives up (checked, and
+    /// reported, in secure mode).
+    pub unsafe fn free_single(&self, origin: usize, class: SizeClass, object: *mut u8) {
+        if self.arena.is_secure() {
+            if let Err(refusal) = self.arena.note_freed(object, class) {
+                report(object, refusal.into());
+            }
+        }
+        self.class(origin, class)
+            .frees
+            .fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the object is ours now; make it a one-object chain.
+        unsafe { self.arena.write_link(object, null_mut()) };
+        if let Err((object, misuse)) = self.return_to_bags(origin, class, object) {
+            report(object, misuse);
         }
     }
 
@@ -247,7 +309,7 @@ impl NodeHeaps {
         let mut object = chain;
         while !object.is_null() {
             // SAFETY: chains given to us are linked through first words of free objects.
-            let next = unsafe { next_of(object) };
+            let next = unsafe { self.arena.read_link(object, Expect::Class(class)) };
             let address = object as usize;
             if self.arena.origin_of(address) != Some(node) {
                 return Err((object, Misuse::InvalidPointer));
@@ -266,14 +328,16 @@ impl NodeHeaps {
             let bag = map.meta(first);
             // SAFETY: the class lock is held and the tag says `bag` is a bag of this class.
             unsafe {
-                if (address - start) / size >= (*bag).carved as usize {
+                // Secure mode carves in a random order, so the count says nothing about which
+                // objects were carved (and the allocation bitmap vouched for this one).
+                if !self.arena.is_secure() && (address - start) / size >= (*bag).carved as usize {
                     return Err((object, Misuse::InvalidPointer));
                 }
                 if (*bag).live == 0 {
                     return Err((object, Misuse::DoubleFree));
                 }
                 let was_full = (*bag).free.is_null() && (*bag).carved == capacity;
-                set_next(object, (*bag).free);
+                self.arena.write_link(object, (*bag).free);
                 (*bag).free = object;
                 (*bag).live -= 1;
                 if (*bag).live == 0 {
@@ -299,8 +363,12 @@ impl NodeHeaps {
     pub unsafe fn send_remote(&self, origin: usize, head: *mut u8, tail: *mut u8, count: usize) {
         let heap = self.node(origin);
         heap.remote_frees.fetch_add(count as u64, Ordering::Relaxed);
-        // SAFETY: forwarded contract.
-        unsafe { heap.inbox.push_chain(head, tail) };
+        let arena = self.arena;
+        // SAFETY: forwarded contract; the link written is `tail`'s, in the arena's encoding.
+        unsafe {
+            heap.inbox
+                .push_chain_with(head, tail, |tail, next| arena.write_link(tail, next))
+        };
     }
 
     /// Sorts `node`'s inbox back into its bags. Cheap when the inbox is empty.
@@ -314,14 +382,14 @@ impl NodeHeaps {
         let mut chains = [null_mut::<u8>(); NUM_CLASSES];
         while !object.is_null() {
             // SAFETY: inbox chains are linked through first words of freed objects.
-            let next = unsafe { next_of(object) };
+            let next = unsafe { self.arena.read_link(object, Expect::Node(node)) };
             let tag = match self.arena.tag_checked(object as usize) {
                 Some(tag) if tag.is_bag() => tag,
                 _ => report(object, Misuse::InvalidPointer),
             };
             let class = tag.class().index();
             // SAFETY: as above; we own the object now.
-            unsafe { set_next(object, chains[class]) };
+            unsafe { self.arena.write_link(object, chains[class]) };
             chains[class] = object;
             object = next;
         }
@@ -344,7 +412,7 @@ impl NodeHeaps {
     /// or one whose threads are gone) is maintained by whichever thread notices, so objects
     /// freed to its inbox do not stay there forever.
     pub fn maintain(&self, node: usize, now: u64) {
-        let period = self.arena.decay.delay_ns.max(1_000_000);
+        let period = maintenance_period(self.arena.decay.delay_ns);
         self.maintain_node(node, now, 0);
         for other in 0..self.arena.node_count() {
             if other != node {
@@ -360,7 +428,7 @@ impl NodeHeaps {
         if now < due.saturating_add(grace) {
             return;
         }
-        let next = now + self.arena.decay.delay_ns.max(1_000_000);
+        let next = now + maintenance_period(self.arena.decay.delay_ns);
         if heap
             .next_maintenance
             .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
@@ -416,8 +484,17 @@ impl NodeHeaps {
         {
             return null_mut();
         }
-        // Zero bytes at a large alignment still need a unique address: one unit.
-        let Some(units) = size.max(1).checked_add(UNIT - 1).map(|s| s >> UNIT_SHIFT) else {
+        // Zero bytes at a large alignment still need a unique address: one unit. Secure mode
+        // adds at least a page of guard after the usable bytes.
+        let secure = self.arena.is_secure();
+        let layout = if secure {
+            guarded_layout(size)
+        } else {
+            size.max(1)
+                .checked_add(UNIT - 1)
+                .map(|s| (0, s >> UNIT_SHIFT))
+        };
+        let Some((usable, units)) = layout else {
             return null_mut();
         };
         let align_units = (align >> UNIT_SHIFT).max(1);
@@ -429,6 +506,11 @@ impl NodeHeaps {
             .alloc_span(node, units, align_units, SpanUse::Large)
         {
             Some((address, from)) => {
+                if secure {
+                    // SAFETY: the span was just handed to us, whole and without a guard. A
+                    // refused guard (the kernel's mapping limit) leaves the span unguarded.
+                    unsafe { self.arena.guard_large(address, usable, units) };
+                }
                 let heap = self.node(from);
                 heap.large_allocs.fetch_add(1, Ordering::Relaxed);
                 heap.large_bytes
@@ -467,10 +549,23 @@ impl NodeHeaps {
         }
     }
 
+    /// Bytes the program may use in the large object at `address` (its span, less the guard in
+    /// secure mode), or the misuse if it is not one.
+    pub fn large_usable(&self, address: usize) -> Result<usize, Misuse> {
+        let units = self.large_units(address)?;
+        // SAFETY: `address` heads a live large span of `units` units (checked above) that the
+        // caller owns.
+        Ok(unsafe { self.arena.large_usable(address, units) })
+    }
+
     /// Frees a large object, or reports misuse.
     pub fn free_large(&self, address: usize) {
         match self.large_units(address) {
             Ok(units) => {
+                if self.arena.is_secure() {
+                    // SAFETY: a live large span of `units` units that the caller gives up.
+                    unsafe { self.arena.unguard_large(address, units) };
+                }
                 let node = self
                     .arena
                     .origin_of(address)
@@ -493,6 +588,9 @@ impl NodeHeaps {
         let Ok(units) = self.large_units(address) else {
             return false;
         };
+        if self.arena.is_secure() {
+            return self.resize_guarded_in_place(address, units, new_size);
+        }
         let Some(new_units) = new_size
             .max(1)
             .checked_add(UNIT - 1)
@@ -533,6 +631,61 @@ impl NodeHeaps {
         }
     }
 
+    /// [`Self::resize_large_in_place`] in secure mode: the guard comes off, the span is resized
+    /// as usual, and a new guard goes on after the new usable end (or the old one back on when
+    /// the span cannot grow).
+    fn resize_guarded_in_place(&self, address: usize, units: usize, new_size: usize) -> bool {
+        let Some((new_usable, new_units)) = guarded_layout(new_size) else {
+            return false;
+        };
+        // SAFETY: `address` heads a live large span of `units` units (checked by the caller)
+        // that the caller owns.
+        let old_usable = unsafe { self.arena.large_usable(address, units) };
+        if new_units == units && new_usable == old_usable {
+            return true;
+        }
+        let node = self
+            .arena
+            .origin_of(address)
+            .expect("checked by large_units");
+        let region = self.arena.region(node);
+        let heap = self.node(node);
+        // SAFETY: as above.
+        unsafe { self.arena.unguard_large(address, units) };
+        let resized = if new_units < units {
+            region.shrink(
+                self.arena.map(),
+                address,
+                units,
+                new_units,
+                self.arena.decay,
+            );
+            heap.large_bytes
+                .fetch_sub((units - new_units) << UNIT_SHIFT, Ordering::Relaxed);
+            true
+        } else if new_units > units {
+            let grown = new_units <= self.arena.region_bytes() >> UNIT_SHIFT
+                && region.grow(self.arena.map(), address, units, new_units);
+            if grown {
+                heap.large_bytes
+                    .fetch_add((new_units - units) << UNIT_SHIFT, Ordering::Relaxed);
+            }
+            grown
+        } else {
+            true
+        };
+        let (usable, units) = if resized {
+            (new_usable, new_units)
+        } else {
+            (old_usable, units)
+        };
+        if usable < units << UNIT_SHIFT {
+            // SAFETY: the span is ours, live, of `units` units, and has no guard now.
+            unsafe { self.arena.guard_large(address, usable, units) };
+        }
+        resized
+    }
+
     /// Bytes usable at `address` (the class size or the span length), for any live object.
     pub fn usable_size(&self, address: usize) -> Result<usize, Misuse> {
         let Some(tag) = self.arena.tag_checked(address) else {
@@ -547,7 +700,7 @@ impl NodeHeaps {
             }
             return Ok(size);
         }
-        self.large_units(address).map(|units| units << UNIT_SHIFT)
+        self.large_usable(address)
     }
 
     /// Takes every lock of the instance, node heaps first, then span locks (fork `prepare`).
@@ -615,12 +768,105 @@ unsafe fn push_front(list: &mut *mut UnitMeta, bag: *mut UnitMeta) {
     }
 }
 
+/// How often a node's upkeep runs: every decommit delay, but at least every 100 ms (idle caches
+/// go back to their bags on this beat) and at most every millisecond.
+pub(crate) fn maintenance_period(delay_ns: u64) -> u64 {
+    delay_ns.clamp(1_000_000, 100_000_000)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::arena::tests::test_arena;
+    use crate::ds::{next_of, set_next};
     use crate::size_class::class_of;
     use std::sync::atomic::AtomicU8;
+
+    /// The protection of the page holding `address`, from `/proc/self/maps` (`rw-p`, `---p`).
+    fn protection(address: usize) -> String {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        for line in maps.lines() {
+            let (range, rest) = line.split_once(' ').unwrap();
+            let (start, end) = range.split_once('-').unwrap();
+            let start = usize::from_str_radix(start, 16).unwrap();
+            let end = usize::from_str_radix(end, 16).unwrap();
+            if (start..end).contains(&address) {
+                return rest[..4].to_string();
+            }
+        }
+        panic!("{address:#x} is not mapped");
+    }
+
+    #[test]
+    fn secure_large_objects_end_at_a_guard_that_follows_resizes_and_goes_with_the_free() {
+        let heaps = NodeHeaps::create(crate::arena::tests::test_arena_secure(1, false)).unwrap();
+        let page = crate::os::PAGE_SIZE;
+        let size = (300 << 10) + 100;
+        let p = heaps.alloc_large(0, size, 8) as usize;
+        let usable = heaps.large_usable(p).unwrap();
+        assert_eq!(usable, (300 << 10) + page);
+        assert_eq!(protection(p + usable - 1), "rw-p");
+        assert_eq!(protection(p + usable), "---p");
+        assert_eq!(heaps.usable_size(p), Ok(usable));
+        // Grow (at the frontier, so in place), shrink by a unit, move the guard within the same
+        // units, shrink by many.
+        for new_size in [
+            2 << 20,
+            (2 << 20) - 3 * page,
+            (2 << 20) - 5 * page,
+            100 << 10,
+        ] {
+            assert!(
+                heaps.resize_large_in_place(p, new_size),
+                "resize to {new_size}"
+            );
+            let usable = heaps.large_usable(p).unwrap();
+            assert_eq!(usable, new_size.next_multiple_of(page));
+            // SAFETY: the object is ours and `usable` bytes long.
+            unsafe { (p as *mut u8).write_bytes(1, usable) };
+            assert_eq!(
+                protection(p + usable),
+                "---p",
+                "after a resize to {new_size}"
+            );
+        }
+        let units = heaps.large_units(p).unwrap();
+        heaps.free_large(p);
+        assert_eq!(protection(p + (units << UNIT_SHIFT) - 1), "rw-p");
+        // The span is reused whole by the next request, guard and all in its new place.
+        let q = heaps.alloc_large(0, units << UNIT_SHIFT, 8) as usize;
+        assert_eq!(protection(q + heaps.large_usable(q).unwrap()), "---p");
+        assert_eq!(heaps.arena.budget.charged.load(Ordering::Relaxed), {
+            heaps.arena.region(0).committed.load(Ordering::Relaxed)
+        });
+    }
+
+    #[test]
+    fn secure_bags_carve_in_a_random_order_and_hand_each_object_out_once() {
+        let heaps = NodeHeaps::create(crate::arena::tests::test_arena_secure(1, false)).unwrap();
+        let class = class_of(256, 8).unwrap();
+        let batch = heaps.take_from_bags(0, class, class.capacity()).unwrap();
+        let mut objects = Vec::new();
+        let mut object = batch.head;
+        while !object.is_null() {
+            objects.push(object as usize);
+            // SAFETY: walking the batch we were handed (links are encoded in secure mode).
+            object = unsafe { heaps.arena.read_link(object, Expect::Class(class)) };
+        }
+        assert_eq!(objects.len(), class.capacity());
+        let ascending = objects.windows(2).filter(|w| w[1] == w[0] + 256).count();
+        let descending = objects.windows(2).filter(|w| w[0] == w[1] + 256).count();
+        assert!(
+            ascending + descending < 16,
+            "{ascending} + {descending} neighbours"
+        );
+        let mut sorted = objects.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), objects.len(), "an object was carved twice");
+        heaps.return_to_bags(0, class, batch.head).unwrap();
+        assert_eq!(heaps.class(0, class).bags.load(Ordering::Relaxed), 0);
+    }
 
     /// Bag hand-over under contention: four threads take batches from the same node's bags and
     /// return them (through the ring and straight to the bags) in random order, so bags are

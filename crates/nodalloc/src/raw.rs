@@ -57,9 +57,9 @@ pub fn classify(ptr: *const u8) -> Result<Pointer, Misuse> {
             origin,
         });
     }
-    heaps.large_units(address).map(|units| Pointer::Large {
-        bytes: units << crate::size_class::UNIT_SHIFT,
-    })
+    heaps
+        .large_usable(address)
+        .map(|bytes| Pointer::Large { bytes })
 }
 
 /// Aborts naming the pointer (`free(): invalid pointer 0x…` or `double free of 0x…`).
@@ -82,19 +82,7 @@ pub fn alloc(heap: Option<&mut ThreadHeap>, size: usize, align: usize) -> *mut u
                 object
             }
         }
-        (Some(class), _) => {
-            let node = current_node_hint(heaps);
-            match heaps.take_from_bags(node, class, 1) {
-                Some(batch) => {
-                    heaps
-                        .class(node, class)
-                        .allocs
-                        .fetch_add(1, Ordering::Relaxed);
-                    batch.head
-                }
-                None => null_mut(),
-            }
-        }
+        (Some(class), _) => heaps.alloc_single(current_node_hint(heaps), class),
         (None, Some(heap)) if heap.state != HeapState::Retired => {
             heap.run_attach_hook();
             heap.check_home();
@@ -137,17 +125,8 @@ pub unsafe fn free_classified(heap: Option<&mut ThreadHeap>, ptr: *mut u8, kind:
             Some(heap) if heap.state == HeapState::Active || heap.state == HeapState::Fresh => unsafe {
                 heap.free(ptr, class)
             },
-            _ => {
-                heaps
-                    .class(origin, class)
-                    .frees
-                    .fetch_add(1, Ordering::Relaxed);
-                // SAFETY: the object is ours; a one-object chain.
-                unsafe { crate::ds::set_next(ptr, null_mut()) };
-                if let Err((object, misuse)) = heaps.return_to_bags(origin, class, ptr) {
-                    report(object, misuse);
-                }
-            }
+            // SAFETY: forwarded contract.
+            _ => unsafe { heaps.free_single(origin, class, ptr) },
         },
         Pointer::Large { .. } => {
             heaps.free_large(ptr as usize);

@@ -8,11 +8,18 @@
 //! `nth` goes to the node heap in one splice, without walking the list (NUMAlloc's LRU drain).
 //! A pop that brings the count down to `batch` has consumed `nth`, so the marker is re-armed.
 //!
+//! **Secure mode** keeps the fast paths out of play rather than slowing them: the list heads they
+//! read stay null and the home-region check of `free` never matches, so every call reaches a
+//! slow path, which keeps the objects in `secure_head` lists whose links are encoded and checked
+//! by the arena, marks each object in the allocation bitmap when it is handed out, and refuses a
+//! free whose bit is clear (a double free). With secure mode off, nothing on a fast path changes.
+//!
 //! Frees of another node's objects go to a per-node **outbox** and travel to that node's inbox
 //! as one chain. At thread exit everything cached goes home; afterwards the heap is *retired*
 //! and serves any late call (from other thread-local destructors) directly from the node heaps.
 
 use crate::arena::pagemap::Tag;
+use crate::arena::secure::Expect;
 use crate::ds::ring::Batch;
 use crate::ds::{next_of, set_next};
 use crate::node::{report, Misuse, NodeHeaps};
@@ -44,6 +51,8 @@ pub struct FreeList {
     /// Objects handed out and taken back since the counts were last published.
     allocs: u32,
     frees: u32,
+    /// Secure mode: the list's head (links encoded), while `head` stays null for the fast path.
+    secure_head: *mut u8,
 }
 
 impl FreeList {
@@ -57,6 +66,7 @@ impl FreeList {
         limit: 0,
         allocs: 0,
         frees: 0,
+        secure_head: null_mut(),
     };
 }
 
@@ -88,6 +98,8 @@ pub struct ThreadHeap {
     tags: *const AtomicU32,
     home_frontier: *const AtomicUsize,
     pub state: HeapState,
+    /// Secure mode (the arena's): every call takes the slow paths, which check everything.
+    secure: bool,
     node: usize,
     heaps: *const NodeHeaps,
     lists: [FreeList; NUM_CLASSES],
@@ -128,6 +140,7 @@ impl ThreadHeap {
             tags: core::ptr::null(),
             home_frontier: core::ptr::null(),
             state: HeapState::Fresh,
+            secure: false,
             node: 0,
             heaps: core::ptr::null(),
             lists: [FreeList::EMPTY; NUM_CLASSES],
@@ -168,6 +181,12 @@ impl ThreadHeap {
         self.arena_base = arena.base();
         self.tags = arena.map().tags();
         self.home_frontier = arena.region(node).frontier_word();
+        self.secure = arena.is_secure();
+        if self.secure {
+            // The fast paths' region check never matches: every free takes the slow path.
+            self.region_base = 0;
+            self.region_shift = 0;
+        }
         for (index, list) in self.lists.iter_mut().enumerate() {
             let class = SizeClass(index as u8);
             list.batch = class.batch() as u32;
@@ -223,16 +242,10 @@ impl ThreadHeap {
             return null_mut();
         };
         if self.state == HeapState::Retired {
-            return match heaps.take_from_bags(self.node, class, 1) {
-                Some(batch) => {
-                    heaps
-                        .class(self.node, class)
-                        .allocs
-                        .fetch_add(1, Ordering::Relaxed);
-                    batch.head
-                }
-                None => null_mut(),
-            };
+            return heaps.alloc_single(self.node, class);
+        }
+        if self.secure {
+            return self.secure_alloc(heaps, class);
         }
         self.check_home();
         self.flush_outboxes();
@@ -252,6 +265,72 @@ impl ThreadHeap {
         let object = self.alloc_cached(class);
         debug_assert!(!object.is_null());
         object
+    }
+
+    /// Secure mode's allocation: pops the class's encoded list (refilling it first when empty),
+    /// checking the link, and marks the object as the program's.
+    fn secure_alloc(&mut self, heaps: &'static NodeHeaps, class: SizeClass) -> *mut u8 {
+        if self.lists[class.index()].secure_head.is_null() {
+            self.check_home();
+            self.flush_outboxes();
+            heaps.drain_inbox(self.node);
+            self.tick();
+            self.publish(class);
+            let Some(batch) = heaps.refill(self.node, class) else {
+                return null_mut();
+            };
+            let list = &mut self.lists[class.index()];
+            list.secure_head = batch.head;
+            list.tail = batch.tail;
+            list.count = batch.count as u32;
+            list.nth = null_mut();
+            list.mark = list.batch + 1;
+        }
+        let list = &mut self.lists[class.index()];
+        let object = list.secure_head;
+        // SAFETY: cached objects are free, ours, and linked through their first word.
+        list.secure_head = unsafe { heaps.arena.read_link(object, Expect::Class(class)) };
+        list.count -= 1;
+        list.allocs = list.allocs.wrapping_add(1);
+        if list.count == list.batch {
+            list.mark = list.batch + 1;
+        }
+        heaps.arena.note_allocated(object);
+        object
+    }
+
+    /// Secure mode's free: the object must be one of `class` that the program holds (its bit in
+    /// the allocation bitmap is set), else the process aborts naming it. Then as `free`: the home
+    /// list, or the outbox of the object's node.
+    ///
+    /// # Safety
+    /// As for [`Self::free`] (what is checked here is reported rather than trusted).
+    unsafe fn secure_free(
+        &mut self,
+        heaps: &'static NodeHeaps,
+        origin: usize,
+        object: *mut u8,
+        class: SizeClass,
+    ) {
+        if let Err(refusal) = heaps.arena.note_freed(object, class) {
+            report(object, refusal.into());
+        }
+        if origin != self.node {
+            // SAFETY: forwarded contract.
+            return unsafe { self.send_to_outbox(heaps, origin, object, class) };
+        }
+        let list = &mut self.lists[class.index()];
+        // SAFETY: the object is ours now and at least 8 bytes (every class is).
+        unsafe { heaps.arena.write_link(object, list.secure_head) };
+        if list.count == 0 {
+            list.tail = object;
+        }
+        list.secure_head = object;
+        list.count += 1;
+        list.frees = list.frees.wrapping_add(1);
+        if list.count >= list.mark {
+            self.free_mark(class);
+        }
     }
 
     /// Pushes an object of `class` freed by this thread. Objects of other nodes (and anything
@@ -348,9 +427,11 @@ impl ThreadHeap {
     #[cold]
     #[inline(never)]
     fn free_mark(&mut self, class: SizeClass) {
+        let Some(heaps) = self.heaps() else { return };
+        let secure = self.secure;
         let list = &mut self.lists[class.index()];
         if list.mark == list.batch + 1 && list.count == list.batch + 1 {
-            list.nth = list.head;
+            list.nth = if secure { list.secure_head } else { list.head };
             list.mark = list.limit;
         }
         if list.count < list.limit {
@@ -360,21 +441,19 @@ impl ThreadHeap {
         let nth = list.nth;
         // SAFETY: `nth` is a cached object with exactly `batch` objects behind it (see module docs).
         let batch = Batch {
-            head: unsafe { next_of(nth) },
+            head: unsafe { heaps.arena.read_link(nth, Expect::Class(class)) },
             tail: list.tail,
             count: list.batch as usize,
         };
         // SAFETY: as above; cutting the list after `nth`.
-        unsafe { set_next(nth, null_mut()) };
+        unsafe { heaps.arena.write_link(nth, null_mut()) };
         list.tail = nth;
         list.count -= list.batch;
         list.nth = null_mut();
         list.mark = list.batch + 1;
         self.tick();
         self.publish(class);
-        if let Some(heaps) = self.heaps() {
-            heaps.release(self.node, class, batch);
-        }
+        heaps.release(self.node, class, batch);
     }
 
     /// # Safety
@@ -396,18 +475,12 @@ impl ThreadHeap {
             report(object, Misuse::InvalidPointer)
         };
         if self.state == HeapState::Retired {
-            heaps
-                .class(origin, class)
-                .frees
-                .fetch_add(1, Ordering::Relaxed);
-            if let Err((object, misuse)) = heaps.return_to_bags(origin, class, {
-                // SAFETY: the object is ours; make it a one-object chain.
-                unsafe { set_next(object, null_mut()) };
-                object
-            }) {
-                report(object, misuse);
-            }
-            return;
+            // SAFETY: forwarded contract.
+            return unsafe { heaps.free_single(origin, class, object) };
+        }
+        if self.secure {
+            // SAFETY: forwarded contract.
+            return unsafe { self.secure_free(heaps, origin, object, class) };
         }
         if origin == self.node {
             // The region check of `free` is this very test, so this is unreachable once
@@ -415,6 +488,21 @@ impl ThreadHeap {
             // SAFETY: forwarded contract.
             return unsafe { self.push_local(object, class) };
         }
+        // SAFETY: forwarded contract.
+        unsafe { self.send_to_outbox(heaps, origin, object, class) }
+    }
+
+    /// Queues a freed object of another node for that node's inbox.
+    ///
+    /// # Safety
+    /// As for [`Self::free`], and `origin` is the object's node, not this heap's.
+    unsafe fn send_to_outbox(
+        &mut self,
+        heaps: &'static NodeHeaps,
+        origin: usize,
+        object: *mut u8,
+        class: SizeClass,
+    ) {
         heaps
             .class(origin, class)
             .frees
@@ -422,7 +510,7 @@ impl ThreadHeap {
         self.remote_frees += 1;
         let outbox = &mut self.outboxes[origin];
         // SAFETY: the object is ours now.
-        unsafe { set_next(object, outbox.head) };
+        unsafe { heaps.arena.write_link(object, outbox.head) };
         if outbox.count == 0 {
             outbox.tail = object;
         }
@@ -469,7 +557,7 @@ impl ThreadHeap {
         if now < self.next_tick {
             return;
         }
-        self.next_tick = now + heaps.arena.decay.delay_ns.max(1_000_000);
+        self.next_tick = now + crate::node::maintenance_period(heaps.arena.decay.delay_ns);
         for index in 0..NUM_CLASSES {
             let list = &self.lists[index];
             if list.allocs == 0 && list.frees == 0 && list.count > 0 {
@@ -548,8 +636,13 @@ impl ThreadHeap {
     /// Empties one class's list into its bags.
     fn return_list(&mut self, heaps: &NodeHeaps, index: usize) {
         let list = &mut self.lists[index];
-        let chain = list.head;
+        let chain = if self.secure {
+            list.secure_head
+        } else {
+            list.head
+        };
         list.head = null_mut();
+        list.secure_head = null_mut();
         list.tail = null_mut();
         list.nth = null_mut();
         list.count = 0;
@@ -601,6 +694,13 @@ mod tests {
         }
     }
 
+    /// One step of a xorshift generator, for the random operation sequences below.
+    fn xorshift(state: &mut u64) {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+    }
+
     fn heaps(nodes: usize) -> &'static NodeHeaps {
         NodeHeaps::create(test_arena(nodes, 64 << 20, 0)).unwrap()
     }
@@ -644,9 +744,7 @@ mod tests {
         let mut rng = 12345u64;
         // Random push/pop sequences: the list must stay consistent (count = walk length).
         for _ in 0..20_000 {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
+            xorshift(&mut rng);
             if rng % 3 == 0 && !live.is_empty() {
                 let object = live.swap_remove((rng as usize / 3) % live.len());
                 // SAFETY: allocated below, freed once.
@@ -757,6 +855,56 @@ mod tests {
             heaps.class(1, class).bags.load(Ordering::Relaxed),
             0,
             "node 1's bag was never emptied"
+        );
+    }
+
+    /// Secure mode: the fast paths see nothing (list heads stay null, the region check never
+    /// matches), every object is handed out once at a time, and frees of another node's objects
+    /// travel home as encoded chains and are reused there.
+    #[test]
+    fn secure_heaps_keep_the_fast_paths_empty_and_send_remote_frees_home() {
+        let heaps = NodeHeaps::create(crate::arena::tests::test_arena_secure(2, true)).unwrap();
+        let mut home = Box::new(ThreadHeap::new());
+        let mut remote = Box::new(ThreadHeap::new());
+        home.attach(heaps, 0);
+        remote.attach(heaps, 1);
+        let class = class_of(96, 8).unwrap();
+        let mut live: Vec<*mut u8> = Vec::new();
+        let mut rng = 99u64;
+        for _ in 0..20_000 {
+            xorshift(&mut rng);
+            if rng % 3 == 0 && !live.is_empty() {
+                let object = live.swap_remove((rng as usize / 3) % live.len());
+                // SAFETY: allocated below, freed once.
+                unsafe { home.free(object, class) };
+            } else {
+                assert!(home.alloc_cached(class).is_null(), "the fast path served");
+                let object = home.alloc_slow(class);
+                assert!(!live.contains(&object), "an object was handed out twice");
+                live.push(object);
+            }
+            assert!(home.lists[class.index()].head.is_null());
+        }
+        // Everything still live is freed by the other node's thread: home through the inbox.
+        let sent = live.len();
+        for &object in &live {
+            // SAFETY: allocated above, freed once.
+            unsafe { remote.free(object, class) };
+        }
+        remote.flush_outboxes();
+        assert_eq!(remote.remote_frees, sent as u64);
+        heaps.drain_inbox(0);
+        let mut reused = 0;
+        for _ in 0..4 * sent {
+            let object = home.alloc_slow(class);
+            assert_eq!(heaps.arena.origin_of(object as usize), Some(0));
+            if live.contains(&object) {
+                reused += 1;
+            }
+        }
+        assert_eq!(
+            reused, sent,
+            "every object freed remotely came back to its node"
         );
     }
 

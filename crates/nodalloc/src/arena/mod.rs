@@ -8,11 +8,16 @@
 //! a wall; it shrinks to fit `RLIMIT_AS` and halves until the kernel accepts it. When a node's
 //! region is exhausted, spans come from the other regions, nearest node first.
 //!
+//! In secure mode the arena also holds what hardening needs at this layer (see [`secure`]): the
+//! process's random key for free-list links, the allocation bitmap (in the page map), bag carving
+//! seeds and the guard pages of large objects.
+//!
 //! An arena is created once for the process (the global allocator's) or once per test, lives in
 //! its own metadata mapping and is never moved. Layer: calls only `os`; used by `node`.
 
 pub mod pagemap;
 pub mod region;
+pub mod secure;
 
 use crate::os::{
     self, options::ThpChoice, topology::ThpMode, topology::Topology, topology::MAX_NODES,
@@ -33,6 +38,8 @@ pub struct ArenaConfig {
     pub decay: Decay,
     /// Reserve `PROT_NONE` and commit as the regions grow (for `vm.overcommit_memory=2`).
     pub commit_on_demand: bool,
+    /// Secure mode: encoded free lists, the allocation bitmap, guard pages, random carving.
+    pub secure: bool,
 }
 
 pub struct Arena {
@@ -48,6 +55,12 @@ pub struct Arena {
     steals: [AtomicUsize; MAX_NODES],
     bind_failed: AtomicBool,
     pub decay: Decay,
+    /// Secure mode, fixed at creation.
+    secure: bool,
+    /// Secure mode: the key mixed into every free-list link (random per process).
+    key: usize,
+    /// Secure mode: state of the generator of bag carving seeds.
+    seeds: core::sync::atomic::AtomicU64,
     pub topology: Topology,
 }
 
@@ -56,6 +69,9 @@ pub struct Arena {
 unsafe impl Sync for Arena {}
 // SAFETY: as for Sync: the arena is process-wide memory, not tied to a thread.
 unsafe impl Send for Arena {}
+
+/// Bytes at the start of each region never advised to use huge pages (four chunks).
+const SMALL_PAGE_HEAD: usize = 4 * CHUNK_UNITS * UNIT;
 
 /// Smallest region: 32 chunks, enough for any bag and a few large objects.
 pub const MIN_REGION_SHIFT: u32 = 26;
@@ -72,8 +88,14 @@ impl Arena {
                 .leading_zeros();
         if let Some(limit) = topology.address_space_limit() {
             // Leave half the address-space limit to the program (stacks, code, other mappings).
+            // Metadata takes 1/256 of the heap's size, plus 1/64 for secure mode's bitmap; it
+            // comes on top of the heap's half, or every power-of-two limit would get a quarter of
+            // it as heap (`ulimit -v 262144`: 64 MiB instead of 128 MiB).
             let budget = limit / 2 / nodes as u64;
-            while shift > MIN_REGION_SHIFT && (1u64 << shift) + (1u64 << shift) / 256 > budget {
+            let metadata = |heap: u64| heap / 256 + if config.secure { heap / 64 } else { 0 };
+            while shift > MIN_REGION_SHIFT
+                && (1u64 << shift) + metadata(1u64 << shift) > budget + metadata(budget)
+            {
                 shift -= 1;
             }
         }
@@ -95,7 +117,7 @@ impl Arena {
         let units = total >> UNIT_SHIFT;
         let header = round_up(core::mem::size_of::<Arena>(), os::PAGE_SIZE);
         let regions_bytes = round_up(nodes * core::mem::size_of::<Region>(), os::PAGE_SIZE);
-        let metadata_bytes = header + regions_bytes + PageMap::bytes_for(units);
+        let metadata_bytes = header + regions_bytes + PageMap::bytes_for(units, config.secure);
         let on_demand = config.commit_on_demand;
         let metadata = if on_demand {
             let metadata = os::reserve_inaccessible(metadata_bytes)?;
@@ -121,15 +143,28 @@ impl Arena {
             ThpChoice::Auto if topology.thp_mode() == ThpMode::Madvise => Some(libc::MADV_HUGEPAGE),
             ThpChoice::Auto => None,
         };
-        if let Some(advice) = huge {
-            os::advise(base, total, advice);
+        // The first chunks of each region stay on small pages: a program whose heap stays small
+        // (most processes) then pays for the pages it touches, not for a whole huge page per
+        // node, and never waits for the kernel to compact memory into one.
+        for node in 0..nodes {
+            let start = base as usize + node * region;
+            os::advise(start as *mut u8, SMALL_PAGE_HEAD, libc::MADV_NOHUGEPAGE);
+            if let Some(advice) = huge {
+                let body = start + SMALL_PAGE_HEAD;
+                os::advise(body as *mut u8, region - SMALL_PAGE_HEAD, advice);
+            }
         }
         let arena = metadata as *mut Arena;
         // SAFETY: `metadata` is a fresh zeroed mapping large enough for the header, the regions
         // and the page map, laid out in that order; nothing else can see it yet.
         unsafe {
             let regions = metadata.add(header) as *mut Region;
-            let map = PageMap::new(base as usize, units, metadata.add(header + regions_bytes));
+            let map = PageMap::new(
+                base as usize,
+                units,
+                metadata.add(header + regions_bytes),
+                config.secure,
+            );
             core::ptr::addr_of_mut!((*arena).base).write(base as usize);
             core::ptr::addr_of_mut!((*arena).end).write(base as usize + total);
             core::ptr::addr_of_mut!((*arena).region_shift).write(shift);
@@ -137,6 +172,14 @@ impl Arena {
             core::ptr::addr_of_mut!((*arena).map).write(map);
             core::ptr::addr_of_mut!((*arena).regions).write(regions);
             core::ptr::addr_of_mut!((*arena).decay).write(config.decay);
+            if config.secure {
+                let seed = os::random_seed();
+                core::ptr::addr_of_mut!((*arena).secure).write(true);
+                core::ptr::addr_of_mut!((*arena).key).write(secure::mix(seed) as usize);
+                (*arena)
+                    .seeds
+                    .store(secure::mix(seed ^ 0x5bd1_e995), Ordering::Relaxed);
+            }
             // A copy without a 30 KiB temporary on the stack.
             core::ptr::copy_nonoverlapping(topology, core::ptr::addr_of_mut!((*arena).topology), 1);
             for node in 0..nodes {
@@ -330,6 +373,21 @@ pub(crate) mod tests {
         retain_bytes: usize,
         commit_on_demand: bool,
     ) -> &'static Arena {
+        test_arena_config(nodes, region_bytes, retain_bytes, commit_on_demand, false)
+    }
+
+    /// A test arena in secure mode.
+    pub fn test_arena_secure(nodes: usize, commit_on_demand: bool) -> &'static Arena {
+        test_arena_config(nodes, 64 << 20, usize::MAX, commit_on_demand, true)
+    }
+
+    fn test_arena_config(
+        nodes: usize,
+        region_bytes: u64,
+        retain_bytes: usize,
+        commit_on_demand: bool,
+        secure: bool,
+    ) -> &'static Arena {
         let mut topology = Box::new(Topology::single(CpuSet::new()));
         topology.detect_into(nodes);
         let config = ArenaConfig {
@@ -341,6 +399,7 @@ pub(crate) mod tests {
                 retain_bytes,
             },
             commit_on_demand,
+            secure,
         };
         Arena::create(&topology, &config).expect("test arena")
     }

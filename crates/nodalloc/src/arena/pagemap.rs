@@ -9,9 +9,19 @@
 //! Tags are atomics because `free` reads them without a lock; they are written only under the
 //! lock that owns the unit (a region's span lock), and a unit's tag is stable while any object
 //! in it is live. Descriptors are plain memory guarded by the same locks as their owners.
+//!
+//! In secure mode a third array, the **allocation bitmap**, has one bit per 8 heap bytes (every
+//! object starts on one): set while the object at that address is the program's, clear while it
+//! is free. Bits are flipped with atomic read-modify-writes by whichever thread hands the object
+//! out or takes it back, so a second `free` of one object finds its bit clear.
 
-use crate::size_class::{SizeClass, UNIT_SHIFT};
-use core::sync::atomic::{AtomicU32, Ordering};
+use crate::size_class::{SizeClass, UNIT, UNIT_SHIFT};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Heap bytes per bit of the allocation bitmap: the smallest class and the object alignment.
+const BYTES_PER_BIT: usize = 8;
+/// Bitmap bytes per unit (512: 4096 bits for a 32 KiB unit).
+const BITMAP_BYTES_PER_UNIT: usize = UNIT / BYTES_PER_BIT / 8;
 
 /// What a unit is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,7 +100,8 @@ pub struct UnitMeta {
     pub prev: *mut UnitMeta,
     /// Bag: its own free objects (returned from thread heaps).
     pub free: *mut u8,
-    /// Bag: objects carved from it so far (the rest is still untouched memory).
+    /// Bag: objects carved from it so far (the rest is still untouched memory). Large object
+    /// (secure mode): its usable pages, after which its guard starts; 0 for no guard.
     pub carved: u32,
     /// Bag: objects out of the bag (in use, or cached in a thread heap or transfer ring).
     pub live: u32,
@@ -98,6 +109,7 @@ pub struct UnitMeta {
     pub older: *mut UnitMeta,
     pub newer: *mut UnitMeta,
     /// Free span: when it was freed, in monotonic ns; 0 for a decommitted ("clean") span.
+    /// Bag (secure mode): the seed of its random carving order.
     pub freed_at: u64,
 }
 
@@ -107,6 +119,8 @@ pub struct PageMap {
     units: usize,
     tags: *const AtomicU32,
     metas: *mut UnitMeta,
+    /// The allocation bitmap (secure mode), or null.
+    bits: *const AtomicU64,
 }
 
 // SAFETY: the map only hands out references to atomics (tags) and raw pointers (descriptors)
@@ -116,24 +130,36 @@ unsafe impl Sync for PageMap {}
 unsafe impl Send for PageMap {}
 
 impl PageMap {
-    /// Bytes of metadata needed to map `units` units.
-    pub fn bytes_for(units: usize) -> usize {
-        units * (core::mem::size_of::<AtomicU32>() + core::mem::size_of::<UnitMeta>())
+    /// Bytes of metadata needed to map `units` units (with the allocation bitmap if `secure`).
+    pub fn bytes_for(units: usize, secure: bool) -> usize {
+        let bitmap = if secure { BITMAP_BYTES_PER_UNIT } else { 0 };
+        units * (core::mem::size_of::<AtomicU32>() + core::mem::size_of::<UnitMeta>() + bitmap)
     }
 
     /// # Safety
-    /// `storage` must be zeroed, writable, 64-byte aligned, at least `bytes_for(units)` long, and
-    /// live (and be used by nothing else) for as long as the map.
-    pub unsafe fn new(base: usize, units: usize, storage: *mut u8) -> PageMap {
+    /// `storage` must be zeroed, writable, 64-byte aligned, at least `bytes_for(units, secure)`
+    /// long, and live (and be used by nothing else) for as long as the map.
+    pub unsafe fn new(base: usize, units: usize, storage: *mut u8, secure: bool) -> PageMap {
         let metas = storage as *mut UnitMeta;
+        let tags_offset = units * core::mem::size_of::<UnitMeta>();
         // SAFETY: the tags follow the descriptors inside `storage` (contract above).
-        let tags =
-            unsafe { storage.add(units * core::mem::size_of::<UnitMeta>()) } as *const AtomicU32;
+        let tags = unsafe { storage.add(tags_offset) } as *const AtomicU32;
+        let bits = if secure {
+            // The bitmap follows the tags inside `storage`; 4-byte tags of a whole number of
+            // 64-byte descriptors keep it 8-aligned.
+            let bits_offset = tags_offset + units * core::mem::size_of::<AtomicU32>();
+            // SAFETY: inside `storage` (contract above), as stated.
+            let bits = unsafe { storage.add(bits_offset) };
+            bits as *const AtomicU64
+        } else {
+            core::ptr::null()
+        };
         PageMap {
             base,
             units,
             tags,
             metas,
+            bits,
         }
     }
 
@@ -183,10 +209,52 @@ impl PageMap {
         };
         let metas = self.metas as usize;
         let tags = self.tags as usize;
+        let bits = self.bits as usize;
         span(
             metas + first * core::mem::size_of::<UnitMeta>(),
             metas + end * core::mem::size_of::<UnitMeta>(),
         ) && span(tags + first * 4, tags + end * 4)
+            && (bits == 0
+                || span(
+                    bits + first * BITMAP_BYTES_PER_UNIT,
+                    bits + end * BITMAP_BYTES_PER_UNIT,
+                ))
+    }
+
+    /// The bitmap word and bit of the object at `address` (secure mode only; the address must lie
+    /// below its region's frontier, where the bitmap is committed).
+    #[inline]
+    fn bit_of(&self, address: usize) -> (&AtomicU64, u64) {
+        debug_assert!(!self.bits.is_null() && self.contains(address));
+        let index = (address - self.base) / BYTES_PER_BIT;
+        // SAFETY: the bitmap holds a bit for every 8 bytes of the arena and `address` is inside.
+        let word = unsafe { &*self.bits.add(index / 64) };
+        (word, 1 << (index % 64))
+    }
+
+    /// Marks the object at `address` as the program's; false if it already was (secure mode).
+    #[inline]
+    pub fn mark_allocated(&self, address: usize) -> bool {
+        let (word, bit) = self.bit_of(address);
+        // Relaxed: objects move between threads only through locks and queues that order the
+        // hand-over anyway; the read-modify-write itself is what makes two marks exclusive.
+        word.fetch_or(bit, Ordering::Relaxed) & bit == 0
+    }
+
+    /// Marks the object at `address` as free; false if it was not the program's (secure mode):
+    /// a double free, or a pointer never handed out.
+    #[inline]
+    pub fn mark_freed(&self, address: usize) -> bool {
+        let (word, bit) = self.bit_of(address);
+        // Relaxed: as in `mark_allocated`.
+        word.fetch_and(!bit, Ordering::Relaxed) & bit != 0
+    }
+
+    /// True while the object at `address` is the program's (secure mode).
+    #[inline]
+    pub fn is_allocated(&self, address: usize) -> bool {
+        let (word, bit) = self.bit_of(address);
+        word.load(Ordering::Relaxed) & bit != 0
     }
 
     /// The descriptor of unit `unit`.
@@ -235,15 +303,24 @@ mod tests {
     #[test]
     fn page_map_looks_up_units() {
         let units = 1024;
-        let storage = crate::os::reserve(PageMap::bytes_for(units)).unwrap();
+        let storage = crate::os::reserve(PageMap::bytes_for(units, true)).unwrap();
         let base = 1 << 40;
         // SAFETY: a fresh zeroed mapping of the right size, used only here.
-        let map = unsafe { PageMap::new(base, units, storage) };
+        let map = unsafe { PageMap::new(base, units, storage, true) };
         assert!(map.contains(base) && map.contains(base + (units << UNIT_SHIFT) - 1));
         assert!(!map.contains(base - 1) && !map.contains(base + (units << UNIT_SHIFT)));
         map.set_tag(5, Tag::bag(SizeClass(3), 2));
         assert_eq!(map.tag(map.address_of(5) + 100).class(), SizeClass(3));
         assert_eq!(map.tag(map.address_of(6)), Tag::UNUSED);
         assert_eq!(map.unit_of_meta(map.meta(77)), 77);
+        // The allocation bitmap: one bit per object start, exclusive marks.
+        let object = map.address_of(9) + 24;
+        assert!(!map.is_allocated(object));
+        assert!(map.mark_allocated(object));
+        assert!(!map.mark_allocated(object), "marked twice");
+        assert!(!map.is_allocated(object + 8) && !map.is_allocated(object - 8));
+        assert!(map.mark_freed(object));
+        assert!(!map.mark_freed(object), "freed twice");
+        assert!(map.mark_allocated(map.address_of(units - 1) + UNIT - 8));
     }
 }

@@ -22,6 +22,13 @@ use core::cell::UnsafeCell;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
+/// Free committed (dirty) bytes beyond the retained budget may wait out the decommit delay only
+/// while they are at most 1/DIRTY_SHARE of the bytes in use.
+const DIRTY_SHARE: usize = 32;
+
+/// Non-empty buckets searched for a dirty span after a clean one that fits was found.
+const DIRTY_SEARCH_BUCKETS: usize = 3;
+
 /// Units per 2 MiB chunk, the step by which the frontier advances.
 pub const CHUNK_UNITS: usize = 64;
 /// Exact-size buckets for spans up to a chunk, then one bucket per power of two.
@@ -225,9 +232,11 @@ impl Region {
                     .map(|address| (address, true))
             })
             .or_else(|| {
-                // The region is exhausted. Dirty and clean free spans never merge, so free
-                // memory can be cut into pieces too small for the request: decommit every dirty
-                // span (it then coalesces with its clean neighbours) and look once more.
+                // The region is exhausted, or the commit limit refused. Dirty and clean free
+                // spans never merge, so free memory can be cut into pieces too small for the
+                // request: decommit every dirty span (it then coalesces with its clean
+                // neighbours, and no longer counts against the limit) and look once more, then
+                // past the frontier, which the limit may have refused before the purge.
                 self.purge_locked(
                     state,
                     map,
@@ -238,7 +247,10 @@ impl Region {
                     },
                     true,
                 );
-                self.take_free(state, map, units, align_units)
+                self.take_free(state, map, units, align_units).or_else(|| {
+                    self.advance_frontier(state, map, units, align_units)
+                        .map(|address| (address, true))
+                })
             })?;
         self.tag_in_use(map, address, units, usage);
         if zeroed && usage == SpanUse::Large {
@@ -404,13 +416,18 @@ impl Region {
         decay: Decay,
         force: bool,
     ) {
+        // Dirty memory up to a share of what is in use waits out the delay (a heap that churns
+        // reuses it without faults); past that share, or once the heap has mostly emptied, the
+        // oldest goes at once.
+        let young_cap = self.active.load(Ordering::Relaxed) / DIRTY_SHARE;
         while !state.oldest.is_null() {
             let oldest = state.oldest;
             // SAFETY: the span lock is held; the age list holds heads of dirty free spans.
             let (units, freed_at) = unsafe { ((*oldest).units, (*oldest).freed_at) };
             if !force
                 && (state.dirty_bytes <= decay.retain_bytes
-                    || now.saturating_sub(freed_at) < decay.delay_ns)
+                    || (now.saturating_sub(freed_at) < decay.delay_ns
+                        && state.dirty_bytes <= young_cap))
             {
                 break;
             }
@@ -435,11 +452,16 @@ impl Region {
     ) -> Option<(usize, bool)> {
         let needed = units + align_units - 1;
         let mut bucket = bucket_of(units);
+        // A clean fit is used only when no dirty span fits in this bucket or the next few
+        // non-empty ones: reusing committed memory costs no page faults, and dirty memory that
+        // is reused never has to be decommitted.
+        let mut clean_fit: Option<(*mut UnitMeta, usize, usize)> = None;
+        let mut buckets_after_clean = 0;
         // In an exact bucket every span fits an unaligned request; a log bucket is scanned a little.
         loop {
             let mask = state.nonempty >> bucket;
-            if mask == 0 {
-                return None;
+            if mask == 0 || (clean_fit.is_some() && buckets_after_clean == DIRTY_SEARCH_BUCKETS) {
+                break;
             }
             bucket += mask.trailing_zeros() as usize;
             let mut candidate = state.buckets[bucket];
@@ -450,23 +472,34 @@ impl Region {
                 let head = map.unit_of_meta(candidate);
                 if let Some(offset) = fit(map.address_of(head), span_units, units, align_units) {
                     // SAFETY: as above.
-                    let clean = unsafe { (*candidate).freed_at } == 0;
-                    if clean && !self.charge(units << UNIT_SHIFT) {
-                        return None;
+                    if unsafe { (*candidate).freed_at } != 0 {
+                        let address =
+                            self.carve(state, map, candidate, head, span_units, offset, units);
+                        return Some((address, false));
                     }
-                    let address =
-                        self.carve(state, map, candidate, head, span_units, offset, units);
-                    return Some((address, clean));
+                    if clean_fit.is_none() {
+                        clean_fit = Some((candidate, span_units, offset));
+                    }
                 }
                 // SAFETY: as above.
                 candidate = unsafe { (*candidate).next };
                 scanned += 1;
             }
+            if clean_fit.is_some() {
+                buckets_after_clean += 1;
+            }
             if bucket + 1 >= NUM_BUCKETS || needed == 0 {
-                return None;
+                break;
             }
             bucket += 1;
         }
+        let (candidate, span_units, offset) = clean_fit?;
+        if !self.charge(units << UNIT_SHIFT) {
+            return None;
+        }
+        let head = map.unit_of_meta(candidate);
+        let address = self.carve(state, map, candidate, head, span_units, offset, units);
+        Some((address, true))
     }
 
     /// Cuts `[offset, offset + units)` out of the free span at `head`, returning the address.

@@ -42,10 +42,25 @@ impl Inbox {
     /// The chain must be well formed, owned by the caller, and end at `tail`; its objects must be
     /// at least 8 bytes and 8-aligned. Ownership passes to the inbox.
     pub unsafe fn push_chain(&self, head: *mut u8, tail: *mut u8) {
+        // SAFETY: forwarded contract; the link is written into `tail`, which the caller owns.
+        unsafe { self.push_chain_with(head, tail, |tail, next| set_next(tail, next)) }
+    }
+
+    /// As [`Inbox::push_chain`], with `link(tail, next)` writing the link from `tail` to the
+    /// inbox's previous head in the caller's encoding (secure mode encodes links).
+    ///
+    /// # Safety
+    /// As for [`Inbox::push_chain`], and `link` must only write `tail`'s link word.
+    pub unsafe fn push_chain_with(
+        &self,
+        head: *mut u8,
+        tail: *mut u8,
+        link: impl Fn(*mut u8, *mut u8),
+    ) {
         let mut current = self.head.load(Ordering::Relaxed);
         loop {
-            // SAFETY: `tail` is the last object of a chain the caller owns (contract above).
-            unsafe { set_next(tail, current) };
+            // `tail` is the last object of a chain the caller owns (contract above).
+            link(tail, current);
             // Release: the links written into the chain are visible to the thread that takes it.
             match self.head.compare_exchange_weak(
                 current,

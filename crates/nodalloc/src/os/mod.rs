@@ -56,6 +56,51 @@ pub fn commit(address: *mut u8, size: usize) -> bool {
     }
 }
 
+/// Makes a page-aligned range of our own mapping inaccessible (`PROT_NONE`): a guard page. The
+/// commit charge is unchanged (the kernel keeps the range accounted), so [`commit`] undoes it
+/// without charging again. False when the kernel refuses (e.g. `vm.max_map_count` reached).
+pub fn protect(address: *mut u8, size: usize) -> bool {
+    // SAFETY: changing protection of our own range has no effect on other memory; the caller
+    // makes sure nothing live is in it.
+    unsafe { libc::mprotect(address as *mut libc::c_void, size, libc::PROT_NONE) == 0 }
+}
+
+/// 64 unpredictable bits for keys and seeds: `getrandom` (non-blocking), else the 16 bytes the
+/// kernel gave the process at `exec` (`AT_RANDOM`), else the clock and a stack address. No
+/// allocation, no file.
+pub fn random_seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    // SAFETY: the kernel writes at most 8 bytes into `bytes`.
+    let got = unsafe {
+        libc::syscall(
+            libc::SYS_getrandom,
+            bytes.as_mut_ptr(),
+            bytes.len(),
+            libc::GRND_NONBLOCK,
+        )
+    };
+    if got == bytes.len() as libc::c_long {
+        return u64::from_ne_bytes(bytes);
+    }
+    // SAFETY: getauxval has no preconditions; AT_RANDOM, when present, points to 16 bytes the
+    // kernel placed on the initial stack, valid for the whole process.
+    let auxiliary = unsafe { libc::getauxval(libc::AT_RANDOM) } as *const u64;
+    let mut seed = if auxiliary.is_null() {
+        0
+    } else {
+        // SAFETY: as above; read unaligned in case the kernel did not align them.
+        unsafe { auxiliary.read_unaligned() ^ auxiliary.add(1).read_unaligned() }
+    };
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into `now`.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) };
+    seed ^= (now.tv_nsec as u64) << 32 ^ now.tv_sec as u64 ^ (&now as *const _ as u64);
+    seed
+}
+
 /// Reserves `size` bytes aligned to `alignment` (a power of two), trimming the excess;
 /// inaccessible (`PROT_NONE`) when `inaccessible`.
 pub fn reserve_aligned_with(size: usize, alignment: usize, inaccessible: bool) -> Option<*mut u8> {

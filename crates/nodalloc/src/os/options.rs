@@ -82,6 +82,14 @@ pub const OPTIONS: &[OptionSpec] = &[
         default: "0",
         meaning: "1: print the statistics to stderr when the process exits",
     },
+    OptionSpec {
+        name: "NODALLOC_SECURE",
+        default: "0",
+        meaning: "1: secure mode: free-list links encoded with a random key and checked, a \
+                  double-free check on every free, an inaccessible guard page right after each \
+                  large object, a random allocation order in new bags; slower. The default is 1 \
+                  when built with the cargo feature secure (NODALLOC_SECURE=0 still turns it off)",
+    },
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +125,8 @@ pub struct Options {
     pub retain_bytes: u64,
     pub limit_bytes: u64,
     pub stats_at_exit: bool,
+    /// Secure mode (see `arena::secure`).
+    pub secure: bool,
 }
 
 pub const DEFAULT_REGION_BYTES: u64 = 1 << 40;
@@ -138,6 +148,7 @@ impl Default for Options {
             retain_bytes: 8 << 20,
             limit_bytes: 0,
             stats_at_exit: false,
+            secure: cfg!(feature = "secure"),
         }
     }
 }
@@ -229,6 +240,19 @@ impl Options {
                 b"1" | b"yes" | b"true" => options.stats_at_exit = true,
                 b"0" | b"no" | b"false" | b"" => options.stats_at_exit = false,
                 _ => bad_value("NODALLOC_STATS", value, "0 or 1", "0"),
+            }
+        }
+        if let Some(value) = env(c"NODALLOC_SECURE") {
+            match trim(value) {
+                b"1" | b"yes" | b"true" => options.secure = true,
+                b"0" | b"no" | b"false" => options.secure = false,
+                b"" => {}
+                _ => bad_value(
+                    "NODALLOC_SECURE",
+                    value,
+                    "0 or 1",
+                    if cfg!(feature = "secure") { "1" } else { "0" },
+                ),
             }
         }
         options

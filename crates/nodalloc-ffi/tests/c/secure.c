@@ -1,0 +1,99 @@
+/* Misuse that secure mode (NODALLOC_SECURE=1) must stop, through the C API.
+ *
+ * Usage: secure MODE, MODE one of
+ *   double-drained     a block freed, pushed out of the thread's cache by 300 other frees, freed
+ *                      again: the default mode's cheap screen cannot see it; secure mode aborts
+ *                      with "free(): double free of 0x…"
+ *   write-after-free   the first word of a freed block overwritten with 0x4141414141414141, then
+ *                      malloc: secure mode aborts with "corrupted free list: freed object 0x…
+ *                      holds 0x4141414141414141, …" instead of following the value
+ *   overflow           one byte written past malloc_usable_size of a large block: it must fault
+ *                      (SIGSEGV) on the guard page
+ *   overflow-realloc   the same after realloc grew and then shrank the block
+ * The program prints "pointer 0x…" (the block concerned, as %p prints it) on stdout before the
+ * bad call; reaching the end is a failure (exit 1).
+ */
+#include "check.h"
+
+#include <sys/prctl.h>
+#include <sys/resource.h>
+
+#define KIB ((size_t)1024)
+#define MIB (KIB * KIB)
+#define OTHERS 300
+
+static void announce(void *pointer) {
+    printf("pointer %p\n", pointer);
+    fflush(stdout);
+}
+
+/* Writes one byte past the usable end of a large block after checking all of it is usable. */
+static void overflow(char *block) {
+    size_t usable = malloc_usable_size(block);
+    memset(block, 5, usable);
+    announce(block);
+    printf("writing byte %zu of a block of %zu usable bytes\n", usable, usable);
+    fflush(stdout);
+    ((volatile char *)block)[usable] = 1;
+}
+
+int main(int argc, char **argv) {
+    CHECK(argc == 2, "usage: secure double-drained|write-after-free|overflow|overflow-realloc");
+    /* An expected abort or fault should not leave a core file behind. */
+    struct rlimit no_core = {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    require_nodalloc();
+
+    const char *mode = argv[1];
+    if (strcmp(mode, "double-drained") == 0) {
+        char *block = malloc(opaque_size(48));
+        char *others[OTHERS];
+        for (int i = 0; i < OTHERS; i++) {
+            others[i] = malloc(opaque_size(48));
+            CHECK(others[i] != NULL, "malloc(48) failed");
+        }
+        CHECK(block != NULL, "malloc(48) failed");
+        uintptr_t address = (uintptr_t)block;
+        announce(block);
+        free(block);
+        for (int i = 0; i < OTHERS; i++) {
+            free(others[i]);
+        }
+        free((void *)opaque_size(address));
+    } else if (strcmp(mode, "write-after-free") == 0) {
+        char *block = malloc(opaque_size(48));
+        CHECK(block != NULL, "malloc(48) failed");
+        uintptr_t address = (uintptr_t)block;
+        announce(block);
+        free(block);
+        /* Through an integer, where the compiler's use-after-free warning cannot follow. */
+        *(volatile uint64_t *)opaque_size(address) = 0x4141414141414141ull;
+        char *next = malloc(opaque_size(48));
+        char *after = malloc(opaque_size(48));
+        fprintf(stderr, "secure write-after-free: malloc returned %p, then %p\n", (void *)next,
+                (void *)after);
+    } else if (strcmp(mode, "overflow") == 0) {
+        char *block = malloc(opaque_size(MIB + 100));
+        CHECK(block != NULL, "malloc(1 MiB + 100) failed");
+        size_t usable = malloc_usable_size(block);
+        CHECK(usable >= MIB + 100 && usable < MIB + 100 + 4096,
+              "usable size %zu: not the request rounded to a page", usable);
+        overflow(block);
+    } else if (strcmp(mode, "overflow-realloc") == 0) {
+        char *block = malloc(opaque_size(300 * KIB));
+        CHECK(block != NULL, "malloc(300 KiB) failed");
+        fill(block, 300 * KIB, 7);
+        block = realloc(block, opaque_size(3 * MIB));
+        CHECK(block != NULL, "realloc to 3 MiB failed");
+        CHECK_PATTERN(block, 300 * KIB, 7);
+        block = realloc(block, opaque_size(2 * MIB + 10));
+        CHECK(block != NULL, "realloc to 2 MiB failed");
+        CHECK_PATTERN(block, 300 * KIB, 7);
+        overflow(block);
+    } else {
+        CHECK(0, "unknown mode %s", mode);
+    }
+    fprintf(stderr, "secure %s: the misuse went unnoticed\n", mode);
+    return 1;
+}
