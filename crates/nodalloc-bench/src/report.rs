@@ -233,9 +233,10 @@ impl Report {
                     rss.push(nr as f64 / mr as f64);
                 }
             }
+            // Peers are the other allocators, not nodalloc's own variants (secure mode).
             let best_peer = records
                 .iter()
-                .filter(|r| r.allocator != SUBJECT && r.failure.is_none())
+                .filter(|r| !r.allocator.starts_with(SUBJECT) && r.failure.is_none())
                 .filter_map(|r| Some((r.cost()?, r.allocator.clone())))
                 .min_by(|a, b| a.0.total_cmp(&b.0));
             if let (Some(nc), Some((pc, peer))) = (n.cost(), best_peer) {

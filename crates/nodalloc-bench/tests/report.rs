@@ -32,6 +32,9 @@ fn sample_report() -> Report {
         r.unit = "req/s".into();
         rep.records.push(r);
     }
+    // nodalloc's own variant is not a peer: its better time must not count against nodalloc.
+    rep.records
+        .push(rec("a", "nodalloc-secure", &[1.0, 1.0, 1.0], None));
     // Case c: glibc failed.
     rep.records.push(rec("c", "nodalloc", &[5.0], Some(100)));
     rep.records.push(rec("c", "mimalloc", &[5.0], Some(100)));
@@ -65,14 +68,15 @@ fn cases_are_ranked_with_ratios_to_the_best() {
         "cases keep their order"
     );
     let a = &cases[0];
-    assert_eq!(a.rows[0].allocator, "nodalloc");
-    assert_eq!(a.rows[0].rank, Some(1));
+    assert_eq!(a.rows[0].allocator, "nodalloc-secure");
+    assert_eq!(a.rows[1].allocator, "nodalloc");
+    assert_eq!(a.rows[1].rank, Some(2));
     let m = a.row("mimalloc").unwrap();
-    assert_eq!(m.rank, Some(2));
-    assert!((m.ratio.unwrap() - 2.0).abs() < 1e-12);
+    assert_eq!(m.rank, Some(3));
+    assert!((m.ratio.unwrap() - 20.0).abs() < 1e-12);
     assert!(!m.within_noise, "19-21 does not overlap 9-11");
     let g = a.row("glibc").unwrap();
-    assert!((g.ratio.unwrap() - 3.0).abs() < 1e-12);
+    assert!((g.ratio.unwrap() - 30.0).abs() < 1e-12);
     assert!(!g.within_noise);
     assert!((g.rss_ratio.unwrap() - 1.5).abs() < 1e-12);
 
@@ -120,14 +124,19 @@ fn markdown_and_csv_carry_every_run() {
         "### a (rust suite",
         "![Latency](latency_cdf.png)",
         "failed: exit status: 1",
-        "| nodalloc  |    3 |",
+        "| nodalloc-secure |",
     ] {
         assert!(md.contains(needle), "report lacks {needle:?}:\n{md}");
     }
+    assert!(
+        md.lines()
+            .any(|l| l.starts_with("| nodalloc ") && l.contains("|    3 |") && l.contains("10.0")),
+        "no row for nodalloc's 3 runs with median 10.0:\n{md}"
+    );
     let csv = rep.csv();
     let lines: Vec<&str> = csv.lines().collect();
-    // Header + 3+3+3 runs of a, 3 of b, 2 of c + 1 line for the failure.
-    assert_eq!(lines.len(), 1 + 9 + 3 + 2 + 1, "{csv}");
+    // Header + 3+3+3+3 runs of a, 3 of b, 2 of c + 1 line for the failure.
+    assert_eq!(lines.len(), 1 + 12 + 3 + 2 + 1, "{csv}");
     assert!(lines[0].starts_with("suite,group,case,allocator"));
     assert!(lines
         .iter()

@@ -49,6 +49,11 @@ struct PoolState {
     oldest: *mut UnitMeta,
     newest: *mut UnitMeta,
     dirty_bytes: usize,
+    /// The largest span freed since frees last paused for a decommit delay, and when the last
+    /// free happened: twice that much dirty memory may wait out the delay whatever the heap's
+    /// size, so a program that frees and re-allocates big blocks reuses them without faults.
+    recent_free: usize,
+    recent_free_at: u64,
 }
 
 pub struct Region {
@@ -275,6 +280,11 @@ impl Region {
         for unit in first..first + units {
             map.set_tag(unit, Tag::UNUSED);
         }
+        if now.saturating_sub(state.recent_free_at) >= decay.delay_ns {
+            state.recent_free = 0;
+        }
+        state.recent_free = state.recent_free.max(units << UNIT_SHIFT);
+        state.recent_free_at = now;
         self.insert_coalesced(state, map, first, units, now);
         self.purge_locked(state, map, now, decay, false);
     }
@@ -416,10 +426,10 @@ impl Region {
         decay: Decay,
         force: bool,
     ) {
-        // Dirty memory up to a share of what is in use waits out the delay (a heap that churns
-        // reuses it without faults); past that share, or once the heap has mostly emptied, the
-        // oldest goes at once.
-        let young_cap = self.active.load(Ordering::Relaxed) / DIRTY_SHARE;
+        // Dirty memory up to a share of what is in use (plus twice the largest recent free) waits
+        // out the delay: a heap that churns reuses it without faults. Past that, or once the heap
+        // has mostly emptied, the oldest goes at once.
+        let young_cap = self.active.load(Ordering::Relaxed) / DIRTY_SHARE + 2 * state.recent_free;
         while !state.oldest.is_null() {
             let oldest = state.oldest;
             // SAFETY: the span lock is held; the age list holds heads of dirty free spans.
