@@ -385,7 +385,7 @@ pub fn program_command(program: &str, mode: Mode, scratch: &Path) -> Result<Comm
     let path = find_in_path(program).ok_or_else(|| format!("{program} not found in PATH"))?;
     let n: u64 = match mode {
         Mode::Tiny => 2_000,
-        Mode::Quick => 150_000,
+        Mode::Quick => 50_000,
         Mode::Full => 1_500_000,
     };
     match program {

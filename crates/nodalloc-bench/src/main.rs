@@ -547,8 +547,8 @@ fn http_suite(cli: &Cli, sizes: &[u64], allocs: &[Allocator], rep: &mut Report, 
             (Mode::Tiny, _) => 50,
             (Mode::Full, s) if s >= 16 << 10 => 40_000,
             (Mode::Full, _) => 100_000,
-            (_, s) if s >= 16 << 10 => 3_000,
-            _ => 6_000,
+            (_, s) if s >= 16 << 10 => 2_000,
+            _ => 4_000,
         };
         after
             .header
@@ -946,7 +946,7 @@ fn rust_tables(rep: &mut Report, extra: Extra) {
     if !extra.payload.is_empty() {
         rep.tables.push(Table {
             title: "RSS per payload byte (Rust, `rss_payload`)".into(),
-            note: "Peak RSS growth of a fresh process holding 200 MB of objects just above a \
+            note: "Peak RSS growth of a fresh process holding 100 MB (quick; 200 MB full) of objects just above a \
                    power of two, divided by the payload."
                 .into(),
             header: ["case", "allocator", "peak RSS Δ", "RSS/payload"]

@@ -129,7 +129,7 @@ pub fn cases(cfg: &SuiteConfig) -> Vec<Case> {
         // ever and huge ones still do enough iterations to be timed.
         let iters = match mode {
             Mode::Tiny => 20,
-            Mode::Quick => ((2u64 << 30) / size as u64).clamp(64, 1_000_000),
+            Mode::Quick => ((1u64 << 30) / size as u64).clamp(64, 1_000_000),
             Mode::Full => ((16u64 << 30) / size as u64).clamp(512, 10_000_000),
         };
         push(
@@ -243,7 +243,7 @@ pub fn cases(cfg: &SuiteConfig) -> Vec<Case> {
             format!("rss_payload/{}", size_label(size)),
             Kind::RssPayload {
                 size,
-                total: pick(256 << 10, 200_000_000, 200_000_000) as usize,
+                total: pick(256 << 10, 100_000_000, 200_000_000) as usize,
             },
             true,
         );

@@ -1,5 +1,5 @@
 //! The `nodalloc` command as a user runs it: `topology` on the real and on a simulated machine,
-//! and `run` with and without a library to preload.
+//! `run` with and without a library to preload, and `bench` handing over to the showdown.
 //!
 //! `run` needs `libnodalloc.so` beside the `nodalloc` binary, i.e. in this profile's target
 //! directory: these tests build it there first with `cargo build -p nodalloc-ffi`, since
@@ -277,4 +277,27 @@ fn run_rejects_an_unknown_binding_policy() {
         "stderr: {}",
         text(&result.stderr)
     );
+}
+
+#[test]
+fn bench_hands_its_arguments_to_the_showdown() {
+    // Beside this `nodalloc` when the showdown was built into the same profile, else through
+    // `cargo run` in this checkout; either way the arguments must arrive unchanged.
+    let listed = output(nodalloc_command(nodalloc_binary()).args(["bench", "--list"]));
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    let stdout = text(&listed.stdout);
+    for case in [
+        "single_size/64B",
+        "c/larson/2t",
+        "http/32B",
+        "program/sqlite3",
+    ] {
+        assert!(
+            stdout.lines().any(|line| line.ends_with(case)),
+            "`nodalloc bench --list` lacks {case}:\n{stdout}"
+        );
+    }
+    let refused = output(nodalloc_command(nodalloc_binary()).args(["bench", "--only", "nosuch"]));
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    assert!(text(&refused.stderr).contains("unknown workload"));
 }

@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// Free committed (dirty) bytes beyond the retained budget may wait out the decommit delay only
 /// while they are at most 1/DIRTY_SHARE of the bytes in use.
-const DIRTY_SHARE: usize = 32;
+const DIRTY_SHARE: usize = 64;
 
 /// Non-empty buckets searched for a dirty span after a clean one that fits was found.
 const DIRTY_SEARCH_BUCKETS: usize = 3;
