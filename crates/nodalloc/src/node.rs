@@ -598,61 +598,20 @@ impl NodeHeaps {
         else {
             return false;
         };
-        let node = self
-            .arena
-            .origin_of(address)
-            .expect("checked by large_units");
-        let region = self.arena.region(node);
-        let heap = self.node(node);
-        if new_units == units {
-            return true;
-        }
-        if new_units < units {
-            region.shrink(
-                self.arena.map(),
-                address,
-                units,
-                new_units,
-                self.arena.decay,
-            );
-            heap.large_bytes
-                .fetch_sub((units - new_units) << UNIT_SHIFT, Ordering::Relaxed);
-            return true;
-        }
-        if new_units > self.arena.region_bytes() >> UNIT_SHIFT {
-            return false;
-        }
-        if region.grow(self.arena.map(), address, units, new_units) {
-            heap.large_bytes
-                .fetch_add((new_units - units) << UNIT_SHIFT, Ordering::Relaxed);
-            true
-        } else {
-            false
-        }
+        self.resize_span(address, units, new_units)
     }
 
-    /// [`Self::resize_large_in_place`] in secure mode: the guard comes off, the span is resized
-    /// as usual, and a new guard goes on after the new usable end (or the old one back on when
-    /// the span cannot grow).
-    fn resize_guarded_in_place(&self, address: usize, units: usize, new_size: usize) -> bool {
-        let Some((new_usable, new_units)) = guarded_layout(new_size) else {
-            return false;
-        };
-        // SAFETY: `address` heads a live large span of `units` units (checked by the caller)
-        // that the caller owns.
-        let old_usable = unsafe { self.arena.large_usable(address, units) };
-        if new_units == units && new_usable == old_usable {
-            return true;
-        }
+    /// Resizes the live large span at `address` from `units` to `new_units` in place (shrink,
+    /// or grow into free units after it), keeping the node's large-byte count. False when it
+    /// cannot grow there.
+    fn resize_span(&self, address: usize, units: usize, new_units: usize) -> bool {
         let node = self
             .arena
             .origin_of(address)
             .expect("checked by large_units");
         let region = self.arena.region(node);
         let heap = self.node(node);
-        // SAFETY: as above.
-        unsafe { self.arena.unguard_large(address, units) };
-        let resized = if new_units < units {
+        if new_units < units {
             region.shrink(
                 self.arena.map(),
                 address,
@@ -673,7 +632,25 @@ impl NodeHeaps {
             grown
         } else {
             true
+        }
+    }
+
+    /// [`Self::resize_large_in_place`] in secure mode: the guard comes off, the span is resized
+    /// as usual, and a new guard goes on after the new usable end (or the old one back on when
+    /// the span cannot grow).
+    fn resize_guarded_in_place(&self, address: usize, units: usize, new_size: usize) -> bool {
+        let Some((new_usable, new_units)) = guarded_layout(new_size) else {
+            return false;
         };
+        // SAFETY: `address` heads a live large span of `units` units (checked by the caller)
+        // that the caller owns.
+        let old_usable = unsafe { self.arena.large_usable(address, units) };
+        if new_units == units && new_usable == old_usable {
+            return true;
+        }
+        // SAFETY: as above.
+        unsafe { self.arena.unguard_large(address, units) };
+        let resized = self.resize_span(address, units, new_units);
         let (usable, units) = if resized {
             (new_usable, new_units)
         } else {

@@ -247,44 +247,45 @@ impl ThreadHeap {
         if self.secure {
             return self.secure_alloc(heaps, class);
         }
+        if !self.refill(heaps, class) {
+            return null_mut();
+        }
+        let object = self.alloc_cached(class);
+        debug_assert!(!object.is_null());
+        object
+    }
+
+    /// The upkeep due on a refill, then a batch from the node heap installed as the class's
+    /// (empty) list: in `head`, or in `secure_head` in secure mode. False when none was left.
+    fn refill(&mut self, heaps: &'static NodeHeaps, class: SizeClass) -> bool {
         self.check_home();
         self.flush_outboxes();
         heaps.drain_inbox(self.node);
         self.tick();
         self.publish(class);
         let Some(batch) = heaps.refill(self.node, class) else {
-            return null_mut();
+            return false;
         };
+        let secure = self.secure;
         let list = &mut self.lists[class.index()];
-        debug_assert!(list.head.is_null() && list.count == 0);
-        list.head = batch.head;
+        debug_assert!(list.head.is_null() && list.secure_head.is_null() && list.count == 0);
+        if secure {
+            list.secure_head = batch.head;
+        } else {
+            list.head = batch.head;
+        }
         list.tail = batch.tail;
         list.count = batch.count as u32;
         list.nth = null_mut();
         list.mark = list.batch + 1;
-        let object = self.alloc_cached(class);
-        debug_assert!(!object.is_null());
-        object
+        true
     }
 
     /// Secure mode's allocation: pops the class's encoded list (refilling it first when empty),
     /// checking the link, and marks the object as the program's.
     fn secure_alloc(&mut self, heaps: &'static NodeHeaps, class: SizeClass) -> *mut u8 {
-        if self.lists[class.index()].secure_head.is_null() {
-            self.check_home();
-            self.flush_outboxes();
-            heaps.drain_inbox(self.node);
-            self.tick();
-            self.publish(class);
-            let Some(batch) = heaps.refill(self.node, class) else {
-                return null_mut();
-            };
-            let list = &mut self.lists[class.index()];
-            list.secure_head = batch.head;
-            list.tail = batch.tail;
-            list.count = batch.count as u32;
-            list.nth = null_mut();
-            list.mark = list.batch + 1;
+        if self.lists[class.index()].secure_head.is_null() && !self.refill(heaps, class) {
+            return null_mut();
         }
         let list = &mut self.lists[class.index()];
         let object = list.secure_head;
