@@ -39,7 +39,9 @@ fn check(p: *const u8, size: usize) {
 }
 
 mod common;
-use common::{child_command, expect_child, run_bounded, run_child, Rng};
+use common::{
+    child_command, expect_child, limit_address_space, run_bounded, run_child, use_every_cpu, Rng,
+};
 
 /// The scenarios that move threads between simulated nodes need a CPU per node.
 fn has_two_cpus() -> bool {
@@ -399,17 +401,8 @@ fn child_entry() {
 /// `threads` threads allocate random sizes, fill them, pass half to a neighbour thread that
 /// checks and frees them, and free the rest themselves. Ends with balanced statistics.
 fn stress(threads: usize, ops: usize) {
-    // The test harness thread running this was bound to a node at its first allocation, and
-    // its children would inherit that mask (nodalloc never widens one). A program that wants
-    // its workers spread over every node gives them the whole machine, as here.
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it; setting our own affinity.
-    unsafe {
-        let mut all: libc::cpu_set_t = std::mem::zeroed();
-        for cpu in 0..std::thread::available_parallelism().map_or(1, |n| n.get()) {
-            libc::CPU_SET(cpu, &mut all);
-        }
-        libc::sched_setaffinity(0, std::mem::size_of_val(&all), &all);
-    }
+    // Spread the workers over every node, not the harness thread's one.
+    use_every_cpu();
     let before = nodalloc::stats();
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads)
         .map(|_| mpsc::channel::<(usize, usize)>())
@@ -649,17 +642,7 @@ fn the_memory_limit_holds_under_eight_threads_and_frees_make_room() {
 fn an_address_space_limit_shrinks_the_reservation_instead_of_failing() {
     let mut command = child_command("small-address-space", &[]);
     // `ulimit -v 2G`: the default 1 TiB reservation cannot fit; the arena must shrink to it.
-    // SAFETY: setrlimit is async-signal-safe and touches only the child.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
-            let limit = libc::rlimit {
-                rlim_cur: 2 << 30,
-                rlim_max: 2 << 30,
-            };
-            libc::setrlimit(libc::RLIMIT_AS, &limit);
-            Ok(())
-        });
-    }
+    limit_address_space(&mut command, 2 << 30);
     let (ok, stderr) = run_bounded(command);
     assert!(ok, "child failed under RLIMIT_AS=2G:\n{stderr}");
     assert!(stderr.contains("small address space ok"), "{stderr}");

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 static GLOBAL: NodAlloc = NodAlloc::new();
 
 mod common;
-use common::{child_command, expect_child, run_bounded, Rng};
+use common::{child_command, expect_child, limit_address_space, run_bounded, Rng};
 
 /// A byte pattern derived from a seed and an index, so a misplaced or overlapping block shows.
 fn pattern(seed: usize, i: usize) -> u8 {
@@ -282,19 +282,7 @@ fn late_destructors() {
 fn a_256_mib_address_space_serves_a_64_mib_live_workload_and_refuses_more() {
     let mut command = child_command("address-space-256m", &[]);
     // `ulimit -v 262144` in the child only.
-    // SAFETY: setrlimit is async-signal-safe and touches only the child.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
-            let limit = libc::rlimit {
-                rlim_cur: 256 << 20,
-                rlim_max: 256 << 20,
-            };
-            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    limit_address_space(&mut command, 256 << 20);
     let (ok, stderr) = run_bounded(command);
     assert!(ok, "child failed under RLIMIT_AS=256M:\n{stderr}");
     assert!(stderr.contains("address space 256m ok"), "{stderr}");

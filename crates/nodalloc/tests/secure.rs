@@ -17,7 +17,7 @@ use std::sync::mpsc;
 static GLOBAL: NodAlloc = NodAlloc::new();
 
 mod common;
-use common::{child_command, expect_child, Rng};
+use common::{child_command, expect_child, use_every_cpu, Rng};
 
 const SECURE: &[(&str, &str)] = &[("NODALLOC_SECURE", "1")];
 const NOT_SECURE: &[(&str, &str)] = &[("NODALLOC_SECURE", "0")];
@@ -186,16 +186,8 @@ fn child_entry() {
 /// `threads` threads allocate random sizes (small and large), fill them, reallocate some, pass
 /// half to a neighbour that checks and frees them, and free the rest themselves.
 fn stress(threads: usize, ops: usize) {
-    // The harness thread was bound to a node at its first allocation and its children would
-    // inherit that mask: give them the whole machine, so they spread over the nodes.
-    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it; setting our own affinity.
-    unsafe {
-        let mut all: libc::cpu_set_t = std::mem::zeroed();
-        for cpu in 0..std::thread::available_parallelism().map_or(1, |n| n.get()) {
-            libc::CPU_SET(cpu, &mut all);
-        }
-        libc::sched_setaffinity(0, std::mem::size_of_val(&all), &all);
-    }
+    // Spread the workers over every node, not the harness thread's one.
+    use_every_cpu();
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads)
         .map(|_| mpsc::channel::<(usize, usize)>())
         .unzip();

@@ -86,3 +86,37 @@ pub fn expect_child(scenario: &str, env: &[(&str, &str)], marker: &str) -> Strin
     );
     stderr
 }
+
+/// `ulimit -v BYTES` for the child `command` starts, not for the test process. The child fails
+/// to start if the kernel refuses the limit.
+#[allow(dead_code)]
+pub fn limit_address_space(command: &mut Command, bytes: u64) {
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(command, move || {
+            let limit = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Lets the calling thread (and the threads it starts) run on every CPU. A test thread was bound
+/// to a node at its first allocation and its children would inherit that mask (nodalloc never
+/// widens one); a program that wants its workers spread over every node does this.
+#[allow(dead_code)]
+pub fn use_every_cpu() {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it; setting our own affinity.
+    unsafe {
+        let mut all: libc::cpu_set_t = std::mem::zeroed();
+        for cpu in 0..std::thread::available_parallelism().map_or(1, |n| n.get()) {
+            libc::CPU_SET(cpu, &mut all);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of_val(&all), &all);
+    }
+}
