@@ -794,10 +794,19 @@ fn showdown(cli: &Cli, plan: &Plan, filter: &[String]) -> ExitCode {
     rust_tables(&mut rep, extra);
 
     let out_dir = cli.out.clone().unwrap_or_else(default_out_dir);
-    if plan.needs_preload() {
-        bar.set_message("building libnodalloc.so and the C programs");
-        let (mut allocs, skipped) = preload::contenders(preload::nodalloc_lib());
+    let wants_callgrind =
+        !cli.no_callgrind && (cli.only.is_empty() || cli.only.iter().any(|w| w == "callgrind"));
+    // The libraries to preload, found (and libnodalloc.so built) once for every suite using them.
+    let mut libraries = Vec::new();
+    if plan.needs_preload() || wants_callgrind {
+        bar.set_message("building libnodalloc.so");
+        let (found, skipped) = preload::contenders(preload::nodalloc_lib());
         rep.skipped.extend(skipped);
+        libraries = found;
+    }
+    if plan.needs_preload() {
+        bar.set_message("building the C programs");
+        let mut allocs = libraries.clone();
         if let Some(n) = allocs.iter().find(|a| a.name == "nodalloc").cloned() {
             if secure_mode_available() {
                 allocs.push(PreloadAlloc {
@@ -862,9 +871,9 @@ fn showdown(cli: &Cli, plan: &Plan, filter: &[String]) -> ExitCode {
         http_suite(cli, &plan.http, &rust_allocs, &mut rep, &bar);
         bar.inc(1);
     }
-    if !cli.no_callgrind && (cli.only.is_empty() || cli.only.iter().any(|w| w == "callgrind")) {
+    if wants_callgrind {
         bar.set_message("callgrind: fast-path instructions");
-        callgrind_table(&mut rep, &rust_allocs, filter, &out_dir);
+        callgrind_table(&mut rep, &rust_allocs, &libraries, filter, &out_dir);
     }
     bar.set_message("writing the report");
     let written = rep.write(&out_dir);
@@ -963,7 +972,13 @@ const CALLGRIND_PAIRS: u64 = 100_000;
 /// Instructions per 64 B alloc+free pair, by callgrind: the Rust face of each
 /// in-process contender (`fastpath` binary) and the C face of each library
 /// (`pairs` under LD_PRELOAD). Deterministic where timings are not.
-fn callgrind_table(rep: &mut Report, allocs: &[Allocator], filter: &[String], out: &Path) {
+fn callgrind_table(
+    rep: &mut Report,
+    allocs: &[Allocator],
+    libraries: &[PreloadAlloc],
+    filter: &[String],
+    out: &Path,
+) {
     let has_valgrind = Command::new("valgrind")
         .arg("--version")
         .output()
@@ -1005,9 +1020,7 @@ fn callgrind_table(rep: &mut Report, allocs: &[Allocator], filter: &[String], ou
     let pairs = preload::compile_c(csuite::PAIRS_C, "pairs", &scratch, false);
     match pairs {
         Ok(pairs) => {
-            let (mut allocs, _) = preload::contenders(preload::nodalloc_lib());
-            allocs.retain(|a| wanted(filter, &a.name));
-            for a in allocs {
+            for a in libraries.iter().filter(|a| wanted(filter, &a.name)) {
                 let make = |n: u64| {
                     let mut c = Command::new(&pairs);
                     c.args(["64", &n.to_string()]);
