@@ -50,9 +50,29 @@ pub struct ClassHeap {
     pub frees: AtomicU64,
     /// Bags currently carved for this class on this node.
     pub bags: AtomicUsize,
+    /// Objects taken out of this node's bags and not yet returned: held by the program, or
+    /// cached (thread caches, the ring, inboxes). Written under the class lock.
+    pub out_of_bags: AtomicUsize,
+    /// Objects in the transfer ring (updated after each push and pop, so a hint).
+    pub in_ring: AtomicUsize,
     /// Set by every ring push and pop, cleared by maintenance: a ring left untouched for a whole
     /// maintenance period is drained into its bags so idle batches stop pinning memory.
     ring_touched: AtomicBool,
+}
+
+impl ClassHeap {
+    fn ring_pop(&self) -> Option<Batch> {
+        let batch = self.ring.pop()?;
+        self.in_ring.fetch_sub(batch.count, Ordering::Relaxed);
+        Some(batch)
+    }
+
+    fn ring_push(&self, batch: Batch, cap: usize) -> Result<(), Batch> {
+        let count = batch.count;
+        self.ring.push(batch, cap)?;
+        self.in_ring.fetch_add(count, Ordering::Relaxed);
+        Ok(())
+    }
 }
 
 /// One node's heap.
@@ -140,7 +160,7 @@ impl NodeHeaps {
     /// the node's bags, else (own region exhausted) stolen from the nearest node that has some.
     pub fn refill(&self, node: usize, class: SizeClass) -> Option<Batch> {
         let heap = self.class(node, class);
-        if let Some(batch) = heap.ring.pop() {
+        if let Some(batch) = heap.ring_pop() {
             heap.ring_touched.store(true, Ordering::Relaxed);
             return Some(batch);
         }
@@ -158,8 +178,7 @@ impl NodeHeaps {
             let other = other as usize;
             let stolen = self
                 .class(other, class)
-                .ring
-                .pop()
+                .ring_pop()
                 .or_else(|| self.take_from_node_bags(other, class, want));
             if stolen.is_some() {
                 self.node(node).steals.fetch_add(1, Ordering::Relaxed);
@@ -233,6 +252,7 @@ impl NodeHeaps {
                 }
             }
         }
+        heap.out_of_bags.fetch_add(batch.count, Ordering::Relaxed);
         if batch.count == 0 {
             None
         } else {
@@ -283,7 +303,7 @@ impl NodeHeaps {
         let heap = self.class(node, class);
         let cap = (RING_BYTES / (class.batch() * class.size())).clamp(2, RING_SLOTS);
         heap.ring_touched.store(true, Ordering::Relaxed);
-        if let Err(batch) = heap.ring.push(batch, cap) {
+        if let Err(batch) = heap.ring_push(batch, cap) {
             if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head) {
                 report(object, misuse);
             }
@@ -340,6 +360,7 @@ impl NodeHeaps {
                 self.arena.write_link(object, (*bag).free);
                 (*bag).free = object;
                 (*bag).live -= 1;
+                heap.out_of_bags.fetch_sub(1, Ordering::Relaxed);
                 if (*bag).live == 0 {
                     if !was_full {
                         unlink(partial, bag);
@@ -446,7 +467,7 @@ impl NodeHeaps {
             if central.ring_touched.swap(false, Ordering::Relaxed) {
                 continue;
             }
-            while let Some(batch) = central.ring.pop() {
+            while let Some(batch) = central.ring_pop() {
                 if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head) {
                     report(object, misuse);
                 }
@@ -463,7 +484,7 @@ impl NodeHeaps {
             self.drain_inbox(node);
             for class in 0..NUM_CLASSES {
                 let class = SizeClass(class as u8);
-                while let Some(batch) = self.class(node, class).ring.pop() {
+                while let Some(batch) = self.class(node, class).ring_pop() {
                     if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head) {
                         report(object, misuse);
                     }

@@ -20,6 +20,10 @@ pub const UNIT: usize = 1 << UNIT_SHIFT;
 pub const MAX_BAG_UNITS: usize = 64;
 /// Largest alignment a bag object can honour (a power of two dividing its class size).
 pub const MAX_SMALL_ALIGN: usize = 4096;
+/// Largest class a thread heap caches. A cached object above it would pin more memory than a
+/// lock-free ring operation per call costs time: such objects go straight to the node heap's
+/// ring (shared by the node's threads) when freed.
+pub const MAX_CACHED: usize = 64 << 10;
 /// Sizes up to this are classified by a table lookup.
 const LOOKUP_MAX: usize = 1024;
 
@@ -71,9 +75,14 @@ impl SizeClass {
             <= divisibility.limit
     }
 
-    /// Objects a thread keeps cached before draining one batch (two batches).
+    /// Objects a thread keeps cached before draining one batch (two batches), or 0 for the
+    /// classes above [`MAX_CACHED`], which threads do not cache.
     pub fn cache_limit(self) -> usize {
-        2 * self.batch()
+        if self.size() > MAX_CACHED {
+            0
+        } else {
+            2 * self.batch()
+        }
     }
 }
 
@@ -127,7 +136,13 @@ static BAG_UNITS: [u8; NUM_CLASSES] = {
     let mut i = 0;
     while i < NUM_CLASSES {
         let size = class_size_of(i);
-        let min_objects = if size > (16 << 10) { 4 } else { 1 };
+        // Mid-size classes get at least four objects per bag so a bag is not carved per
+        // refill; classes threads do not cache take what the waste rule allows.
+        let min_objects = if size > (16 << 10) && size <= MAX_CACHED {
+            4
+        } else {
+            1
+        };
         let mut u = 1;
         while u < MAX_BAG_UNITS {
             let bytes = u * UNIT;
@@ -364,7 +379,7 @@ mod tests {
                     class.size()
                 );
             }
-            if class.size() > 16 << 10 {
+            if class.size() > 16 << 10 && class.size() <= MAX_CACHED {
                 assert!(class.capacity() >= 4);
             }
             assert!(class.batch() >= 1 && class.batch() <= MAX_BATCH);

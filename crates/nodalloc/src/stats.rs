@@ -21,6 +21,13 @@ pub struct ClassStats {
     pub frees: u64,
     /// Bags currently carved for the class (all nodes).
     pub bags: usize,
+    /// Bytes of those bags not handed out: free slots, never-carved slots and the tail.
+    pub free_in_bags: usize,
+    /// Bytes of objects out of the bags but not held by the program: thread caches, transfer
+    /// rings, remote-free chains in transit (lags like `allocs` and `frees`).
+    pub cached: usize,
+    /// Bytes of objects in the transfer rings (part of `cached`).
+    pub in_rings: usize,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -99,6 +106,7 @@ impl Stats {
         for (index, class) in stats.classes.iter_mut().enumerate() {
             class.size = SizeClass(index as u8).size();
         }
+        let mut out_minus_live = [0i64; NUM_CLASSES];
         for node in 0..arena.node_count() {
             let heap = heaps.node(node);
             let region = arena.region(node);
@@ -120,7 +128,16 @@ impl Stats {
                 let frees = central.frees.load(Ordering::Relaxed);
                 class.allocs += allocs;
                 class.frees += frees;
-                class.bags += central.bags.load(Ordering::Relaxed);
+                let bags = central.bags.load(Ordering::Relaxed);
+                let out = central.out_of_bags.load(Ordering::Relaxed);
+                let bag_bytes = SizeClass(index as u8).bag_bytes();
+                class.bags += bags;
+                class.free_in_bags += (bags * bag_bytes).saturating_sub(out * class.size);
+                class.in_rings +=
+                    (central.in_ring.load(Ordering::Relaxed) as isize).max(0) as usize * class.size;
+                // Out of the bags minus held by the program, summed over nodes (objects stolen
+                // or freed across nodes make one node's figure drift; the sum balances).
+                out_minus_live[index] += out as i64 - (allocs as i64 - frees as i64);
                 live_small += (allocs as i64 - frees as i64) * class.size as i64;
             }
             // Objects stolen from (or freed to) another node make per-node counts drift; the
@@ -137,7 +154,8 @@ impl Stats {
             stats.allocs += out.large_allocs;
             stats.frees += out.large_frees;
         }
-        for class in &stats.classes {
+        for (class, out_minus_live) in stats.classes.iter_mut().zip(out_minus_live) {
+            class.cached = out_minus_live.max(0) as usize * class.size;
             stats.allocs += class.allocs;
             stats.frees += class.frees;
         }
@@ -216,6 +234,39 @@ impl Stats {
                 .str(", steals ")
                 .decimal(stats.steals)
                 .str("\n");
+            w.write_to(fd);
+        }
+        let (mut free_in_bags, mut cached, mut in_rings) = (0, 0, 0);
+        for class in &self.classes {
+            free_in_bags += class.free_in_bags;
+            cached += class.cached;
+            in_rings += class.in_rings;
+        }
+        w.clear();
+        w.str("  small objects: free in bags ")
+            .size(free_in_bags as u64)
+            .str(", cached ")
+            .size(cached as u64)
+            .str(" (in rings ")
+            .size(in_rings as u64)
+            .str(")\n");
+        w.write_to(fd);
+        for class in self.classes.iter().filter(|class| class.bags != 0) {
+            let live = class.allocs.saturating_sub(class.frees) as usize * class.size;
+            w.clear();
+            w.str("    class ")
+                .size(class.size as u64)
+                .str(": bags ")
+                .decimal(class.bags as u64)
+                .str(", live ")
+                .size(live as u64)
+                .str(", free in bags ")
+                .size(class.free_in_bags as u64)
+                .str(", cached ")
+                .size(class.cached as u64)
+                .str(" (in ring ")
+                .size(class.in_rings as u64)
+                .str(")\n");
             w.write_to(fd);
         }
     }

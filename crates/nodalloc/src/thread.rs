@@ -44,8 +44,11 @@ pub struct FreeList {
     tail: *mut u8,
     nth: *mut u8,
     count: u32,
-    /// The count at which a push must take the slow path: `batch + 1` (arm `nth`) or the limit.
+    /// The count at which a push must take the slow path: `rest` (arm `nth`) or the limit.
     mark: u32,
+    /// `mark` while `nth` is unarmed: `batch + 1`, or 1 for a class threads do not cache (its
+    /// every free takes the slow path).
+    rest: u32,
     batch: u32,
     limit: u32,
     /// Objects handed out and taken back since the counts were last published.
@@ -62,6 +65,7 @@ impl FreeList {
         nth: null_mut(),
         count: 0,
         mark: 0,
+        rest: 0,
         batch: 0,
         limit: 0,
         allocs: 0,
@@ -191,7 +195,8 @@ impl ThreadHeap {
             let class = SizeClass(index as u8);
             list.batch = class.batch() as u32;
             list.limit = class.cache_limit() as u32;
-            list.mark = list.batch + 1;
+            list.rest = if list.limit == 0 { 1 } else { list.batch + 1 };
+            list.mark = list.rest;
         }
         self.state = HeapState::Active;
     }
@@ -225,7 +230,7 @@ impl ThreadHeap {
             list.allocs = list.allocs.wrapping_add(1);
             // Popping the object `nth` pointed to re-arms the marker for the next push.
             if list.count == list.batch {
-                list.mark = list.batch + 1;
+                list.mark = list.rest;
             }
         }
         object
@@ -277,7 +282,7 @@ impl ThreadHeap {
         list.tail = batch.tail;
         list.count = batch.count as u32;
         list.nth = null_mut();
-        list.mark = list.batch + 1;
+        list.mark = list.rest;
         true
     }
 
@@ -294,7 +299,7 @@ impl ThreadHeap {
         list.count -= 1;
         list.allocs = list.allocs.wrapping_add(1);
         if list.count == list.batch {
-            list.mark = list.batch + 1;
+            list.mark = list.rest;
         }
         heaps.arena.note_allocated(object);
         object
@@ -431,6 +436,22 @@ impl ThreadHeap {
         let Some(heaps) = self.heaps() else { return };
         let secure = self.secure;
         let list = &mut self.lists[class.index()];
+        if list.limit == 0 {
+            // Not cached: the whole list (the object just freed) goes to the node heap.
+            let batch = Batch {
+                head: if secure { list.secure_head } else { list.head },
+                tail: list.tail,
+                count: list.count as usize,
+            };
+            list.head = null_mut();
+            list.secure_head = null_mut();
+            list.tail = null_mut();
+            list.count = 0;
+            self.tick();
+            self.publish(class);
+            heaps.release(self.node, class, batch);
+            return;
+        }
         if list.mark == list.batch + 1 && list.count == list.batch + 1 {
             list.nth = if secure { list.secure_head } else { list.head };
             list.mark = list.limit;
@@ -451,7 +472,7 @@ impl ThreadHeap {
         list.tail = nth;
         list.count -= list.batch;
         list.nth = null_mut();
-        list.mark = list.batch + 1;
+        list.mark = list.rest;
         self.tick();
         self.publish(class);
         heaps.release(self.node, class, batch);
@@ -647,7 +668,7 @@ impl ThreadHeap {
         list.tail = null_mut();
         list.nth = null_mut();
         list.count = 0;
-        list.mark = list.batch + 1;
+        list.mark = list.rest;
         if !chain.is_null() {
             if let Err((object, misuse)) =
                 heaps.return_to_bags(self.node, SizeClass(index as u8), chain)
@@ -928,5 +949,61 @@ mod tests {
         assert_eq!(heap.cached(class), 0);
         // Every bag of the class fell empty and went back: nothing is carved.
         assert_eq!(heaps.class(0, class).bags.load(Ordering::Relaxed), 0);
+    }
+
+    /// Classes above `MAX_CACHED` are not cached by threads: a free goes straight to the node's
+    /// ring, where any thread of the node finds it, and the statistics say where bytes sit.
+    #[test]
+    fn big_classes_skip_the_thread_cache_and_the_statistics_show_where_bytes_sit() {
+        use crate::size_class::MAX_CACHED;
+        use crate::stats::Stats;
+        let heaps = heaps(1);
+        let mut first = Box::new(ThreadHeap::new());
+        let mut second = Box::new(ThreadHeap::new());
+        first.attach(heaps, 0);
+        second.attach(heaps, 0);
+
+        let small = class_of(64, 8).unwrap();
+        let p = allocate(&mut first, small);
+        first.publish_all();
+        let stats = Stats::collect(heaps, 2);
+        let figures = stats.classes()[small.index()];
+        assert_eq!(figures.bags, 1);
+        assert_eq!(figures.cached, (small.batch() - 1) * 64);
+        assert_eq!(figures.free_in_bags, small.bag_bytes() - small.batch() * 64);
+        assert_eq!(figures.in_rings, 0);
+        // SAFETY: allocated above, freed once.
+        unsafe { first.free(p, small) };
+        first.flush();
+        let figures = Stats::collect(heaps, 2).classes()[small.index()];
+        assert_eq!(
+            (figures.bags, figures.cached, figures.free_in_bags),
+            (0, 0, 0)
+        );
+
+        let big = class_of(MAX_CACHED + 1, 8).unwrap();
+        assert_eq!(big.cache_limit(), 0);
+        let a = allocate(&mut first, big);
+        let b = allocate(&mut first, big);
+        assert!(!a.is_null() && !b.is_null() && a != b);
+        // SAFETY: allocated above, freed once each.
+        unsafe {
+            first.free(a, big);
+            first.free(b, big);
+        }
+        assert_eq!(
+            first.cached(big),
+            0,
+            "a big object stayed in the thread cache"
+        );
+        let figures = Stats::collect(heaps, 2).classes()[big.index()];
+        assert_eq!(figures.in_rings, 2 * big.size());
+        assert_eq!(figures.cached, 2 * big.size());
+        // The other thread of the node reuses them, oldest first, without new bags.
+        let bags = figures.bags;
+        assert_eq!(allocate(&mut second, big), a);
+        assert_eq!(allocate(&mut second, big), b);
+        assert_eq!(second.cached(big), 0);
+        assert_eq!(Stats::collect(heaps, 2).classes()[big.index()].bags, bags);
     }
 }

@@ -288,6 +288,9 @@ fn child_entry() {
             // allocation fails, and a growing Vec would.
             let vectors: Vec<Vec<(usize, Layout)>> =
                 (0..THREADS).map(|_| Vec::with_capacity(100_000)).collect();
+            // So is the vector the main thread collects them in: joining one thread frees none
+            // of the others' blocks, so the heap may still be at the limit while it fills.
+            let mut all = Vec::with_capacity(THREADS);
             // Every thread is spawned (which allocates) before any of them starts filling.
             let start = std::sync::Arc::new(std::sync::Barrier::new(THREADS));
             let threads: Vec<_> = vectors
@@ -322,7 +325,6 @@ fn child_entry() {
                     })
                 })
                 .collect();
-            let mut all = Vec::new();
             for (t, handle) in threads.into_iter().enumerate() {
                 let (held, refused) = handle.join().unwrap();
                 assert!(refused > 0, "a thread never met the limit");

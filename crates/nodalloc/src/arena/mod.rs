@@ -116,7 +116,12 @@ impl Arena {
         let total = region.checked_mul(nodes)?;
         let units = total >> UNIT_SHIFT;
         let header = round_up(core::mem::size_of::<Arena>(), os::PAGE_SIZE);
-        let regions_bytes = round_up(nodes * core::mem::size_of::<Region>(), os::PAGE_SIZE);
+        // The regions, then each region's chunk bitmap.
+        let chunk_words = Region::chunk_words(region);
+        let regions_bytes = round_up(
+            nodes * (core::mem::size_of::<Region>() + chunk_words * 8),
+            os::PAGE_SIZE,
+        );
         let metadata_bytes = header + regions_bytes + PageMap::bytes_for(units, config.secure);
         let on_demand = config.commit_on_demand;
         let metadata = if on_demand {
@@ -142,6 +147,12 @@ impl Arena {
             ThpChoice::Off => Some(libc::MADV_NOHUGEPAGE),
             ThpChoice::Auto if topology.thp_mode() == ThpMode::Madvise => Some(libc::MADV_HUGEPAGE),
             ThpChoice::Auto => None,
+        };
+        // Where huge pages may back the heap: advised, or left to a kernel that may use them
+        // everywhere. Regions then keep partly decommitted chunks off huge pages (see `purge`).
+        let huge_pages_possible = match huge {
+            Some(advice) => advice == libc::MADV_HUGEPAGE,
+            None => topology.thp_mode() != ThpMode::Never,
         };
         // The first chunks of each region stay on small pages: a program whose heap stays small
         // (most processes) then pays for the pages it touches, not for a whole huge page per
@@ -182,10 +193,24 @@ impl Arena {
             }
             // A copy without a 30 KiB temporary on the stack.
             core::ptr::copy_nonoverlapping(topology, core::ptr::addr_of_mut!((*arena).topology), 1);
+            let chunk_bits = regions.add(nodes) as *mut u64;
             for node in 0..nodes {
                 let start = base as usize + node * region;
                 let budget = core::ptr::addr_of!((*arena).budget);
-                Region::init(regions.add(node), start, start + region, on_demand, budget);
+                let huge_from = if huge_pages_possible {
+                    start + SMALL_PAGE_HEAD
+                } else {
+                    usize::MAX
+                };
+                Region::init(
+                    regions.add(node),
+                    start,
+                    start + region,
+                    on_demand,
+                    budget,
+                    huge_from,
+                    chunk_bits.add(node * chunk_words),
+                );
             }
         }
         // SAFETY: fully initialised above; it lives until process exit.
@@ -373,12 +398,26 @@ pub(crate) mod tests {
         retain_bytes: usize,
         commit_on_demand: bool,
     ) -> &'static Arena {
-        test_arena_config(nodes, region_bytes, retain_bytes, commit_on_demand, false)
+        test_arena_config(
+            nodes,
+            region_bytes,
+            retain_bytes,
+            commit_on_demand,
+            false,
+            ThpChoice::Auto,
+        )
     }
 
     /// A test arena in secure mode.
     pub fn test_arena_secure(nodes: usize, commit_on_demand: bool) -> &'static Arena {
-        test_arena_config(nodes, 64 << 20, usize::MAX, commit_on_demand, true)
+        test_arena_config(
+            nodes,
+            64 << 20,
+            usize::MAX,
+            commit_on_demand,
+            true,
+            ThpChoice::Auto,
+        )
     }
 
     fn test_arena_config(
@@ -387,13 +426,14 @@ pub(crate) mod tests {
         retain_bytes: usize,
         commit_on_demand: bool,
         secure: bool,
+        thp: ThpChoice,
     ) -> &'static Arena {
         let mut topology = Box::new(Topology::single(CpuSet::new()));
         topology.detect_into(nodes);
         let config = ArenaConfig {
             region_bytes,
             strict_binding: false,
-            thp: ThpChoice::Auto,
+            thp,
             decay: Decay {
                 delay_ns: 0,
                 retain_bytes,
@@ -450,6 +490,79 @@ pub(crate) mod tests {
         // A 9-unit request reuses exactly that hole.
         let (again, _) = arena.alloc_span(0, 9, 1, SpanUse::Large).unwrap();
         assert_eq!(again, sorted[1]);
+    }
+
+    /// The `VmFlags` of the mapping that holds `address`, from /proc/self/smaps.
+    fn vm_flags(address: usize) -> Vec<String> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("read /proc/self/smaps");
+        let mut inside = false;
+        for line in smaps.lines() {
+            let first = line.split_whitespace().next().unwrap_or("");
+            if let Some((low, high)) = first.split_once('-') {
+                if let (Ok(low), Ok(high)) = (
+                    usize::from_str_radix(low, 16),
+                    usize::from_str_radix(high, 16),
+                ) {
+                    inside = (low..high).contains(&address);
+                    continue;
+                }
+            }
+            if inside {
+                if let Some(flags) = line.strip_prefix("VmFlags:") {
+                    return flags.split_whitespace().map(str::to_owned).collect();
+                }
+            }
+        }
+        panic!("no mapping holds {address:#x}");
+    }
+
+    #[test]
+    fn a_partly_decommitted_chunk_leaves_huge_pages_until_it_is_wholly_free() {
+        let arena = test_arena_config(1, 64 << 20, 0, false, false, ThpChoice::On);
+        let body = arena.region(0).start() + SMALL_PAGE_HEAD;
+        if !vm_flags(body).iter().any(|flag| flag == "hg") {
+            eprintln!("skipped: this kernel has no transparent huge pages");
+            return;
+        }
+        // The small-page head first, then two half chunks in the first huge-page chunk.
+        let head: Vec<usize> = (0..SMALL_PAGE_HEAD / (CHUNK_UNITS * UNIT))
+            .map(|_| {
+                arena
+                    .alloc_span(0, CHUNK_UNITS, 1, SpanUse::Large)
+                    .unwrap()
+                    .0
+            })
+            .collect();
+        let (a, _) = arena
+            .alloc_span(0, CHUNK_UNITS / 2, 1, SpanUse::Large)
+            .unwrap();
+        let (b, _) = arena
+            .alloc_span(0, CHUNK_UNITS / 2, 1, SpanUse::Large)
+            .unwrap();
+        assert_eq!([a.min(b), a.max(b)], [body, body + CHUNK_UNITS / 2 * UNIT]);
+        // SAFETY: both spans were handed out above and are ours.
+        unsafe { (a as *mut u8).write_bytes(1, CHUNK_UNITS / 2 * UNIT) };
+        // SAFETY: as above.
+        unsafe { (b as *mut u8).write_bytes(1, CHUNK_UNITS / 2 * UNIT) };
+        // Retain budget 0 and delay 0: a free is decommitted at once. Half a chunk free: the
+        // chunk leaves huge pages so khugepaged cannot fill the hole back in.
+        // SAFETY: handed out above, holds nothing we need.
+        unsafe { arena.free_span(a, CHUNK_UNITS / 2) };
+        let flags = vm_flags(body);
+        assert!(flags.iter().any(|flag| flag == "nh"), "flags {flags:?}");
+        assert!(vm_flags(body + 2 * CHUNK_UNITS * UNIT)
+            .iter()
+            .any(|flag| flag == "hg"));
+        // The whole chunk free and decommitted: back on huge pages.
+        // SAFETY: as above.
+        unsafe { arena.free_span(b, CHUNK_UNITS / 2) };
+        let flags = vm_flags(body);
+        assert!(flags.iter().any(|flag| flag == "hg"), "flags {flags:?}");
+        assert!(!flags.iter().any(|flag| flag == "nh"), "flags {flags:?}");
+        // The small-page head never goes on huge pages.
+        // SAFETY: as above.
+        unsafe { arena.free_span(head[1], CHUNK_UNITS) };
+        assert!(vm_flags(head[1]).iter().any(|flag| flag == "nh"));
     }
 
     #[test]

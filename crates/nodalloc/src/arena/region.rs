@@ -31,6 +31,7 @@ const DIRTY_SEARCH_BUCKETS: usize = 3;
 
 /// Units per 2 MiB chunk, the step by which the frontier advances.
 pub const CHUNK_UNITS: usize = 64;
+const CHUNK_BYTES: usize = CHUNK_UNITS * UNIT;
 /// Exact-size buckets for spans up to a chunk, then one bucket per power of two.
 const EXACT_BUCKETS: usize = MAX_BAG_UNITS;
 const NUM_BUCKETS: usize = 128;
@@ -68,6 +69,12 @@ pub struct Region {
     frontier_hint: AtomicUsize,
     /// The arena's commit budget (lives in the arena header, as long as the region).
     budget: *const CommitBudget,
+    /// Chunks at and after this address may be backed by transparent huge pages (usize::MAX:
+    /// none may), so decommitting part of one must first take it off huge pages; see `purge`.
+    huge_from: usize,
+    /// One bit per chunk of the region (span lock): set while the chunk is advised
+    /// `MADV_NOHUGEPAGE` because part of it was decommitted.
+    small_chunks: *mut u64,
     /// Bytes the frontier has passed (address space in use or once used).
     pub mapped: AtomicUsize,
     /// Bytes handed out or free-but-dirty: an upper bound of the region's resident memory.
@@ -147,12 +154,16 @@ impl Region {
     ///
     /// # Safety
     /// `this` must point to zeroed memory for a `Region` that nobody else uses yet.
+    /// `small_chunks` must point to zeroed memory of [`Region::chunk_words`] words for this
+    /// region, as long-lived as the region; `huge_from` is where huge pages may start.
     pub unsafe fn init(
         this: *mut Region,
         start: usize,
         end: usize,
         commit_on_demand: bool,
         budget: *const CommitBudget,
+        huge_from: usize,
+        small_chunks: *mut u64,
     ) {
         // SAFETY: exclusive access to zeroed memory (contract above); all-zero is a valid Region
         // (unlocked lock, empty buckets, null lists, zero counters).
@@ -161,9 +172,16 @@ impl Region {
             (*this).end = end;
             (*this).commit_on_demand = commit_on_demand;
             (*this).budget = budget;
+            (*this).huge_from = huge_from;
+            (*this).small_chunks = small_chunks;
             (*this).frontier_hint = AtomicUsize::new(start);
             (*(*this).state.get()).frontier = start;
         }
+    }
+
+    /// Words of the chunk bitmap a region of `bytes` needs.
+    pub fn chunk_words(bytes: usize) -> usize {
+        (bytes / CHUNK_BYTES).div_ceil(64)
     }
 
     /// The frontier word itself, for fast paths that cache a pointer to it.
@@ -443,12 +461,77 @@ impl Region {
             }
             self.remove_free(state, oldest);
             let first = map.unit_of_meta(oldest);
+            let address = map.address_of(first);
             let bytes = units << UNIT_SHIFT;
+            self.leave_huge_pages(address, bytes);
             // SAFETY: the span is free (no live object) and inside our region.
-            unsafe { os::decommit(map.address_of(first) as *mut u8, bytes) };
+            unsafe { os::decommit(address as *mut u8, bytes) };
             self.uncharge(bytes);
             self.decommitted.fetch_add(bytes, Ordering::Relaxed);
-            self.insert_coalesced(state, map, first, units, 0);
+            let (first, units) = self.insert_coalesced(state, map, first, units, 0);
+            self.return_to_huge_pages(map.address_of(first), units << UNIT_SHIFT);
+        }
+    }
+
+    /// Before `[address, address + bytes)` is decommitted: the chunks it covers only in part
+    /// are advised `MADV_NOHUGEPAGE`. Otherwise khugepaged, which collapses any huge-page-eligible
+    /// 2 MiB range that has a single resident page (its default `max_ptes_none` is 511), would
+    /// fill the decommitted pages back in with zeros and RSS would creep up for as long as the
+    /// program runs. Chunks decommitted whole need nothing: khugepaged skips empty ranges.
+    fn leave_huge_pages(&self, address: usize, bytes: usize) {
+        let end = address + bytes;
+        let head = address & !(CHUNK_BYTES - 1);
+        let tail = end & !(CHUNK_BYTES - 1);
+        if head != address {
+            self.advise_small(head);
+        }
+        if tail != end && !(head != address && tail == head) {
+            self.advise_small(tail);
+        }
+    }
+
+    fn advise_small(&self, chunk: usize) {
+        if chunk < self.huge_from {
+            return;
+        }
+        let index = (chunk - self.start) / CHUNK_BYTES;
+        // SAFETY: the span lock is held and the bitmap covers every chunk of the region.
+        let word = unsafe { &mut *self.small_chunks.add(index / 64) };
+        let bit = 1u64 << (index % 64);
+        // A refusal (the map count limit) only leaves the chunk as it was: a later collapse
+        // costs memory, not correctness.
+        if *word & bit == 0 && os::advise(chunk as *mut u8, CHUNK_BYTES, libc::MADV_NOHUGEPAGE) {
+            *word |= bit;
+        }
+    }
+
+    /// After a decommit: chunks now wholly inside the clean span `[address, address + bytes)`
+    /// that were taken off huge pages go back on them (their next use may fault in a huge page
+    /// again), one `madvise` per run of such chunks.
+    fn return_to_huge_pages(&self, address: usize, bytes: usize) {
+        let first =
+            (address.max(self.huge_from).saturating_add(CHUNK_BYTES - 1)) & !(CHUNK_BYTES - 1);
+        let end = (address + bytes) & !(CHUNK_BYTES - 1);
+        let mut run_start = 0;
+        let mut chunk = first;
+        while chunk < end {
+            let index = (chunk - self.start) / CHUNK_BYTES;
+            // SAFETY: the span lock is held and the bitmap covers every chunk of the region.
+            let word = unsafe { &mut *self.small_chunks.add(index / 64) };
+            let bit = 1u64 << (index % 64);
+            if *word & bit != 0 {
+                *word &= !bit;
+                if run_start == 0 {
+                    run_start = chunk;
+                }
+            } else if run_start != 0 {
+                os::advise(run_start as *mut u8, chunk - run_start, libc::MADV_HUGEPAGE);
+                run_start = 0;
+            }
+            chunk += CHUNK_BYTES;
+        }
+        if run_start != 0 {
+            os::advise(run_start as *mut u8, end - run_start, libc::MADV_HUGEPAGE);
         }
     }
 
@@ -638,6 +721,7 @@ impl Region {
 
     /// Inserts a free span, first merging it with free neighbours in the same state (dirty with
     /// dirty, clean with clean). `freed_at` 0 means clean.
+    /// Returns the merged span's first unit and length.
     fn insert_coalesced(
         &self,
         state: &mut PoolState,
@@ -645,7 +729,7 @@ impl Region {
         mut first: usize,
         mut units: usize,
         freed_at: u64,
-    ) {
+    ) -> (usize, usize) {
         let dirty = freed_at != 0;
         let address = map.address_of(first);
         if address > self.start {
@@ -677,6 +761,7 @@ impl Region {
         }
         // A merged dirty span keeps the newest time: it is only as old as its youngest part.
         self.insert_free(state, map, first, units, freed_at);
+        (first, units)
     }
 
     /// Puts a span into its bucket (and the age list and `dirty_bytes` if dirty), writing its
