@@ -384,17 +384,34 @@ impl ThreadHeap {
         }
         // Double-free screen (the C face's objects are at least 16 bytes): a cached object
         // carries FREED_MARK in its second word. Finding the mark is only a suspicion (the
-        // program may have stored those bytes); the cache is searched to confirm.
+        // program may have stored those bytes); a cold path searches the cache to confirm.
         let mark = object.wrapping_add(8) as *mut usize;
         // SAFETY: objects of every C-face class are at least 16 bytes, 8-aligned, and ours.
-        if unsafe { *mark } == FREED_MARK && self.is_cached(class, object) {
-            report(object, Misuse::DoubleFree);
+        if unsafe { *mark } == FREED_MARK {
+            // SAFETY: forwarded contract (a tail call: the fast path keeps no registers).
+            unsafe { self.free_marked(object, class) };
+            return true;
         }
         // SAFETY: as above.
         unsafe { *mark = FREED_MARK };
         // SAFETY: a small object of this node at an object boundary, given up by the caller.
         unsafe { self.push_local(object, class) };
         true
+    }
+
+    /// `free_unsized` of an object that carries FREED_MARK: a double free if the object is in
+    /// the cache (reported), else program data that looked like the mark (freed as usual).
+    ///
+    /// # Safety
+    /// As for the end of [`Self::free_unsized`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn free_marked(&mut self, object: *mut u8, class: SizeClass) {
+        if self.is_cached(class, object) {
+            report(object, Misuse::DoubleFree);
+        }
+        // SAFETY: forwarded contract; the mark is already in place.
+        unsafe { self.push_local(object, class) };
     }
 
     /// True when `object` is in this thread's cache of `class` (a bounded walk: two batches).
