@@ -463,55 +463,28 @@ impl Region {
             let first = map.unit_of_meta(oldest);
             let address = map.address_of(first);
             let bytes = units << UNIT_SHIFT;
-            self.leave_huge_pages(address, bytes);
             // SAFETY: the span is free (no live object) and inside our region.
             unsafe { os::decommit(address as *mut u8, bytes) };
             self.uncharge(bytes);
             self.decommitted.fetch_add(bytes, Ordering::Relaxed);
-            let (first, units) = self.insert_coalesced(state, map, first, units, 0);
-            self.return_to_huge_pages(map.address_of(first), units << UNIT_SHIFT);
+            let (merged, merged_units) = self.insert_coalesced(state, map, first, units, 0);
+            let merged = map.address_of(merged);
+            self.settle_huge_pages(address, bytes, merged, merged_units << UNIT_SHIFT);
         }
     }
 
-    /// Before `[address, address + bytes)` is decommitted: the chunks it covers only in part
-    /// are advised `MADV_NOHUGEPAGE`. Otherwise khugepaged, which collapses any huge-page-eligible
-    /// 2 MiB range that has a single resident page (its default `max_ptes_none` is 511), would
-    /// fill the decommitted pages back in with zeros and RSS would creep up for as long as the
-    /// program runs. Chunks decommitted whole need nothing: khugepaged skips empty ranges.
-    fn leave_huge_pages(&self, address: usize, bytes: usize) {
-        let end = address + bytes;
-        let head = address & !(CHUNK_BYTES - 1);
-        let tail = end & !(CHUNK_BYTES - 1);
-        if head != address {
-            self.advise_small(head);
-        }
-        if tail != end && !(head != address && tail == head) {
-            self.advise_small(tail);
-        }
-    }
-
-    fn advise_small(&self, chunk: usize) {
-        if chunk < self.huge_from {
-            return;
-        }
-        let index = (chunk - self.start) / CHUNK_BYTES;
-        // SAFETY: the span lock is held and the bitmap covers every chunk of the region.
-        let word = unsafe { &mut *self.small_chunks.add(index / 64) };
-        let bit = 1u64 << (index % 64);
-        // A refusal (the map count limit) only leaves the chunk as it was: a later collapse
-        // costs memory, not correctness.
-        if *word & bit == 0 && os::advise(chunk as *mut u8, CHUNK_BYTES, libc::MADV_NOHUGEPAGE) {
-            *word |= bit;
-        }
-    }
-
-    /// After a decommit: chunks now wholly inside the clean span `[address, address + bytes)`
-    /// that were taken off huge pages go back on them (their next use may fault in a huge page
-    /// again), one `madvise` per run of such chunks.
-    fn return_to_huge_pages(&self, address: usize, bytes: usize) {
-        let first =
-            (address.max(self.huge_from).saturating_add(CHUNK_BYTES - 1)) & !(CHUNK_BYTES - 1);
-        let end = (address + bytes) & !(CHUNK_BYTES - 1);
+    /// After `[address, address + bytes)` was decommitted and merged into the clean span
+    /// `[merged, merged + merged_bytes)`: each chunk it touched that is still partly in use is
+    /// advised `MADV_NOHUGEPAGE`, and each that is now wholly clean and was so advised goes back
+    /// to `MADV_HUGEPAGE` (one call per run; its next use may fault in a huge page again).
+    ///
+    /// Without this, khugepaged, which collapses any huge-page-eligible 2 MiB range with a single
+    /// resident page (its default `max_ptes_none` is 511), would fill decommitted pages back in
+    /// with zeros, and RSS would creep up for as long as the program runs. Only chunks the
+    /// decommit touched can change state, so the work is proportional to the decommit.
+    fn settle_huge_pages(&self, address: usize, bytes: usize, merged: usize, merged_bytes: usize) {
+        let first = (address & !(CHUNK_BYTES - 1)).max(self.huge_from);
+        let end = (address + bytes).next_multiple_of(CHUNK_BYTES);
         let mut run_start = 0;
         let mut chunk = first;
         while chunk < end {
@@ -519,19 +492,34 @@ impl Region {
             // SAFETY: the span lock is held and the bitmap covers every chunk of the region.
             let word = unsafe { &mut *self.small_chunks.add(index / 64) };
             let bit = 1u64 << (index % 64);
-            if *word & bit != 0 {
-                *word &= !bit;
-                if run_start == 0 {
-                    run_start = chunk;
+            let wholly_clean = chunk >= merged && chunk + CHUNK_BYTES <= merged + merged_bytes;
+            if wholly_clean {
+                if *word & bit != 0 {
+                    *word &= !bit;
+                    if run_start == 0 {
+                        run_start = chunk;
+                    }
                 }
-            } else if run_start != 0 {
-                os::advise(run_start as *mut u8, chunk - run_start, libc::MADV_HUGEPAGE);
-                run_start = 0;
+            } else {
+                self.advise_run(&mut run_start, chunk);
+                // A refusal (the map count limit) only leaves the chunk as it was: a later
+                // collapse costs memory, not correctness.
+                if *word & bit == 0
+                    && os::advise(chunk as *mut u8, CHUNK_BYTES, libc::MADV_NOHUGEPAGE)
+                {
+                    *word |= bit;
+                }
             }
             chunk += CHUNK_BYTES;
         }
-        if run_start != 0 {
-            os::advise(run_start as *mut u8, end - run_start, libc::MADV_HUGEPAGE);
+        self.advise_run(&mut run_start, end.max(first));
+    }
+
+    /// Advises the chunks from `*run_start` (0: none) up to `end` back onto huge pages.
+    fn advise_run(&self, run_start: &mut usize, end: usize) {
+        if *run_start != 0 {
+            os::advise(*run_start as *mut u8, end - *run_start, libc::MADV_HUGEPAGE);
+            *run_start = 0;
         }
     }
 
