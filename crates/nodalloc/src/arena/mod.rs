@@ -559,6 +559,26 @@ pub(crate) mod tests {
         let flags = vm_flags(body);
         assert!(flags.iter().any(|flag| flag == "hg"), "flags {flags:?}");
         assert!(!flags.iter().any(|flag| flag == "nh"), "flags {flags:?}");
+        // A decommit that covers whole chunks and a part of another: only that one leaves
+        // huge pages. A chunk-aligned three-chunk span shrinks to its first half chunk.
+        let chunk = CHUNK_UNITS * UNIT;
+        let (t, _) = arena
+            .alloc_span(0, 3 * CHUNK_UNITS, CHUNK_UNITS, SpanUse::Large)
+            .unwrap();
+        assert!(t >= body && t % chunk == 0);
+        // SAFETY: handed out above and ours.
+        unsafe { (t as *mut u8).write_bytes(1, 3 * chunk) };
+        let decay = arena.decay;
+        arena
+            .region(0)
+            .shrink(arena.map(), t, 3 * CHUNK_UNITS, CHUNK_UNITS / 2, decay);
+        let flags = vm_flags(t);
+        assert!(flags.iter().any(|flag| flag == "nh"), "flags {flags:?}");
+        for whole in [t + chunk, t + 2 * chunk] {
+            let flags = vm_flags(whole);
+            assert!(flags.iter().any(|flag| flag == "hg"), "flags {flags:?}");
+        }
+
         // The small-page head never goes on huge pages.
         // SAFETY: as above.
         unsafe { arena.free_span(head[1], CHUNK_UNITS) };
