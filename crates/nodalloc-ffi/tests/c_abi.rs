@@ -278,6 +278,11 @@ fn double_free_of_a_small_block_aborts_naming_the_pointer() {
 }
 
 #[test]
+fn double_free_of_a_block_above_the_cached_classes_aborts_naming_the_pointer() {
+    assert_bad_free_aborts("double-big", "double free of");
+}
+
+#[test]
 fn free_of_a_pointer_inside_a_small_block_aborts_naming_the_pointer() {
     assert_bad_free_aborts("middle-small", "invalid pointer");
 }

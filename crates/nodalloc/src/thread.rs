@@ -109,6 +109,10 @@ pub struct ThreadHeap {
     lists: [FreeList; NUM_CLASSES],
     outboxes: [Outbox; MAX_NODES],
     outbox_mask: u32,
+    /// The one object of a class above `MAX_CACHED` this thread keeps (the last it freed, if
+    /// not handed out again since), and its class: such classes are not cached beyond it.
+    parked: *mut u8,
+    parked_class: SizeClass,
     pub remote_frees: u64,
     /// Monotonic ns of the next tick (idle classes flushed, node maintenance); see `tick`.
     next_tick: u64,
@@ -154,6 +158,8 @@ impl ThreadHeap {
                 count: 0,
             }; MAX_NODES],
             outbox_mask: 0,
+            parked: null_mut(),
+            parked_class: SizeClass(0),
             remote_frees: 0,
             next_tick: 0,
             bind_from_process_mask: false,
@@ -454,20 +460,7 @@ impl ThreadHeap {
         let secure = self.secure;
         let list = &mut self.lists[class.index()];
         if list.limit == 0 {
-            // Not cached: the whole list (the object just freed) goes to the node heap.
-            let batch = Batch {
-                head: if secure { list.secure_head } else { list.head },
-                tail: list.tail,
-                count: list.count as usize,
-            };
-            list.head = null_mut();
-            list.secure_head = null_mut();
-            list.tail = null_mut();
-            list.count = 0;
-            self.tick();
-            self.publish(class);
-            heaps.release(self.node, class, batch);
-            return;
+            return self.park(heaps, class);
         }
         if list.mark == list.batch + 1 && list.count == list.batch + 1 {
             list.nth = if secure { list.secure_head } else { list.head };
@@ -493,6 +486,75 @@ impl ThreadHeap {
         self.tick();
         self.publish(class);
         heaps.release(self.node, class, batch);
+    }
+
+    /// A free of a class threads do not cache (above `MAX_CACHED`) has just pushed its object:
+    /// that object stays as the thread's one parked object (so an immediate second free of it
+    /// is still found in the cache, and a thread that frees and re-allocates one big size
+    /// keeps its fast path), and the object parked before it, if still there, goes to the node
+    /// heap. Secure mode parks nothing (its bitmap catches double frees).
+    fn park(&mut self, heaps: &'static NodeHeaps, class: SizeClass) {
+        let list = &mut self.lists[class.index()];
+        let kept = if self.secure { null_mut() } else { list.head };
+        // Everything in the list but `kept`: the older object when the previous park was of
+        // this class too (the list holds at most two then), or the whole list in secure mode.
+        let leaving = if kept.is_null() {
+            let batch = Batch {
+                head: if self.secure {
+                    list.secure_head
+                } else {
+                    list.head
+                },
+                tail: list.tail,
+                count: list.count as usize,
+            };
+            list.head = null_mut();
+            list.secure_head = null_mut();
+            list.tail = null_mut();
+            list.count = 0;
+            Some((class, batch))
+        } else if list.count > 1 {
+            // SAFETY: `kept` is a cached object of this list, linked through its first word.
+            let rest = unsafe { next_of(kept) };
+            let batch = Batch {
+                head: rest,
+                tail: list.tail,
+                count: list.count as usize - 1,
+            };
+            // SAFETY: as above; `kept` becomes the whole list.
+            unsafe { set_next(kept, null_mut()) };
+            list.tail = kept;
+            list.count = 1;
+            Some((class, batch))
+        } else {
+            None
+        };
+        // The previous park of another class, if the thread has not allocated it since.
+        let previous = core::mem::replace(&mut self.parked, kept);
+        let previous_class = core::mem::replace(&mut self.parked_class, class);
+        let stale = if !previous.is_null()
+            && previous_class != class
+            && self.lists[previous_class.index()].head == previous
+        {
+            let list = &mut self.lists[previous_class.index()];
+            debug_assert_eq!(list.count, 1);
+            let batch = Batch {
+                head: previous,
+                tail: previous,
+                count: 1,
+            };
+            list.head = null_mut();
+            list.tail = null_mut();
+            list.count = 0;
+            Some((previous_class, batch))
+        } else {
+            None
+        };
+        self.tick();
+        for (class, batch) in [leaving, stale].into_iter().flatten() {
+            self.publish(class);
+            heaps.release(self.node, class, batch);
+        }
     }
 
     /// # Safety
@@ -968,10 +1030,11 @@ mod tests {
         assert_eq!(heaps.class(0, class).bags.load(Ordering::Relaxed), 0);
     }
 
-    /// Classes above `MAX_CACHED` are not cached by threads: a free goes straight to the node's
-    /// ring, where any thread of the node finds it, and the statistics say where bytes sit.
+    /// Classes above `MAX_CACHED`: a thread keeps only the last such object it freed (its
+    /// "parked" object); the one parked before goes to the node's ring, where any thread of
+    /// the node finds it. The statistics say where the bytes sit.
     #[test]
-    fn big_classes_skip_the_thread_cache_and_the_statistics_show_where_bytes_sit() {
+    fn big_classes_park_one_object_per_thread_and_the_statistics_show_where_bytes_sit() {
         use crate::size_class::MAX_CACHED;
         use crate::stats::Stats;
         let heaps = heaps(1);
@@ -983,8 +1046,7 @@ mod tests {
         let small = class_of(64, 8).unwrap();
         let p = allocate(&mut first, small);
         first.publish_all();
-        let stats = Stats::collect(heaps, 2);
-        let figures = stats.classes()[small.index()];
+        let figures = Stats::collect(heaps, 2).classes()[small.index()];
         assert_eq!(figures.bags, 1);
         assert_eq!(figures.cached, (small.batch() - 1) * 64);
         assert_eq!(figures.free_in_bags, small.bag_bytes() - small.batch() * 64);
@@ -999,7 +1061,9 @@ mod tests {
         );
 
         let big = class_of(MAX_CACHED + 1, 8).unwrap();
+        let other = class_of(4 * MAX_CACHED, 8).unwrap();
         assert_eq!(big.cache_limit(), 0);
+        assert_ne!(big, other);
         let a = allocate(&mut first, big);
         let b = allocate(&mut first, big);
         assert!(!a.is_null() && !b.is_null() && a != b);
@@ -1008,19 +1072,29 @@ mod tests {
             first.free(a, big);
             first.free(b, big);
         }
-        assert_eq!(
-            first.cached(big),
-            0,
-            "a big object stayed in the thread cache"
-        );
+        assert_eq!(first.cached(big), 1, "only the last freed object stays");
         let figures = Stats::collect(heaps, 2).classes()[big.index()];
-        assert_eq!(figures.in_rings, 2 * big.size());
+        assert_eq!(figures.in_rings, big.size());
         assert_eq!(figures.cached, 2 * big.size());
-        // The other thread of the node reuses them, oldest first, without new bags.
+        // The other thread of the node gets the one that left; this thread its parked one.
         let bags = figures.bags;
         assert_eq!(allocate(&mut second, big), a);
-        assert_eq!(allocate(&mut second, big), b);
-        assert_eq!(second.cached(big), 0);
+        assert_eq!(
+            first.alloc_cached(big),
+            b,
+            "the parked object is a fast-path hit"
+        );
         assert_eq!(Stats::collect(heaps, 2).classes()[big.index()].bags, bags);
+        // Parking an object of another big class sends the previous one to the ring.
+        let c = allocate(&mut first, other);
+        // SAFETY: allocated above, freed once each.
+        unsafe {
+            first.free(b, big);
+            first.free(c, other);
+        }
+        assert_eq!((first.cached(big), first.cached(other)), (0, 1));
+        assert_eq!(allocate(&mut second, big), b);
+        // SAFETY: allocated above, freed once.
+        unsafe { second.free(a, big) };
     }
 }

@@ -1,6 +1,6 @@
 /* Frees that nodalloc must refuse by aborting, with a one-line message naming the pointer.
  *
- * Usage: misuse MODE (stack, middle, double, double-small, middle-small). The program prints
+ * Usage: misuse MODE (stack, middle, double, double-small, double-big, middle-small). The program prints
  * "pointer 0x…" (the pointer it is about to free, as %p prints it) on stdout, then makes the
  * bad call; the harness expects SIGABRT and the message on stderr. Reaching the end is a failure (exit 1).
  */
@@ -17,7 +17,7 @@ static void announce(void *pointer) {
 }
 
 int main(int argc, char **argv) {
-    CHECK(argc == 2, "usage: misuse stack|middle|double|double-small|middle-small");
+    CHECK(argc == 2, "usage: misuse stack|middle|double|double-small|double-big|middle-small");
     /* An expected abort should not leave a core file behind. */
     struct rlimit no_core = {0, 0};
     setrlimit(RLIMIT_CORE, &no_core);
@@ -58,6 +58,15 @@ int main(int argc, char **argv) {
         announce(block);
         free(block);
         free(other);
+        free((void *)opaque_size(address));
+    } else if (strcmp(mode, "double-big") == 0) {
+        /* 100 KiB: a class threads keep one object of (the last freed), freed twice. */
+        char *block = malloc(opaque_size(100 << 10));
+        CHECK(block != NULL, "malloc(100 KiB) failed");
+        memset(block, 4, 100 << 10);
+        uintptr_t address = (uintptr_t)block;
+        announce(block);
+        free(block);
         free((void *)opaque_size(address));
     } else if (strcmp(mode, "middle-small") == 0) {
         char *block = malloc(opaque_size(200));
