@@ -224,23 +224,36 @@ fn threads_on_four_simulated_nodes_exchanging_blocks_survive_a_thousand_forks() 
     );
 }
 
+/// Runs `PROGRAM CASE` with `env`; the program prints `pointer 0x…` (the block it is about to
+/// misuse, as `%p` prints it) before the misuse. Returns that pointer and how the program ended.
+fn run_to_announced_misuse(
+    program: &str,
+    case: &str,
+    env: &[(&str, &str)],
+    mode: Mode,
+) -> (String, Finished) {
+    let mut misuse = command(program, mode);
+    misuse.arg(case).envs(env.iter().copied());
+    let finished = run_bounded(&mut misuse, TIME_LIMIT);
+    let pointer = finished
+        .stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("pointer "))
+        .unwrap_or_else(|| {
+            panic!(
+                "{program} {case} ({mode:?}) did not get to the misuse: {}",
+                finished.describe()
+            )
+        })
+        .to_string();
+    (pointer, finished)
+}
+
 /// Runs `misuse MODE`, which prints the pointer it is about to free and frees it, and checks
 /// that it dies of SIGABRT with exactly `nodalloc: free(): WHAT 0x…` on stderr.
 fn assert_bad_free_aborts(misuse: &str, what: &str) {
     for mode in MODES {
-        let mut bad_free = command("misuse", mode);
-        bad_free.arg(misuse);
-        let finished = run_bounded(&mut bad_free, TIME_LIMIT);
-        let pointer = finished
-            .stdout
-            .lines()
-            .find_map(|line| line.strip_prefix("pointer "))
-            .unwrap_or_else(|| {
-                panic!(
-                    "misuse {misuse} ({mode:?}) did not get to the bad free: {}",
-                    finished.describe()
-                )
-            });
+        let (pointer, finished) = run_to_announced_misuse("misuse", misuse, &[], mode);
         assert_eq!(
             finished.status.signal(),
             Some(SIGABRT),
@@ -377,24 +390,10 @@ fn a_hundred_thousand_short_threads_keep_rss_flat() {
     eprintln!("{}", finished.stdout.trim());
 }
 
-/// Runs `secure MODE` (`tests/c/secure.c`) with `NODALLOC_SECURE=1`; it prints the block it is
-/// about to misuse. Returns that pointer (as `%p` printed it) and how the program ended.
+/// Runs `secure CASE` (`tests/c/secure.c`) with `NODALLOC_SECURE=1`; see
+/// [`run_to_announced_misuse`].
 fn run_secure_misuse(case: &str, mode: Mode) -> (String, Finished) {
-    let mut secure = command("secure", mode);
-    secure.arg(case).env("NODALLOC_SECURE", "1");
-    let finished = run_bounded(&mut secure, TIME_LIMIT);
-    let pointer = finished
-        .stdout
-        .lines()
-        .find_map(|line| line.strip_prefix("pointer "))
-        .unwrap_or_else(|| {
-            panic!(
-                "secure {case} ({mode:?}) did not get to the misuse: {}",
-                finished.describe()
-            )
-        })
-        .to_string();
-    (pointer, finished)
+    run_to_announced_misuse("secure", case, &[("NODALLOC_SECURE", "1")], mode)
 }
 
 /// Secure mode: `secure CASE` must die of SIGABRT with a line on stderr starting with

@@ -12,35 +12,10 @@ use std::sync::mpsc;
 #[global_allocator]
 static GLOBAL: NodAlloc = NodAlloc::new();
 
-/// A byte pattern derived from an address, so a misplaced or overlapping object shows.
-fn pattern(address: usize, i: usize) -> u8 {
-    ((address >> 4) as u8)
-        .wrapping_mul(31)
-        .wrapping_add(i as u8)
-}
-
-fn fill(p: *mut u8, size: usize) {
-    for i in 0..size {
-        // SAFETY: the caller owns `size` bytes at `p`.
-        unsafe { *p.add(i) = pattern(p as usize, i) };
-    }
-}
-
-fn check(p: *const u8, size: usize) {
-    for i in 0..size {
-        // SAFETY: the caller owns `size` bytes at `p`.
-        let byte = unsafe { *p.add(i) };
-        assert_eq!(
-            byte,
-            pattern(p as usize, i),
-            "object {p:p} corrupted at byte {i} of {size}"
-        );
-    }
-}
-
 mod common;
 use common::{
-    child_command, expect_child, limit_address_space, run_bounded, run_child, use_every_cpu, Rng,
+    check, child_command, expect_child, fill, limit_address_space, run_bounded, run_child,
+    use_every_cpu, Rng,
 };
 
 /// The scenarios that move threads between simulated nodes need a CPU per node.

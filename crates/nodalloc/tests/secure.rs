@@ -17,7 +17,7 @@ use std::sync::mpsc;
 static GLOBAL: NodAlloc = NodAlloc::new();
 
 mod common;
-use common::{child_command, expect_child, use_every_cpu, Rng};
+use common::{check, check_moved, child_command, expect_child, fill, use_every_cpu, Rng};
 
 const SECURE: &[(&str, &str)] = &[("NODALLOC_SECURE", "1")];
 const NOT_SECURE: &[(&str, &str)] = &[("NODALLOC_SECURE", "0")];
@@ -47,33 +47,6 @@ unsafe fn free(p: *mut u8, size: usize) {
 /// Tells the parent which pointer the next call concerns (it must appear in the message).
 fn announce(p: *const u8) {
     eprintln!("pointer {p:p}");
-}
-
-/// A byte pattern derived from an address, so a misplaced or overlapping object shows.
-fn pattern(address: usize, i: usize) -> u8 {
-    ((address >> 4) as u8)
-        .wrapping_mul(31)
-        .wrapping_add(i as u8)
-}
-
-fn fill(p: *mut u8, size: usize) {
-    for i in 0..size {
-        // SAFETY: the caller owns `size` bytes at `p`.
-        unsafe { *p.add(i) = pattern(p as usize, i) };
-    }
-}
-
-fn check(p: *const u8, size: usize) {
-    check_moved(p, p as usize, size);
-}
-
-/// As `check`, for contents filled at `filled_at` and moved to `p` (by `realloc`).
-fn check_moved(p: *const u8, filled_at: usize, size: usize) {
-    for i in 0..size {
-        // SAFETY: the caller owns `size` bytes at `p`.
-        let byte = unsafe { *p.add(i) };
-        assert_eq!(byte, pattern(filled_at, i), "{p:p} corrupted at byte {i}");
-    }
 }
 
 #[test]

@@ -51,6 +51,16 @@ static _Atomic unsigned long checks_passed;
               strerror(expected_errno));                                                       \
     } while (0)
 
+/* One step of a xorshift generator: deterministic sequences for the tests. */
+__attribute__((unused)) static unsigned long long next_random(unsigned long long *state) {
+    unsigned long long x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    return x;
+}
+
 #ifdef NODALLOC_PRELOADED
 __attribute__((unused)) static void *nodalloc_symbol(const char *name) {
     void *function = dlsym(RTLD_DEFAULT, name);

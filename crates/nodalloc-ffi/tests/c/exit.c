@@ -228,9 +228,7 @@ static void *busy_worker(void *argument) {
     unsigned char *held[SLOTS] = {0};
     unsigned long long state = 0x9E3779B97F4A7C15ull * (id + 1);
     for (unsigned long i = 0;; i++) {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
+        next_random(&state);
         size_t slot = state % SLOTS;
         size_t length = (state >> 20) % 16 == 0 ? 4096 + (state >> 32) % (600 * KIB)
                                                   : 16 + (state >> 32) % 2000;

@@ -30,15 +30,6 @@ static pthread_mutex_t slot_locks[SLOTS];
 static unsigned long long seed_base;
 static unsigned long operations;
 
-static unsigned long long next_random(unsigned long long *state) {
-    unsigned long long x = *state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    *state = x;
-    return x;
-}
-
 /* Sizes weighted as programs use them: mostly small, some medium, a few large, rare huge. */
 static size_t random_size(unsigned long long *state) {
     unsigned long long r = next_random(state);

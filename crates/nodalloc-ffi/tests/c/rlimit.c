@@ -23,10 +23,7 @@ struct block {
 static int failures[THREADS];
 
 static size_t random_length(unsigned long long *state) {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    unsigned long long r = *state;
+    unsigned long long r = next_random(state);
     switch (r % 100) {
     case 0 ... 59:
         return 1 + (r >> 8) % 256;

@@ -58,13 +58,6 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static unsigned long long next_random(unsigned long long *state) {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    return *state;
-}
-
 static size_t random_length(unsigned long long *state) {
     unsigned long long r = next_random(state);
     switch (r % 100) {

@@ -120,3 +120,40 @@ pub fn use_every_cpu() {
         libc::sched_setaffinity(0, std::mem::size_of_val(&all), &all);
     }
 }
+
+/// A byte pattern derived from an address, so a misplaced or overlapping object shows.
+#[allow(dead_code)]
+pub fn pattern(address: usize, i: usize) -> u8 {
+    ((address >> 4) as u8)
+        .wrapping_mul(31)
+        .wrapping_add(i as u8)
+}
+
+/// Fills `size` bytes at `p` with the pattern of `p`.
+#[allow(dead_code)]
+pub fn fill(p: *mut u8, size: usize) {
+    for i in 0..size {
+        // SAFETY: the caller owns `size` bytes at `p`.
+        unsafe { *p.add(i) = pattern(p as usize, i) };
+    }
+}
+
+/// Checks the `size` bytes [`fill`] wrote at `p`.
+#[allow(dead_code)]
+pub fn check(p: *const u8, size: usize) {
+    check_moved(p, p as usize, size);
+}
+
+/// As [`check`], for contents filled at `filled_at` and moved to `p` (by `realloc`).
+#[allow(dead_code)]
+pub fn check_moved(p: *const u8, filled_at: usize, size: usize) {
+    for i in 0..size {
+        // SAFETY: the caller owns `size` bytes at `p`.
+        let byte = unsafe { *p.add(i) };
+        assert_eq!(
+            byte,
+            pattern(filled_at, i),
+            "object {p:p} corrupted at byte {i} of {size}"
+        );
+    }
+}
