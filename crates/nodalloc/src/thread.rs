@@ -59,6 +59,23 @@ pub struct FreeList {
 }
 
 impl FreeList {
+    /// Empties the list (unarmed, as after a refill of nothing) and returns what it held:
+    /// the `secure_head` chain in secure mode, else the `head` chain.
+    fn take_all(&mut self, secure: bool) -> Batch {
+        let batch = Batch {
+            head: if secure { self.secure_head } else { self.head },
+            tail: self.tail,
+            count: self.count as usize,
+        };
+        self.head = null_mut();
+        self.secure_head = null_mut();
+        self.tail = null_mut();
+        self.nth = null_mut();
+        self.count = 0;
+        self.mark = self.rest;
+        batch
+    }
+
     const EMPTY: FreeList = FreeList {
         head: null_mut(),
         tail: null_mut(),
@@ -499,20 +516,7 @@ impl ThreadHeap {
         // Everything in the list but `kept`: the older object when the previous park was of
         // this class too (the list holds at most two then), or the whole list in secure mode.
         let leaving = if kept.is_null() {
-            let batch = Batch {
-                head: if self.secure {
-                    list.secure_head
-                } else {
-                    list.head
-                },
-                tail: list.tail,
-                count: list.count as usize,
-            };
-            list.head = null_mut();
-            list.secure_head = null_mut();
-            list.tail = null_mut();
-            list.count = 0;
-            Some((class, batch))
+            Some((class, list.take_all(self.secure)))
         } else if list.count > 1 {
             // SAFETY: `kept` is a cached object of this list, linked through its first word.
             let rest = unsafe { next_of(kept) };
@@ -538,15 +542,7 @@ impl ThreadHeap {
         {
             let list = &mut self.lists[previous_class.index()];
             debug_assert_eq!(list.count, 1);
-            let batch = Batch {
-                head: previous,
-                tail: previous,
-                count: 1,
-            };
-            list.head = null_mut();
-            list.tail = null_mut();
-            list.count = 0;
-            Some((previous_class, batch))
+            Some((previous_class, list.take_all(false)))
         } else {
             None
         };
@@ -736,18 +732,7 @@ impl ThreadHeap {
 
     /// Empties one class's list into its bags.
     fn return_list(&mut self, heaps: &NodeHeaps, index: usize) {
-        let list = &mut self.lists[index];
-        let chain = if self.secure {
-            list.secure_head
-        } else {
-            list.head
-        };
-        list.head = null_mut();
-        list.secure_head = null_mut();
-        list.tail = null_mut();
-        list.nth = null_mut();
-        list.count = 0;
-        list.mark = list.rest;
+        let chain = self.lists[index].take_all(self.secure).head;
         if !chain.is_null() {
             if let Err((object, misuse)) =
                 heaps.return_to_bags(self.node, SizeClass(index as u8), chain)
