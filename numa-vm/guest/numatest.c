@@ -1902,10 +1902,14 @@ static void test_node_fills_up(void) {
  *                     1) is refused with EINVAL.
  *   mbind_errno=E     a direct mbind(2) of a page of ours fails with errno E (the seccomp filter
  *                     is in force in the child).
- *   thp=MODE          /sys/kernel/mm/transparent_hugepage/enabled reads [MODE]; AnonHugePages
- *                     (/proc/self/smaps_rollup) at the workload's peak: 0 under never, > 0
- *                     under always and madvise (under madvise only because nodalloc saw the
- *                     mode and advised MADV_HUGEPAGE on its heap).
+ *   thp=MODE          /sys/kernel/mm/transparent_hugepage/enabled reads [MODE]; after the
+ *                     workload, 32 MiB of 64 B objects (every byte written) and one 64 MiB block
+ *                     with one byte written per MiB: AnonHugePages (/proc/self/smaps_rollup)
+ *                     with the small objects live must be 0 under never and > 0 under always
+ *                     and madvise (under madvise only because nodalloc saw the mode and advised
+ *                     MADV_HUGEPAGE on its dense pools), and the sparse block must cost at most
+ *                     4 MiB of RSS in every mode (under always only because nodalloc advised
+ *                     MADV_NOHUGEPAGE on memory it does not fill itself).
  *
  * The parent counts the lines of the child's stderr that begin with "nodalloc: " (warnings
  * and fatal errors; the statistics begin "nodalloc <version>:"). */
@@ -1973,7 +1977,7 @@ static void thp_mode(char *mode, size_t size) {
 }
 
 struct hostile_figures {
-    long objects, nulls, wrong_bytes, off_node0, peak_bytes, anon_huge_kib;
+    long objects, nulls, wrong_bytes, off_node0, peak_bytes, anon_huge_kib, sparse_rss_kib;
 };
 
 /* Fills an object with its own byte; checks it (returns the wrong bytes) where `check`. */
@@ -1988,6 +1992,49 @@ static long fill_or_check(unsigned char *p, size_t size, unsigned char value, in
     return wrong;
 }
 
+/* Resident KiB of this process, -1 if unreadable. */
+static long resident_kib(void) {
+    char text[256];
+    if (read_text("/proc/self/statm", text, sizeof text) < 0)
+        return -1;
+    char *rest = strchr(text, ' ');
+    return rest ? strtol(rest + 1, NULL, 10) * (long)(PAGE / 1024) : -1;
+}
+
+/* The thp= probe: dense small objects (AnonHugePages while they are live) and a sparse block
+ * (its RSS growth). */
+static void thp_probe(struct hostile_figures *f) {
+    enum { SIZE = 64 };
+    size_t count = (32UL << 20) / SIZE;
+    unsigned char **objects = xmap(sizeof *objects * count);
+    for (size_t i = 0; i < count; i++) {
+        objects[i] = malloc(SIZE);
+        if (!objects[i]) {
+            f->nulls++;
+            break;
+        }
+        fill_or_check(objects[i], SIZE, (unsigned char)i, 0);
+    }
+    f->anon_huge_kib = anon_huge_kib();
+    long before = resident_kib();
+    size_t sparse_bytes = 64UL << 20;
+    volatile unsigned char *sparse = malloc(sparse_bytes);
+    if (sparse) {
+        for (size_t i = 0; i < sparse_bytes; i += 1UL << 20)
+            sparse[i] = 1;
+        f->sparse_rss_kib = resident_kib() - before;
+        free((void *)sparse);
+    } else {
+        f->nulls++;
+    }
+    for (size_t i = 0; i < count && objects[i]; i++) {
+        f->wrong_bytes += fill_or_check(objects[i], SIZE, (unsigned char)i, 1);
+        free(objects[i]);
+    }
+    xunmap(objects, sizeof *objects * count);
+}
+
+
 static void hostile_workload(const struct hostile_spec *spec, struct hostile_figures *f) {
     static const size_t sizes[] = {64, 16 << 10, 1 << 20, 4 << 20};
     static const int load_counts[3][4] = {{4096, 128, 4, 2}, {8192, 256, 16, 7}, {8192, 512, 24, 8}};
@@ -1999,6 +2046,7 @@ static void hostile_workload(const struct hostile_spec *spec, struct hostile_fig
     size_t *lengths = xmap(sizeof *lengths * total);
     memset(f, 0, sizeof *f);
     f->anon_huge_kib = -1;
+    f->sparse_rss_kib = -1;
     int n = 0;
     for (int r = 0; r < 4; r++)
         for (int i = 0; i < counts[r]; i++, n++) {
@@ -2014,8 +2062,6 @@ static void hostile_workload(const struct hostile_spec *spec, struct hostile_fig
                 f->off_node0++;
         }
     f->objects = n;
-    if (spec->thp[0])
-        f->anon_huge_kib = anon_huge_kib();
     for (int k = 0; k < n; k++)
         if (objects[k])
             f->wrong_bytes += fill_or_check(objects[k], lengths[k], (unsigned char)(k * 7 + 1), 1);
@@ -2054,6 +2100,8 @@ static void hostile_workload(const struct hostile_spec *spec, struct hostile_fig
         }
     xunmap(objects, sizeof *objects * total);
     xunmap(lengths, sizeof *lengths * total);
+    if (spec->thp[0])
+        thp_probe(f);
 }
 
 static void child_hostile(const char *text) {
@@ -2089,8 +2137,10 @@ static void child_hostile(const char *text) {
            f.peak_bytes / 1048576.0, f.nulls, f.wrong_bytes, now_seconds() - began);
     if (spec.thp[0]) {
         int huge_ok = !strcmp(spec.thp, "never") ? f.anon_huge_kib == 0 : f.anon_huge_kib > 0;
-        met = met && huge_ok;
-        append(report, sizeof report, &used, " anon_huge_at_peak=%ldKiB", f.anon_huge_kib);
+        int sparse_ok = f.sparse_rss_kib >= 0 && f.sparse_rss_kib <= 4096;
+        met = met && huge_ok && sparse_ok;
+        append(report, sizeof report, &used, " anon_huge_dense=%ldKiB sparse_64MiB_rss=%ldKiB",
+               f.anon_huge_kib, f.sparse_rss_kib);
     }
     if (spec.nodes >= 0) {
         int reported = nodalloc_reported_nodes();

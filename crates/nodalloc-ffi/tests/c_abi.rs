@@ -291,6 +291,11 @@ fn double_free_of_a_small_block_aborts_naming_the_pointer() {
 }
 
 #[test]
+fn double_free_of_a_block_from_the_sparse_pool_aborts_naming_the_pointer() {
+    assert_bad_free_aborts("double-medium", "double free of");
+}
+
+#[test]
 fn double_free_of_a_block_above_the_cached_classes_aborts_naming_the_pointer() {
     assert_bad_free_aborts("double-big", "double free of");
 }
@@ -473,4 +478,64 @@ fn a_fifteen_second_soak_keeps_rss_within_1_3x_of_live_bytes() {
         .find(|line| line.starts_with("soak summary: "))
         .unwrap_or("(no summary)");
     eprintln!("{summary}");
+}
+
+// ---- Resident memory follows what the program touches (tests/c/sparse.c) ----
+
+/// RSS growth bounds of the sparse patterns, in KiB: 1.2× the best of glibc, jemalloc, mimalloc
+/// and tcmalloc on the same pattern (docs/BENCHMARKS.md), with a floor of 4 MiB where they are
+/// near zero. The crate is held to the same bounds (nodalloc's `tests/rss.rs`).
+const SPARSE_BOUNDS_KIB: [(&str, u64); 4] = [
+    ("buffer", 4096),
+    ("heads", 20 * 1024),
+    ("aligned", 4096),
+    ("table", 9728),
+];
+
+/// Runs `tests/c/sparse.c` on `pattern` and returns its report line's `key=N` figures.
+fn sparse_figures(pattern: &str, mode: Mode) -> HashMap<String, u64> {
+    let mut run = command("sparse", mode);
+    run.arg(pattern);
+    let finished = run_passing("sparse", mode, &mut run);
+    let line = finished
+        .stdout
+        .lines()
+        .find(|line| line.starts_with(&format!("{pattern} ")))
+        .unwrap_or_else(|| panic!("no report line: {}", finished.describe()));
+    eprintln!("{mode:?}: {line}");
+    line.split_whitespace()
+        .filter_map(|field| field.split_once('='))
+        .map(|(key, value)| (key.to_string(), value.parse().expect("a number")))
+        .collect()
+}
+
+#[test]
+fn sparse_patterns_cost_the_pages_they_touch() {
+    for mode in MODES {
+        for (pattern, bound) in SPARSE_BOUNDS_KIB {
+            let growth = sparse_figures(pattern, mode)["rss_growth_kib"];
+            assert!(
+                growth <= bound,
+                "{pattern} ({mode:?}): RSS grew by {growth} KiB, bound {bound} KiB"
+            );
+        }
+    }
+}
+
+/// 256 MiB of 64-byte objects: at least 90 % of them on huge pages where THP is available.
+#[test]
+fn dense_small_objects_sit_on_huge_pages() {
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+    if !thp.is_ok_and(|mode| !mode.contains("[never]")) {
+        eprintln!("skipped: transparent huge pages are off on this machine");
+        return;
+    }
+    let figures = sparse_figures("dense", Mode::Preloaded);
+    // The pointer array (32 MiB) is a large block on base pages.
+    let small = figures["rss_growth_kib"].saturating_sub(32 * 1024);
+    let huge = figures["huge_kib"];
+    assert!(
+        huge * 10 >= small * 9,
+        "only {huge} of {small} KiB of small objects on huge pages"
+    );
 }

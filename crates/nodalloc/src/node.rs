@@ -206,8 +206,8 @@ impl NodeHeaps {
         };
         while batch.count < want {
             if partial.is_null() {
-                let region = self.arena.region(node);
-                let Some(address) = region.alloc(map, class.bag_units(), 1, SpanUse::Bag(class))
+                let Some(address) =
+                    arena.alloc_span_on(node, class.bag_units(), 1, SpanUse::Bag(class))
                 else {
                     break;
                 };
@@ -473,9 +473,7 @@ impl NodeHeaps {
                 }
             }
         }
-        self.arena
-            .region(node)
-            .purge(self.arena.map(), self.arena.decay, false);
+        self.arena.purge_node(node, false);
     }
 
     /// Empties every ring and inbox of every node into the bags (for `purge`).
@@ -519,7 +517,7 @@ impl NodeHeaps {
             return null_mut();
         };
         let align_units = (align >> UNIT_SHIFT).max(1);
-        if units > self.arena.region_bytes() >> UNIT_SHIFT || align_units > units.max(1) << 20 {
+        if units > self.arena.pool_bytes() >> UNIT_SHIFT || align_units > units.max(1) << 20 {
             return null_mut();
         }
         match self
@@ -630,7 +628,7 @@ impl NodeHeaps {
             .arena
             .origin_of(address)
             .expect("checked by large_units");
-        let region = self.arena.region(node);
+        let region = self.arena.pool_of(address);
         let heap = self.node(node);
         if new_units < units {
             region.shrink(
@@ -644,7 +642,7 @@ impl NodeHeaps {
                 .fetch_sub((units - new_units) << UNIT_SHIFT, Ordering::Relaxed);
             true
         } else if new_units > units {
-            let grown = new_units <= self.arena.region_bytes() >> UNIT_SHIFT
+            let grown = new_units <= self.arena.pool_bytes() >> UNIT_SHIFT
                 && region.grow(self.arena.map(), address, units, new_units);
             if grown {
                 heap.large_bytes
@@ -835,7 +833,7 @@ mod tests {
         let q = heaps.alloc_large(0, units << UNIT_SHIFT, 8) as usize;
         assert_eq!(protection(q + heaps.large_usable(q).unwrap()), "---p");
         assert_eq!(heaps.arena.budget.charged.load(Ordering::Relaxed), {
-            heaps.arena.region(0).committed.load(Ordering::Relaxed)
+            heaps.arena.usage(0).committed
         });
     }
 
@@ -953,6 +951,6 @@ mod tests {
             0,
             "a bag was lost or kept"
         );
-        assert_eq!(heaps.arena.region(0).active.load(Ordering::Relaxed), 0);
+        assert_eq!(heaps.arena.usage(0).active, 0);
     }
 }

@@ -123,7 +123,7 @@ pub unsafe fn free_classified(heap: Option<&mut ThreadHeap>, ptr: *mut u8, kind:
         Pointer::Small { class, origin } => match heap {
             // SAFETY: forwarded contract.
             Some(heap) if heap.state == HeapState::Active || heap.state == HeapState::Fresh => unsafe {
-                heap.free(ptr, class)
+                heap.free_classified(ptr, class, origin)
             },
             // SAFETY: forwarded contract.
             _ => unsafe { heaps.free_single(origin, class, ptr) },

@@ -109,12 +109,12 @@ impl Stats {
         let mut out_minus_live = [0i64; NUM_CLASSES];
         for node in 0..arena.node_count() {
             let heap = heaps.node(node);
-            let region = arena.region(node);
+            let usage = arena.usage(node);
             let mut out = NodeStats {
-                active: region.active.load(Ordering::Relaxed),
-                committed: region.committed.load(Ordering::Relaxed),
-                mapped: region.mapped.load(Ordering::Relaxed),
-                decommitted: region.decommitted.load(Ordering::Relaxed),
+                active: usage.active,
+                committed: usage.committed,
+                mapped: usage.mapped,
+                decommitted: usage.decommitted,
                 remote_frees: heap.remote_frees.load(Ordering::Relaxed),
                 steals: heap.steals.load(Ordering::Relaxed) + arena.steals(node) as u64,
                 large_allocs: heap.large_allocs.load(Ordering::Relaxed),

@@ -20,6 +20,7 @@
 
 use crate::arena::pagemap::Tag;
 use crate::arena::secure::Expect;
+use crate::arena::Pool;
 use crate::ds::ring::Batch;
 use crate::ds::{next_of, set_next};
 use crate::node::{report, Misuse, NodeHeaps};
@@ -203,11 +204,13 @@ impl ThreadHeap {
         let arena = heaps.arena;
         self.heaps = heaps;
         self.node = node;
-        self.region_base = arena.region(node).start();
+        self.region_base = arena.region_start(node);
         self.region_shift = arena.region_shift();
         self.arena_base = arena.base();
         self.tags = arena.map().tags();
-        self.home_frontier = arena.region(node).frontier_word();
+        // Bags of the classes the fast path serves most sit in the dense pool; the sparse
+        // pool's lie above its whole range and take the slow path.
+        self.home_frontier = arena.pool(node, Pool::Dense).frontier_word();
         self.secure = arena.is_secure();
         if self.secure {
             // The fast paths' region check never matches: every free takes the slow path.
@@ -405,6 +408,35 @@ impl ThreadHeap {
         if !class.is_object_start(address - bag_start) {
             return false;
         }
+        // SAFETY: a small object of this node at an object boundary, given up by the caller.
+        unsafe { self.screen_and_push(object, class) };
+        true
+    }
+
+    /// Frees a small object of unknown size that the caller has classified (the C face's slow
+    /// path: objects of the sparse pool, other nodes' objects, a heap not yet attached). An
+    /// object of this node gets the same double-free screen as on the fast path.
+    ///
+    /// # Safety
+    /// `object` must be a live object of `class` from `origin`'s region that the caller gives
+    /// up, at least 16 bytes (a C-face object).
+    pub unsafe fn free_classified(&mut self, object: *mut u8, class: SizeClass, origin: usize) {
+        if self.state == HeapState::Active && !self.secure && origin == self.node {
+            // SAFETY: forwarded contract; an object of this node.
+            unsafe { self.screen_and_push(object, class) }
+        } else {
+            // SAFETY: forwarded contract.
+            unsafe { self.free(object, class) }
+        }
+    }
+
+    /// The C face's double-free screen, then the push.
+    ///
+    /// # Safety
+    /// `object` is a live small object of `class` and of this node, at least 16 bytes, that
+    /// the caller gives up.
+    #[inline(always)]
+    unsafe fn screen_and_push(&mut self, object: *mut u8, class: SizeClass) {
         // Double-free screen (the C face's objects are at least 16 bytes): a cached object
         // carries FREED_MARK in its second word. Finding the mark is only a suspicion (the
         // program may have stored those bytes); a cold path searches the cache to confirm.
@@ -412,14 +444,12 @@ impl ThreadHeap {
         // SAFETY: objects of every C-face class are at least 16 bytes, 8-aligned, and ours.
         if unsafe { *mark } == FREED_MARK {
             // SAFETY: forwarded contract (a tail call: the fast path keeps no registers).
-            unsafe { self.free_marked(object, class) };
-            return true;
+            return unsafe { self.free_marked(object, class) };
         }
         // SAFETY: as above.
         unsafe { *mark = FREED_MARK };
         // SAFETY: a small object of this node at an object boundary, given up by the caller.
         unsafe { self.push_local(object, class) };
-        true
     }
 
     /// `free_unsized` of an object that carries FREED_MARK: a double free if the object is in

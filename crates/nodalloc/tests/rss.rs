@@ -22,6 +22,8 @@ fn child_entry() {
     match std::env::var("NODALLOC_TEST_CHILD").as_deref() {
         Ok("fragmented") => fragmented_heap_is_returned(),
         Ok("thread-waves") => thread_waves_keep_rss_flat(),
+        Ok(pattern) if pattern.starts_with("sparse-") => sparse_pattern(&pattern[7..]),
+        Ok("dense") => dense_small_objects(),
         Ok(other) => panic!("unknown scenario {other}"),
         Err(_) => {}
     }
@@ -172,6 +174,151 @@ fn thread_waves_keep_rss_flat() {
         "{} thread heaps still live",
         stats.threads
     );
+}
+
+/// RSS growth bounds of the sparse patterns, in KiB: 1.2× the best of glibc, jemalloc,
+/// mimalloc and tcmalloc on the same pattern (docs/BENCHMARKS.md), with a floor of 4 MiB where
+/// they are near zero. `libnodalloc.so` is held to the same bounds (c_abi's `sparse` tests).
+const SPARSE_BOUNDS_KIB: [(&str, usize); 4] = [
+    ("buffer", 4096),
+    ("heads", 20 * 1024),
+    ("aligned", 4096),
+    ("table", 9728),
+];
+
+/// Allocates through the crate, runs one sparse pattern (see `SPARSE_BOUNDS_KIB`) and checks
+/// its RSS growth.
+fn sparse_pattern(pattern: &str) {
+    let alloc = |size: usize, align: usize| {
+        let layout = Layout::from_size_align(size, align).unwrap();
+        // SAFETY: a valid non-zero layout.
+        let p = unsafe { GLOBAL.alloc(layout) };
+        assert!(!p.is_null(), "{layout:?}");
+        (p, layout)
+    };
+    // Start the allocator before the first measurement.
+    let warm = alloc(64, 8);
+    let before = rss_bytes();
+    let mut blocks = Vec::with_capacity(4096);
+    match pattern {
+        // One 512 MiB block, one byte written per MiB.
+        "buffer" => {
+            let (p, layout) = alloc(512 << 20, 8);
+            for offset in (0..layout.size()).step_by(1 << 20) {
+                // SAFETY: inside the block.
+                unsafe { p.add(offset).write(1) };
+            }
+            blocks.push((p, layout));
+        }
+        // 4096 blocks of 100 000 B, the first 64 bytes of each written.
+        "heads" => {
+            for i in 0..4096 {
+                let (p, layout) = alloc(100_000, 8);
+                // SAFETY: the block holds 100 000 bytes.
+                unsafe { p.write_bytes(i as u8, 64) };
+                blocks.push((p, layout));
+            }
+        }
+        // 256 blocks of 4 KiB at 2 MiB alignment, each written whole.
+        "aligned" => {
+            for i in 0..256 {
+                let (p, layout) = alloc(4096, 2 << 20);
+                assert_eq!(p as usize % (2 << 20), 0);
+                // SAFETY: the block holds 4096 bytes.
+                unsafe { p.write_bytes(i as u8, 4096) };
+                blocks.push((p, layout));
+            }
+        }
+        // One 128 MiB table, 2000 random 8-byte slots written.
+        "table" => {
+            let (p, layout) = alloc(128 << 20, 8);
+            let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+            for _ in 0..2000 {
+                let slot = (rng.next() as usize) % (layout.size() / 8);
+                // SAFETY: inside the table, 8-aligned.
+                unsafe { (p as *mut u64).add(slot).write(slot as u64) };
+            }
+            blocks.push((p, layout));
+        }
+        other => panic!("unknown pattern {other}"),
+    }
+    let growth_kib = rss_bytes().saturating_sub(before) >> 10;
+    let bound = SPARSE_BOUNDS_KIB
+        .iter()
+        .find(|(name, _)| *name == pattern)
+        .unwrap()
+        .1;
+    eprintln!("sparse {pattern}: rss growth {growth_kib} KiB (bound {bound} KiB)");
+    assert!(
+        growth_kib <= bound,
+        "{pattern}: RSS grew by {growth_kib} KiB, bound {bound} KiB"
+    );
+    for (p, layout) in blocks.into_iter().chain([warm]) {
+        // SAFETY: allocated above with this layout.
+        unsafe { GLOBAL.dealloc(p, layout) };
+    }
+}
+
+/// AnonHugePages of this process, in KiB (`None` without /proc/self/smaps_rollup).
+fn huge_kib() -> Option<usize> {
+    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").ok()?;
+    let line = rollup.lines().find(|l| l.starts_with("AnonHugePages:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// True when the kernel can back the heap with transparent huge pages (`always` or `madvise`).
+fn thp_available() -> bool {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .is_ok_and(|mode| !mode.contains("[never]"))
+}
+
+/// 256 MiB of 64-byte objects, every byte written: the bags sit on huge pages.
+fn dense_small_objects() {
+    const SIZE: usize = 64;
+    const COUNT: usize = (256 << 20) / SIZE;
+    let layout = Layout::from_size_align(SIZE, 8).unwrap();
+    let mut objects: Vec<*mut u8> = Vec::with_capacity(COUNT);
+    let before = rss_bytes();
+    let huge_before = huge_kib().unwrap_or(0);
+    for i in 0..COUNT {
+        // SAFETY: a valid layout.
+        let p = unsafe { GLOBAL.alloc(layout) };
+        assert!(!p.is_null());
+        // SAFETY: the object holds SIZE bytes.
+        unsafe { p.write_bytes(i as u8, SIZE) };
+        objects.push(p);
+    }
+    let objects_kib = (rss_bytes() - before) >> 10;
+    let huge = huge_kib().unwrap_or(0) - huge_before;
+    eprintln!("dense: rss growth {objects_kib} KiB, of it on huge pages {huge} KiB");
+    // The pointer array (2 MiB per 256 KiB of objects) is a large block on base pages.
+    let small_kib = objects_kib - ((COUNT * 8) >> 10);
+    assert!(
+        huge * 10 >= small_kib * 9,
+        "only {huge} of {small_kib} KiB of small objects on huge pages"
+    );
+    for p in objects {
+        // SAFETY: allocated above with this layout.
+        unsafe { GLOBAL.dealloc(p, layout) };
+    }
+}
+
+#[test]
+fn sparse_patterns_cost_the_pages_they_touch() {
+    for (pattern, _) in SPARSE_BOUNDS_KIB {
+        let stderr = expect_child(&format!("sparse-{pattern}"), &[], "sparse ");
+        eprintln!("{}", stderr.trim());
+    }
+}
+
+#[test]
+fn dense_small_objects_sit_on_huge_pages() {
+    if !thp_available() {
+        eprintln!("skipped: transparent huge pages are off on this machine");
+        return;
+    }
+    let stderr = expect_child("dense", &[], "dense: ");
+    eprintln!("{}", stderr.trim());
 }
 
 #[test]

@@ -1,6 +1,7 @@
 /* posix_memalign, aligned_alloc, memalign, valloc and pvalloc: every power-of-two alignment from
- * 1 B to 1 MiB, sizes below, at and above the alignment, contents checked, and glibc's error
- * conventions (posix_memalign returns the error; the others set errno). */
+ * 1 B to 1 MiB, sizes below, at and above the alignment, contents checked; every one from 2 MiB
+ * to 1 GiB with its head, tail and neighbours checked; and glibc's error conventions
+ * (posix_memalign returns the error; the others set errno). */
 #include "check.h"
 
 #define KIB ((size_t)1024)
@@ -26,6 +27,19 @@ static void *allocate_aligned(enum aligned_function function, size_t alignment, 
     return NULL;
 }
 
+/* An aligned block that must be there: non-null, aligned and nodalloc's. */
+static void *allocate_checked(enum aligned_function function, size_t alignment, size_t size) {
+    const char *name = function_names[function];
+    errno = 0;
+    void *block = allocate_aligned(function, alignment, size);
+    CHECK(block != NULL, "%s(%zu, %zu) failed: %s", name, alignment, size, strerror(errno));
+    CHECK(is_aligned(block, alignment), "%s(%zu, %zu) = %p is misaligned", name, alignment, size,
+          block);
+    CHECK(NODALLOC(nodalloc_node_of)(block) >= 0, "%s(%zu, %zu) = %p is not nodalloc's", name,
+          alignment, size, block);
+    return block;
+}
+
 /* For each alignment, blocks of several sizes stay live together, so that an overlap between
  * aligned blocks (or with their padding) shows in the contents. */
 static void every_alignment_gives_aligned_distinct_usable_blocks(enum aligned_function function) {
@@ -39,14 +53,7 @@ static void every_alignment_gives_aligned_distinct_usable_blocks(enum aligned_fu
         void *blocks[COUNT];
         size_t usable[COUNT];
         for (size_t i = 0; i < COUNT; i++) {
-            errno = 0;
-            blocks[i] = allocate_aligned(function, alignment, sizes[i]);
-            CHECK(blocks[i] != NULL, "%s(%zu, %zu) failed: %s", name, alignment, sizes[i],
-                  strerror(errno));
-            CHECK(is_aligned(blocks[i], alignment), "%s(%zu, %zu) = %p is misaligned", name,
-                  alignment, sizes[i], blocks[i]);
-            CHECK(NODALLOC(nodalloc_node_of)(blocks[i]) >= 0, "%s(%zu, %zu) = %p is not nodalloc's",
-                  name, alignment, sizes[i], blocks[i]);
+            blocks[i] = allocate_checked(function, alignment, sizes[i]);
             usable[i] = malloc_usable_size(blocks[i]);
             CHECK(usable[i] >= sizes[i], "malloc_usable_size(%s(%zu, %zu)) = %zu", name,
                   alignment, sizes[i], usable[i]);
@@ -61,6 +68,35 @@ static void every_alignment_gives_aligned_distinct_usable_blocks(enum aligned_fu
         CHECK_PATTERN(moved, sizes[COUNT - 1], alignment + COUNT - 1);
         blocks[COUNT - 1] = moved;
         for (size_t i = 0; i < COUNT; i++) {
+            free(blocks[i]);
+        }
+    }
+}
+
+/* Alignments past a huge page, up to 1 GiB: blocks smaller than, equal to and larger than the
+ * alignment (aligned_alloc(4 MiB, 12 MiB) once came back only 2 MiB aligned). Only the head and
+ * the last byte are written: the sizes reach gigabytes of address space. */
+static void huge_alignments_up_to_a_gibibyte_are_honoured(enum aligned_function function) {
+    const char *name = function_names[function];
+    for (size_t alignment = 2 * MIB; alignment <= 1024 * MIB; alignment *= 2) {
+        size_t sizes[] = {1, 4 * KIB, alignment, 3 * alignment};
+        enum { COUNT = sizeof sizes / sizeof sizes[0] };
+        unsigned char *blocks[COUNT];
+        for (size_t i = 0; i < COUNT; i++) {
+            blocks[i] = allocate_checked(function, alignment, sizes[i]);
+            CHECK(malloc_usable_size(blocks[i]) >= sizes[i], "malloc_usable_size(%s(%zu, %zu))",
+                  name, alignment, sizes[i]);
+            size_t head = sizes[i] < 4 * KIB ? sizes[i] : 4 * KIB;
+            memset(blocks[i], (int)(i + 1), head);
+            blocks[i][sizes[i] - 1] = (unsigned char)(i + 1);
+        }
+        for (size_t i = 0; i < COUNT; i++) {
+            size_t head = sizes[i] < 4 * KIB ? sizes[i] : 4 * KIB;
+            for (size_t j = 0; j < head; j += 512)
+                CHECK(blocks[i][j] == i + 1, "%s(%zu, %zu): byte %zu overwritten", name,
+                      alignment, sizes[i], j);
+            CHECK(blocks[i][sizes[i] - 1] == i + 1, "%s(%zu, %zu): last byte overwritten", name,
+                  alignment, sizes[i]);
             free(blocks[i]);
         }
     }
@@ -182,6 +218,9 @@ int main(void) {
     every_alignment_gives_aligned_distinct_usable_blocks(POSIX_MEMALIGN);
     every_alignment_gives_aligned_distinct_usable_blocks(ALIGNED_ALLOC);
     every_alignment_gives_aligned_distinct_usable_blocks(MEMALIGN);
+    huge_alignments_up_to_a_gibibyte_are_honoured(POSIX_MEMALIGN);
+    huge_alignments_up_to_a_gibibyte_are_honoured(ALIGNED_ALLOC);
+    huge_alignments_up_to_a_gibibyte_are_honoured(MEMALIGN);
     posix_memalign_rejects_bad_alignments_with_einval();
     posix_memalign_refuses_impossible_sizes_with_enomem();
     aligned_alloc_rejects_bad_alignments_with_einval();

@@ -1,6 +1,7 @@
 /* Frees that nodalloc must refuse by aborting, with a one-line message naming the pointer.
  *
- * Usage: misuse MODE (stack, middle, double, double-small, double-big, middle-small). The program prints
+ * Usage: misuse MODE (stack, middle, double, double-small, double-medium, double-big,
+ * middle-small). The program prints
  * "pointer 0x…" (the pointer it is about to free, as %p prints it) on stdout, then makes the
  * bad call; the harness expects SIGABRT and the message on stderr. Reaching the end is a failure (exit 1).
  */
@@ -17,7 +18,7 @@ static void announce(void *pointer) {
 }
 
 int main(int argc, char **argv) {
-    CHECK(argc == 2, "usage: misuse stack|middle|double|double-small|double-big|middle-small");
+    CHECK(argc == 2, "usage: misuse stack|middle|double|double-small|double-medium|double-big|middle-small");
     /* An expected abort should not leave a core file behind. */
     struct rlimit no_core = {0, 0};
     setrlimit(RLIMIT_CORE, &no_core);
@@ -54,6 +55,17 @@ int main(int argc, char **argv) {
         char *block = malloc(opaque_size(48));
         char *other = malloc(opaque_size(48));
         CHECK(block != NULL && other != NULL, "malloc(48) failed");
+        uintptr_t address = (uintptr_t)block;
+        announce(block);
+        free(block);
+        free(other);
+        free((void *)opaque_size(address));
+    } else if (strcmp(mode, "double-medium") == 0) {
+        /* 8 KiB: a class whose bags sit in the sparse pool (off the free fast path), freed twice
+         * with another free in between. */
+        char *block = malloc(opaque_size(8 << 10));
+        char *other = malloc(opaque_size(8 << 10));
+        CHECK(block != NULL && other != NULL, "malloc(8 KiB) failed");
         uintptr_t address = (uintptr_t)block;
         announce(block);
         free(block);

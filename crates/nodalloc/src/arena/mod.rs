@@ -4,6 +4,14 @@
 //! simulated topology) and hands out whole 32 KiB units as bags and large spans (see
 //! [`region`]); the [`pagemap`] describes every unit.
 //!
+//! Each region is two span **pools** of equal, power-of-two size (so the pool of a pointer is
+//! `(p - base) >> (region_shift - 1)`): the **dense** pool holds bags of objects no larger than
+//! a page, which the allocator itself fills densely, and may be backed by transparent huge pages
+//! shared by all threads of the node; the **sparse** pool holds large objects, aligned blocks
+//! and bags of classes whose objects span pages, and stays on base pages, so a program that
+//! touches such memory sparsely pays for the pages it touches, not for 2 MiB per touch. See
+//! [`Pool`].
+//!
 //! The reservation is `MAP_NORESERVE` and large (1 TiB per node by default) so no workload meets
 //! a wall; it shrinks to fit `RLIMIT_AS` and halves until the kernel accepts it. When a node's
 //! region is exhausted, spans come from the other regions, nearest node first.
@@ -26,6 +34,38 @@ use crate::size_class::{UNIT, UNIT_SHIFT};
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use pagemap::PageMap;
 use region::{CommitBudget, Decay, Region, SpanUse, CHUNK_UNITS};
+
+/// Objects of at most this many bytes are packed in the dense pool: every page of one of their
+/// bags holds the start of an object, so a bag in use is resident whole whatever the program
+/// touches, and huge pages cost nothing extra. Larger objects span pages a program may never
+/// touch (the tail of a 100 KB buffer of which it writes a header).
+pub const DENSE_OBJECT_MAX: usize = os::PAGE_SIZE;
+
+/// The two span pools of a node region (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pool {
+    /// Bags of classes up to [`DENSE_OBJECT_MAX`]: may sit on transparent huge pages.
+    Dense = 0,
+    /// Large spans, aligned blocks, bags of larger classes: base pages.
+    Sparse = 1,
+}
+
+impl Pool {
+    /// The pool that serves spans of `usage`.
+    pub fn for_use(usage: SpanUse) -> Pool {
+        match usage {
+            SpanUse::Bag(class) if class.size() <= DENSE_OBJECT_MAX => Pool::Dense,
+            _ => Pool::Sparse,
+        }
+    }
+
+    fn other(self) -> Pool {
+        match self {
+            Pool::Dense => Pool::Sparse,
+            Pool::Sparse => Pool::Dense,
+        }
+    }
+}
 
 /// Everything the arena needs to know besides the topology.
 #[derive(Clone, Copy, Debug)]
@@ -50,7 +90,9 @@ pub struct Arena {
     region_shift: u32,
     node_count: usize,
     map: PageMap,
-    regions: *const Region,
+    /// Two pools per node: node `n`'s dense pool at index `2n`, its sparse pool at `2n + 1`,
+    /// in address order.
+    pools: *const Region,
     /// Spans a node took from another node's region because its own was exhausted.
     steals: [AtomicUsize; MAX_NODES],
     bind_failed: AtomicBool,
@@ -116,10 +158,12 @@ impl Arena {
         let total = region.checked_mul(nodes)?;
         let units = total >> UNIT_SHIFT;
         let header = round_up(core::mem::size_of::<Arena>(), os::PAGE_SIZE);
-        // The regions, then each region's chunk bitmap.
-        let chunk_words = Region::chunk_words(region);
+        // The pools, then each pool's chunk bitmap.
+        let pool_bytes = region / 2;
+        let pools = 2 * nodes;
+        let chunk_words = Region::chunk_words(pool_bytes);
         let regions_bytes = round_up(
-            nodes * (core::mem::size_of::<Region>() + chunk_words * 8),
+            pools * (core::mem::size_of::<Region>() + chunk_words * 8),
             os::PAGE_SIZE,
         );
         let metadata_bytes = header + regions_bytes + PageMap::bytes_for(units, config.secure);
@@ -142,27 +186,44 @@ impl Arena {
         };
         // Metadata is read piecemeal and sparsely: huge pages would only inflate RSS.
         os::advise(metadata, metadata_bytes, libc::MADV_NOHUGEPAGE);
+        // Huge-page advice for the dense pools (and, with `NODALLOC_THP=on`, the sparse ones).
         let huge = match config.thp {
             ThpChoice::On => Some(libc::MADV_HUGEPAGE),
             ThpChoice::Off => Some(libc::MADV_NOHUGEPAGE),
             ThpChoice::Auto if topology.thp_mode() == ThpMode::Madvise => Some(libc::MADV_HUGEPAGE),
             ThpChoice::Auto => None,
         };
-        // Where huge pages may back the heap: advised, or left to a kernel that may use them
-        // everywhere. Regions then keep partly decommitted chunks off huge pages (see `purge`).
+        // Where huge pages may back a dense pool: advised, or left to a kernel that may use
+        // them everywhere. Pools then keep partly decommitted chunks off huge pages (see
+        // `purge`).
         let huge_pages_possible = match huge {
             Some(advice) => advice == libc::MADV_HUGEPAGE,
             None => topology.thp_mode() != ThpMode::Never,
         };
-        // The first chunks of each region stay on small pages: a program whose heap stays small
+        // Sparse pools stay on base pages (also under THP `always`), unless the user asked for
+        // huge pages everywhere.
+        let sparse_huge = config.thp == ThpChoice::On;
+        // The first chunks of each pool stay on small pages: a program whose heap stays small
         // (most processes) then pays for the pages it touches, not for a whole huge page per
         // node, and never waits for the kernel to compact memory into one.
         for node in 0..nodes {
-            let start = base as usize + node * region;
-            os::advise(start as *mut u8, SMALL_PAGE_HEAD, libc::MADV_NOHUGEPAGE);
+            let dense = base as usize + node * region;
+            let sparse = dense + pool_bytes;
+            os::advise(dense as *mut u8, SMALL_PAGE_HEAD, libc::MADV_NOHUGEPAGE);
             if let Some(advice) = huge {
-                let body = start + SMALL_PAGE_HEAD;
-                os::advise(body as *mut u8, region - SMALL_PAGE_HEAD, advice);
+                let body = dense + SMALL_PAGE_HEAD;
+                os::advise(body as *mut u8, pool_bytes - SMALL_PAGE_HEAD, advice);
+            }
+            if sparse_huge {
+                os::advise(sparse as *mut u8, SMALL_PAGE_HEAD, libc::MADV_NOHUGEPAGE);
+                let body = sparse + SMALL_PAGE_HEAD;
+                os::advise(
+                    body as *mut u8,
+                    pool_bytes - SMALL_PAGE_HEAD,
+                    libc::MADV_HUGEPAGE,
+                );
+            } else {
+                os::advise(sparse as *mut u8, pool_bytes, libc::MADV_NOHUGEPAGE);
             }
         }
         let arena = metadata as *mut Arena;
@@ -170,6 +231,7 @@ impl Arena {
         // and the page map, laid out in that order; nothing else can see it yet.
         unsafe {
             let regions = metadata.add(header) as *mut Region;
+            let pool_shift = shift - 1;
             let map = PageMap::new(
                 base as usize,
                 units,
@@ -181,7 +243,7 @@ impl Arena {
             core::ptr::addr_of_mut!((*arena).region_shift).write(shift);
             core::ptr::addr_of_mut!((*arena).node_count).write(nodes);
             core::ptr::addr_of_mut!((*arena).map).write(map);
-            core::ptr::addr_of_mut!((*arena).regions).write(regions);
+            core::ptr::addr_of_mut!((*arena).pools).write(regions);
             core::ptr::addr_of_mut!((*arena).decay).write(config.decay);
             if config.secure {
                 let seed = os::random_seed();
@@ -193,23 +255,28 @@ impl Arena {
             }
             // A copy without a 30 KiB temporary on the stack.
             core::ptr::copy_nonoverlapping(topology, core::ptr::addr_of_mut!((*arena).topology), 1);
-            let chunk_bits = regions.add(nodes) as *mut u64;
-            for node in 0..nodes {
-                let start = base as usize + node * region;
+            let chunk_bits = regions.add(pools) as *mut u64;
+            for index in 0..pools {
+                let start = base as usize + (index << pool_shift);
                 let budget = core::ptr::addr_of!((*arena).budget);
-                let huge_from = if huge_pages_possible {
+                let huge = if index % 2 == Pool::Dense as usize {
+                    huge_pages_possible
+                } else {
+                    sparse_huge
+                };
+                let huge_from = if huge {
                     start + SMALL_PAGE_HEAD
                 } else {
                     usize::MAX
                 };
                 Region::init(
-                    regions.add(node),
+                    regions.add(index),
                     start,
-                    start + region,
+                    start + pool_bytes,
                     on_demand,
                     budget,
                     huge_from,
-                    chunk_bits.add(node * chunk_words),
+                    chunk_bits.add(index * chunk_words),
                 );
             }
         }
@@ -232,11 +299,10 @@ impl Arena {
             os::MPOL_PREFERRED
         };
         for node in 0..self.node_count {
-            let region = self.region(node);
             let os_node = self.topology.node(node).os_id;
             if let Err(errno) = os::bind_memory(
-                region.start() as *mut u8,
-                region.end() - region.start(),
+                self.region_start(node) as *mut u8,
+                self.region_bytes(),
                 mode,
                 os_node,
             ) {
@@ -267,6 +333,18 @@ impl Arena {
         1 << self.region_shift
     }
 
+    /// The first address of `node`'s region (its dense pool).
+    #[inline(always)]
+    pub fn region_start(&self, node: usize) -> usize {
+        debug_assert!(node < self.node_count);
+        self.base + (node << self.region_shift)
+    }
+
+    /// Bytes of each pool: half a region. The largest span the arena can hand out.
+    pub fn pool_bytes(&self) -> usize {
+        1 << (self.region_shift - 1)
+    }
+
     #[inline(always)]
     pub fn node_count(&self) -> usize {
         self.node_count
@@ -291,8 +369,7 @@ impl Arena {
     /// past its region's frontier (never handed out; with commit-on-demand not even readable).
     #[inline]
     pub fn tag_checked(&self, address: usize) -> Option<pagemap::Tag> {
-        let node = self.origin_of(address)?;
-        if self.region(node).is_below_frontier(address) {
+        if self.contains(address) && self.pool_of(address).is_below_frontier(address) {
             Some(self.map.tag(address))
         } else {
             None
@@ -304,14 +381,25 @@ impl Arena {
         &self.map
     }
 
-    pub fn region(&self, node: usize) -> &Region {
+    /// `node`'s pool of kind `pool`.
+    pub fn pool(&self, node: usize, pool: Pool) -> &Region {
         assert!(node < self.node_count);
-        // SAFETY: `regions` holds `node_count` initialised regions (see `try_create`).
-        unsafe { &*self.regions.add(node) }
+        // SAFETY: `pools` holds two initialised pools per node (see `try_create`).
+        unsafe { &*self.pools.add(2 * node + pool as usize) }
     }
 
-    /// Hands out a span for `node`, from its own region if it can serve, else from the nearest
-    /// other region. Returns the address and the node that supplied it.
+    /// The pool whose range holds `address`, which must be inside the arena.
+    #[inline]
+    pub fn pool_of(&self, address: usize) -> &Region {
+        assert!(self.contains(address));
+        let index = (address - self.base) >> (self.region_shift - 1);
+        // SAFETY: inside the arena, so `index` is below `2 * node_count` (see `try_create`).
+        unsafe { &*self.pools.add(index) }
+    }
+
+    /// Hands out a span for `node` from the pool `usage` calls for, else (that pool exhausted)
+    /// from the node's other pool, else from the nearest other node's pools. Returns the
+    /// address and the node that supplied it.
     pub fn alloc_span(
         &self,
         node: usize,
@@ -319,25 +407,37 @@ impl Arena {
         align_units: usize,
         usage: SpanUse,
     ) -> Option<(usize, usize)> {
-        if let Some(address) = self
-            .region(node)
-            .alloc(&self.map, units, align_units, usage)
-        {
+        if let Some(address) = self.alloc_span_on(node, units, align_units, usage) {
             return Some((address, node));
         }
         let mut order = [0u8; MAX_NODES];
         let count = self.topology.nearest_nodes(node, &mut order);
         for &other in &order[..count] {
             let other = other as usize;
-            if let Some(address) = self
-                .region(other)
-                .alloc(&self.map, units, align_units, usage)
-            {
+            if let Some(address) = self.alloc_span_on(other, units, align_units, usage) {
                 self.steals[node].fetch_add(1, Ordering::Relaxed);
                 return Some((address, other));
             }
         }
         None
+    }
+
+    /// A span from `node`'s own pools: the one `usage` calls for, else the other one (a small
+    /// region under `RLIMIT_AS` may fill one pool long before the other).
+    pub fn alloc_span_on(
+        &self,
+        node: usize,
+        units: usize,
+        align_units: usize,
+        usage: SpanUse,
+    ) -> Option<usize> {
+        let first = Pool::for_use(usage);
+        self.pool(node, first)
+            .alloc(&self.map, units, align_units, usage)
+            .or_else(|| {
+                self.pool(node, first.other())
+                    .alloc(&self.map, units, align_units, usage)
+            })
     }
 
     /// Returns a span to the region it came from.
@@ -346,9 +446,21 @@ impl Arena {
     /// `address` must head a span of `units` units handed out by `alloc_span` and not freed since,
     /// with no live object left in it.
     pub unsafe fn free_span(&self, address: usize, units: usize) {
-        let node = self.origin_of(address).expect("span inside the arena");
-        self.region(node)
+        self.pool_of(address)
             .free(&self.map, address, units, self.decay);
+    }
+
+    /// What `node`'s pools hold, summed over both.
+    pub fn usage(&self, node: usize) -> PoolUsage {
+        let mut usage = PoolUsage::default();
+        for pool in [Pool::Dense, Pool::Sparse] {
+            let region = self.pool(node, pool);
+            usage.active += region.active.load(Ordering::Relaxed);
+            usage.committed += region.committed.load(Ordering::Relaxed);
+            usage.mapped += region.mapped.load(Ordering::Relaxed);
+            usage.decommitted += region.decommitted.load(Ordering::Relaxed);
+        }
+        usage
     }
 
     pub fn steals(&self, node: usize) -> usize {
@@ -358,22 +470,44 @@ impl Arena {
     /// Decommits free spans the policy says are due, in every region (all, when `force`).
     pub fn purge(&self, force: bool) {
         for node in 0..self.node_count {
-            self.region(node).purge(&self.map, self.decay, force);
+            self.purge_node(node, force);
+        }
+    }
+
+    /// Decommits free spans the policy says are due in `node`'s pools (all, when `force`).
+    pub fn purge_node(&self, node: usize, force: bool) {
+        for pool in [Pool::Dense, Pool::Sparse] {
+            self.pool(node, pool).purge(&self.map, self.decay, force);
         }
     }
 
     /// Takes every span lock (fork `prepare`). Pair with [`Arena::unlock_all`].
     pub fn lock_all(&self) {
-        for node in 0..self.node_count {
-            self.region(node).lock_for_fork();
+        for index in 0..2 * self.node_count {
+            // SAFETY: `pools` holds two initialised pools per node.
+            unsafe { &*self.pools.add(index) }.lock_for_fork();
         }
     }
 
     pub fn unlock_all(&self) {
-        for node in 0..self.node_count {
-            self.region(node).unlock_after_fork();
+        for index in 0..2 * self.node_count {
+            // SAFETY: as in `lock_all`.
+            unsafe { &*self.pools.add(index) }.unlock_after_fork();
         }
     }
+}
+
+/// A node's pool counters, summed (see [`Arena::usage`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PoolUsage {
+    /// Bytes of spans handed out (bags and large objects).
+    pub active: usize,
+    /// Bytes handed out or free but still committed.
+    pub committed: usize,
+    /// Bytes of address space the frontiers have passed.
+    pub mapped: usize,
+    /// Bytes returned to the OS so far.
+    pub decommitted: usize,
 }
 
 /// `value` rounded up to a multiple of `to`.
@@ -519,7 +653,7 @@ pub(crate) mod tests {
     #[test]
     fn a_partly_decommitted_chunk_leaves_huge_pages_until_it_is_wholly_free() {
         let arena = test_arena_config(1, 64 << 20, 0, false, false, ThpChoice::On);
-        let body = arena.region(0).start() + SMALL_PAGE_HEAD;
+        let body = arena.pool(0, Pool::Sparse).start() + SMALL_PAGE_HEAD;
         if !vm_flags(body).iter().any(|flag| flag == "hg") {
             eprintln!("skipped: this kernel has no transparent huge pages");
             return;
@@ -570,7 +704,7 @@ pub(crate) mod tests {
         unsafe { (t as *mut u8).write_bytes(1, 3 * chunk) };
         let decay = arena.decay;
         arena
-            .region(0)
+            .pool(0, Pool::Sparse)
             .shrink(arena.map(), t, 3 * CHUNK_UNITS, CHUNK_UNITS / 2, decay);
         let flags = vm_flags(t);
         assert!(flags.iter().any(|flag| flag == "nh"), "flags {flags:?}");
@@ -586,6 +720,88 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn small_object_bags_go_to_the_dense_pool_and_the_rest_to_the_sparse_pool_on_base_pages() {
+        let arena = test_arena_config(2, 64 << 20, 0, false, false, ThpChoice::Auto);
+        let small = crate::size_class::class_of(DENSE_OBJECT_MAX, 8).unwrap();
+        let spanning = crate::size_class::class_of(DENSE_OBJECT_MAX + 1, 8).unwrap();
+        for node in 0..2 {
+            let dense = arena.pool(node, Pool::Dense);
+            let sparse = arena.pool(node, Pool::Sparse);
+            assert_eq!(dense.start(), arena.region_start(node));
+            assert_eq!(sparse.start(), dense.end());
+            assert_eq!(
+                sparse.end(),
+                arena.region_start(node) + arena.region_bytes()
+            );
+            let cases = [
+                (SpanUse::Bag(small), 1, dense),
+                (SpanUse::Bag(spanning), 1, sparse),
+                (SpanUse::Large, 1, sparse),
+                (SpanUse::Large, CHUNK_UNITS, sparse),
+            ];
+            for (usage, align_units, pool) in cases {
+                let (address, from) = arena.alloc_span(node, 1, align_units, usage).unwrap();
+                assert_eq!(from, node);
+                assert!(
+                    (pool.start()..pool.end()).contains(&address),
+                    "{usage:?} at {address:#x}"
+                );
+                assert!(core::ptr::eq(arena.pool_of(address), pool));
+                assert_eq!(arena.origin_of(address), Some(node));
+            }
+        }
+        // The sparse pools never go on huge pages, whatever the system's THP mode.
+        let sparse = arena.pool(0, Pool::Sparse).start() + SMALL_PAGE_HEAD;
+        let flags = vm_flags(sparse);
+        assert!(flags.iter().any(|flag| flag == "nh"), "flags {flags:?}");
+        // Under THP `madvise`, the dense pools past their small-page head are advised.
+        if arena.topology.thp_mode() == ThpMode::Madvise {
+            let dense = arena.pool(0, Pool::Dense).start() + SMALL_PAGE_HEAD;
+            let flags = vm_flags(dense);
+            assert!(flags.iter().any(|flag| flag == "hg"), "flags {flags:?}");
+        }
+    }
+
+    #[test]
+    fn a_full_pool_borrows_from_the_other_pool_of_its_node() {
+        let arena = test_arena(1, 64 << 20, usize::MAX);
+        let sparse = arena.pool(0, Pool::Sparse);
+        let pool_units = arena.pool_bytes() / UNIT;
+        let (first, _) = arena.alloc_span(0, pool_units, 1, SpanUse::Large).unwrap();
+        assert_eq!(first, sparse.start());
+        let (second, from) = arena.alloc_span(0, 4, 1, SpanUse::Large).unwrap();
+        assert_eq!(from, 0);
+        assert!(core::ptr::eq(
+            arena.pool_of(second),
+            arena.pool(0, Pool::Dense)
+        ));
+        assert_eq!(arena.steals(0), 0);
+    }
+
+    #[test]
+    fn aligned_spans_are_aligned_in_absolute_terms_past_the_chunk_size() {
+        // A 4 GiB region: pools of 2 GiB, room for a 1 GiB alignment.
+        let arena = test_arena(1, 4 << 30, usize::MAX);
+        // Move the frontier off its chunk-aligned start first.
+        arena.alloc_span(0, 3, 1, SpanUse::Large).unwrap();
+        for shift in 21..=30 {
+            let align_units = (1usize << shift) / UNIT;
+            let (address, _) = arena.alloc_span(0, 1, align_units, SpanUse::Large).unwrap();
+            assert_eq!(
+                address % (1 << shift),
+                0,
+                "alignment 2^{shift}: {address:#x}"
+            );
+        }
+        // The slack in front of each block went back to the pool untouched: only the blocks'
+        // own units are committed.
+        assert_eq!(
+            arena.budget.charged.load(Ordering::Relaxed),
+            (3 + 10) * UNIT
+        );
+    }
+
+    #[test]
     fn commit_on_demand_arenas_commit_only_what_the_frontier_passed() {
         let arena = test_arena_with(2, 64 << 20, usize::MAX, true);
         let (a, _) = arena.alloc_span(0, 3, 1, SpanUse::Large).unwrap();
@@ -593,11 +809,11 @@ pub(crate) mod tests {
         unsafe { (a as *mut u8).write_bytes(0x11, 3 * UNIT) };
         assert_eq!(arena.tag_checked(a).map(|t| t.kind()), Some(Kind::Large));
         // Past the first chunk nothing is readable yet, and the checked lookup says so.
-        let beyond = arena.region(0).start() + CHUNK_UNITS * UNIT;
+        let beyond = arena.pool(0, Pool::Sparse).start() + CHUNK_UNITS * UNIT;
         assert_eq!(arena.tag_checked(beyond), None);
-        assert_eq!(arena.tag_checked(arena.region(1).start()), None);
+        assert_eq!(arena.tag_checked(arena.region_start(1)), None);
         // Growing past the chunk commits the next one.
-        assert!(arena.region(0).grow(arena.map(), a, 3, 100));
+        assert!(arena.pool(0, Pool::Sparse).grow(arena.map(), a, 3, 100));
         // SAFETY: the grown span is ours and committed.
         unsafe { (a as *mut u8).add(99 * UNIT).write_bytes(0x22, UNIT) };
         assert!(arena.tag_checked(beyond).is_some());
@@ -615,14 +831,14 @@ pub(crate) mod tests {
         let b = arena.alloc_span(1, 4, 1, SpanUse::Large).unwrap().0;
         assert_eq!(arena.budget.charged.load(Ordering::Relaxed), 10 * UNIT);
         assert!(
-            !arena.region(0).grow(arena.map(), a, 6, 7),
+            !arena.pool(0, Pool::Sparse).grow(arena.map(), a, 6, 7),
             "growth is charged too"
         );
         // SAFETY: both spans were handed out above and hold nothing.
         unsafe { arena.free_span(b, 4) };
         // Retain budget 0 and delay 0: the freed span is decommitted and uncharged at once.
         assert_eq!(arena.budget.charged.load(Ordering::Relaxed), 6 * UNIT);
-        assert!(arena.region(0).grow(arena.map(), a, 6, 10));
+        assert!(arena.pool(0, Pool::Sparse).grow(arena.map(), a, 6, 10));
         assert!(arena.budget.peak.load(Ordering::Relaxed) <= 10 * UNIT);
     }
 
@@ -679,7 +895,7 @@ pub(crate) mod tests {
     #[test]
     fn free_memory_past_the_budget_is_decommitted() {
         let arena = test_arena(1, 64 << 20, 1 << 20);
-        let region = arena.region(0);
+        let region = arena.pool(0, Pool::Sparse);
         let spans: Vec<usize> = (0..8)
             .map(|_| arena.alloc_span(0, 32, 1, SpanUse::Large).unwrap().0)
             .collect();
@@ -710,7 +926,7 @@ pub(crate) mod tests {
     fn large_spans_grow_and_shrink_in_place() {
         let arena = test_arena(1, 64 << 20, usize::MAX);
         let map = arena.map();
-        let region = arena.region(0);
+        let region = arena.pool(0, Pool::Sparse);
         let (a, _) = arena.alloc_span(0, 4, 1, SpanUse::Large).unwrap();
         // At the frontier: growth always succeeds, past the current chunk too.
         assert!(region.grow(map, a, 4, 100));

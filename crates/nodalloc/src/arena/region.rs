@@ -632,8 +632,9 @@ impl Region {
                 }
             }
         }
+        // Aligned in absolute terms: the pool's start is only chunk-aligned.
         let align = align_units << UNIT_SHIFT;
-        let aligned = round_up(start - self.start, align) + self.start;
+        let aligned = start.checked_next_multiple_of(align)?;
         let needed_end = aligned.checked_add(units << UNIT_SHIFT)?;
         let new_frontier = (round_up(needed_end - self.start, CHUNK_UNITS << UNIT_SHIFT)
             + self.start)

@@ -277,6 +277,7 @@ mod tests {
     use super::*;
     use crate::arena::region::SpanUse;
     use crate::arena::tests::test_arena_secure;
+    use crate::arena::Pool;
     use crate::size_class::{class_of, CLASS_SIZES};
 
     #[test]
@@ -320,7 +321,7 @@ mod tests {
         let arena = test_arena_secure(1, false);
         let class = class_of(64, 8).unwrap();
         let bag = arena
-            .region(0)
+            .pool(0, Pool::Dense)
             .alloc(arena.map(), class.bag_units(), 1, SpanUse::Bag(class))
             .unwrap();
         let (slot, next) = (bag as *mut u8, (bag + 64 * 5) as *mut u8);

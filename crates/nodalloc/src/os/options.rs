@@ -55,8 +55,10 @@ pub const OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         name: "NODALLOC_THP",
         default: "auto",
-        meaning: "transparent huge pages for the heap: auto (advise MADV_HUGEPAGE when the \
-                  kernel's mode is madvise), on (always advise), off (advise MADV_NOHUGEPAGE)",
+        meaning: "transparent huge pages: auto (bags of objects up to 4 KiB may share huge \
+                  pages: MADV_HUGEPAGE when the kernel's mode is madvise; large, aligned and \
+                  bigger objects stay on base pages, MADV_NOHUGEPAGE), on (huge pages for the \
+                  whole heap), off (MADV_NOHUGEPAGE everywhere)",
     },
     OptionSpec {
         name: "NODALLOC_DECOMMIT_DELAY",
@@ -100,10 +102,15 @@ pub enum BindPolicy {
     Map,
 }
 
+/// `NODALLOC_THP`: where the heap may use transparent huge pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ThpChoice {
+    /// The dense pools (bags of objects up to a page), as the kernel's mode allows; the sparse
+    /// pools never.
     Auto,
+    /// The whole heap, dense and sparse pools alike.
     On,
+    /// Nowhere.
     Off,
 }
 

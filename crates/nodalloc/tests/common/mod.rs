@@ -113,8 +113,10 @@ pub fn limit_address_space(command: &mut Command, bytes: u64) {
 pub fn use_every_cpu() {
     // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it; setting our own affinity.
     unsafe {
+        // Every CPU number: the kernel keeps those the process may use. (Counting them with
+        // `available_parallelism` would read this thread's own, possibly narrowed, mask.)
         let mut all: libc::cpu_set_t = std::mem::zeroed();
-        for cpu in 0..std::thread::available_parallelism().map_or(1, |n| n.get()) {
+        for cpu in 0..libc::CPU_SETSIZE as usize {
             libc::CPU_SET(cpu, &mut all);
         }
         libc::sched_setaffinity(0, std::mem::size_of_val(&all), &all);
