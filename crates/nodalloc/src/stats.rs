@@ -48,6 +48,23 @@ pub struct NodeStats {
     pub steals: u64,
     pub large_allocs: u64,
     pub large_frees: u64,
+    /// Bytes of bags in the node's dense pool (objects up to 4 KiB), the memory that may sit on
+    /// transparent huge pages.
+    pub dense_bags: usize,
+    /// Bytes of the node's region backed by transparent huge pages (`AnonHugePages` of the
+    /// region's mappings in /proc/self/smaps; 0 where /proc cannot be read).
+    pub huge_pages: usize,
+}
+
+impl NodeStats {
+    /// The share of the dense pool's bags that huge pages back, in percent (0 with no bags).
+    pub fn huge_page_percent(&self) -> u64 {
+        if self.dense_bags == 0 {
+            0
+        } else {
+            (self.huge_pages.min(self.dense_bags) as u64 * 100) / self.dense_bags as u64
+        }
+    }
 }
 
 /// A snapshot of the whole allocator.
@@ -58,6 +75,8 @@ pub struct Stats {
     pub committed: usize,
     pub mapped: usize,
     pub decommitted: usize,
+    /// Bytes of the heap on transparent huge pages (see [`NodeStats::huge_pages`]).
+    pub huge_pages: usize,
     pub remote_frees: u64,
     pub steals: u64,
     /// Objects (small and large) allocated and freed so far.
@@ -81,6 +100,7 @@ impl Stats {
             committed: 0,
             mapped: 0,
             decommitted: 0,
+            huge_pages: 0,
             remote_frees: 0,
             steals: 0,
             allocs: 0,
@@ -120,6 +140,8 @@ impl Stats {
                 large_allocs: heap.large_allocs.load(Ordering::Relaxed),
                 large_frees: heap.large_frees.load(Ordering::Relaxed),
                 allocated: heap.large_bytes.load(Ordering::Relaxed),
+                dense_bags: usage.dense_active,
+                huge_pages: 0,
             };
             let mut live_small: i64 = 0;
             for (index, class) in stats.classes.iter_mut().enumerate() {
@@ -154,6 +176,13 @@ impl Stats {
             stats.allocs += out.large_allocs;
             stats.frees += out.large_frees;
         }
+        // Huge pages, by the node whose region holds the mapping.
+        crate::os::for_each_huge_mapping(|start, bytes| {
+            if let Some(node) = arena.origin_of(start) {
+                stats.nodes[node].huge_pages += bytes;
+                stats.huge_pages += bytes;
+            }
+        });
         for (class, out_minus_live) in stats.classes.iter_mut().zip(out_minus_live) {
             class.cached = out_minus_live.max(0) as usize * class.size;
             stats.allocs += class.allocs;
@@ -233,7 +262,13 @@ impl Stats {
                 .decimal(stats.remote_frees)
                 .str(", steals ")
                 .decimal(stats.steals)
-                .str("\n");
+                .str(", huge pages ")
+                .size(stats.huge_pages as u64)
+                .str(" (")
+                .decimal(stats.huge_page_percent())
+                .str("% of ")
+                .size(stats.dense_bags as u64)
+                .str(" in bags of objects up to 4 KiB)\n");
             w.write_to(fd);
         }
         let (mut free_in_bags, mut cached, mut in_rings) = (0, 0, 0);

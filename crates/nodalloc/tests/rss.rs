@@ -297,6 +297,16 @@ fn dense_small_objects() {
         huge * 10 >= small_kib * 9,
         "only {huge} of {small_kib} KiB of small objects on huge pages"
     );
+    // The statistics see the same: the node's bags of small objects sit on huge pages.
+    let stats = nodalloc::stats();
+    let node = stats.nodes()[0];
+    eprintln!(
+        "dense: stats say huge pages {} KiB, {}% of {} KiB of bags",
+        node.huge_pages >> 10,
+        node.huge_page_percent(),
+        node.dense_bags >> 10
+    );
+    assert!(node.huge_page_percent() >= 90, "{node:?}");
     for p in objects {
         // SAFETY: allocated above with this layout.
         unsafe { GLOBAL.dealloc(p, layout) };

@@ -460,6 +460,7 @@ impl Arena {
             usage.mapped += region.mapped.load(Ordering::Relaxed);
             usage.decommitted += region.decommitted.load(Ordering::Relaxed);
         }
+        usage.dense_active = self.pool(node, Pool::Dense).active.load(Ordering::Relaxed);
         usage
     }
 
@@ -508,6 +509,8 @@ pub struct PoolUsage {
     pub mapped: usize,
     /// Bytes returned to the OS so far.
     pub decommitted: usize,
+    /// Bytes handed out from the dense pool alone (bags of objects up to a page).
+    pub dense_active: usize,
 }
 
 /// `value` rounded up to a multiple of `to`.

@@ -318,6 +318,88 @@ pub fn read_file<'a>(path: &CStr, buffer: &'a mut [u8]) -> Option<&'a [u8]> {
     Some(&buffer[..filled])
 }
 
+/// Calls `visit(start, huge_bytes)` for every mapping of this process that holds transparent
+/// huge pages (`AnonHugePages` of `/proc/self/smaps`, in bytes), streaming the file through a
+/// stack buffer. False when the file cannot be read (no /proc). No allocation.
+pub fn for_each_huge_mapping(mut visit: impl FnMut(usize, usize)) -> bool {
+    // SAFETY: the path is NUL-terminated; flags ask for a read-only descriptor.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/smaps".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return false;
+    }
+    let mut buffer = [0u8; 4096];
+    let (mut filled, mut mapping_start) = (0usize, 0usize);
+    loop {
+        // SAFETY: we read into the unfilled tail of `buffer`, which we own.
+        let n = unsafe {
+            libc::read(
+                fd,
+                buffer[filled..].as_mut_ptr() as *mut libc::c_void,
+                buffer.len() - filled,
+            )
+        };
+        if n < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        filled += n as usize;
+        // Every complete line; a partial one moves to the front for the next read.
+        let mut line_start = 0;
+        while let Some(length) = buffer[line_start..filled].iter().position(|&b| b == b'\n') {
+            let line = &buffer[line_start..line_start + length];
+            if let Some(kib) = line.strip_prefix(b"AnonHugePages:") {
+                let kib = parse_decimal(kib);
+                if kib > 0 {
+                    visit(mapping_start, kib << 10);
+                }
+            } else if let Some(start) = parse_mapping_start(line) {
+                mapping_start = start;
+            }
+            line_start += length + 1;
+        }
+        if line_start == 0 && filled == buffer.len() {
+            // A line longer than the buffer (a long path name): drop it.
+            filled = 0;
+        } else {
+            buffer.copy_within(line_start..filled, 0);
+            filled -= line_start;
+        }
+    }
+    // SAFETY: `fd` is the descriptor we opened above.
+    unsafe { libc::close(fd) };
+    true
+}
+
+/// The first decimal number in `text` (0 if none).
+fn parse_decimal(text: &[u8]) -> usize {
+    text.iter()
+        .skip_while(|b| !b.is_ascii_digit())
+        .take_while(|b| b.is_ascii_digit())
+        .fold(0usize, |value, b| {
+            value.saturating_mul(10).saturating_add((b - b'0') as usize)
+        })
+}
+
+/// The start address of an smaps mapping header (`7f12a000-7f12b000 rw-p ...`), `None` for
+/// any other line.
+fn parse_mapping_start(line: &[u8]) -> Option<usize> {
+    let dash = line.iter().position(|&b| b == b'-')?;
+    if dash == 0 || !line[..dash].iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    line[..dash].iter().try_fold(0usize, |value, &b| {
+        let digit = (b as char).to_digit(16)? as usize;
+        value.checked_mul(16)?.checked_add(digit)
+    })
+}
+
 /// A file path built in a stack buffer: `prefix` + decimal `number` + `suffix`, NUL-terminated.
 pub struct PathBuffer {
     bytes: [u8; 128],
@@ -515,6 +597,44 @@ pub fn fatal(build: impl FnOnce(&mut Writer)) -> ! {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn smaps_lines_parse_into_mapping_starts_and_sizes() {
+        let header = b"7f12a000-7f12b000 rw-p 00000000 00:00 0 ";
+        assert_eq!(parse_mapping_start(header), Some(0x7f12_a000));
+        assert_eq!(parse_mapping_start(b"Rss:                 12 kB"), None);
+        assert_eq!(parse_mapping_start(b"VmFlags: rd wr mr mw me ac"), None);
+        assert_eq!(parse_decimal(b"         2048 kB"), 2048);
+        assert_eq!(parse_decimal(b" kB"), 0);
+    }
+
+    #[test]
+    fn huge_mappings_are_found_where_the_kernel_reports_them() {
+        const SIZE: usize = 4 << 20;
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+        if !thp.is_ok_and(|mode| !mode.contains("[never]")) {
+            eprintln!("skipped: transparent huge pages are off on this machine");
+            return;
+        }
+        let memory = reserve_aligned(SIZE, 2 << 20).expect("a 4 MiB mapping") as usize;
+        assert!(advise(memory as *mut u8, SIZE, libc::MADV_HUGEPAGE));
+        // SAFETY: the mapping is ours, readable and writable.
+        unsafe { (memory as *mut u8).write_bytes(1, SIZE) };
+        let mut ours = 0;
+        assert!(for_each_huge_mapping(|start, bytes| {
+            if (memory..memory + SIZE).contains(&start) {
+                ours += bytes;
+            }
+        }));
+        // The kernel may lack free huge pages; a hit proves the parse, a miss is reported.
+        if ours == 0 {
+            eprintln!("the kernel backed no huge page here; parse checked on its own");
+        } else {
+            assert!((2 << 20..=SIZE).contains(&ours), "{ours} bytes");
+        }
+        // SAFETY: unmapping what we mapped; nothing refers to it.
+        unsafe { unmap(memory as *mut u8, SIZE) };
+    }
+
     use super::*;
 
     #[test]
