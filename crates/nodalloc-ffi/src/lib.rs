@@ -231,6 +231,12 @@ pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
         set_errno(libc::ENOMEM);
         return null_mut();
     };
+    if let (Some(class), Some(heap)) = (class_of_malloc(total), heap()) {
+        // Zeroed as far as asked (which covers the double-free mark's word: every C-face class
+        // is at least 16 bytes and `total` may be less, so clear it too).
+        let p = heap.alloc_zeroed(class, total);
+        return handed_out(p);
+    }
     // SAFETY: plain malloc.
     let p = unsafe { malloc(total) };
     let fresh =

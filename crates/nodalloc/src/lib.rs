@@ -149,6 +149,9 @@ mod face {
         }
 
         unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            if let Some(class) = class_of(layout.size(), layout.align()) {
+                return with_heap(|heap| heap.alloc_zeroed(class, layout.size()));
+            }
             // SAFETY: forwarded contract.
             let ptr = unsafe { self.alloc(layout) };
             let fresh = class_of(layout.size(), layout.align()).is_none()

@@ -22,7 +22,7 @@
 //! Layer: calls `arena`; used by `thread` and the faces.
 
 use crate::arena::pagemap::{Kind, UnitMeta};
-use crate::arena::region::SpanUse;
+use crate::arena::region::{SpanUse, BAG_ZEROED};
 use crate::arena::secure::{carve_order, guarded_layout, Expect, Refusal};
 use crate::arena::Arena;
 use crate::ds::inbox::Inbox;
@@ -169,7 +169,7 @@ impl NodeHeaps {
 
     /// Up to `want` objects from bags, own node first, then other nodes nearest first.
     pub fn take_from_bags(&self, node: usize, class: SizeClass, want: usize) -> Option<Batch> {
-        if let Some(batch) = self.take_from_node_bags(node, class, want) {
+        if let Some(batch) = self.take_from_node_bags(node, class, want, &mut false) {
             return Some(batch);
         }
         let mut order = [0u8; MAX_NODES];
@@ -179,7 +179,7 @@ impl NodeHeaps {
             let stolen = self
                 .class(other, class)
                 .ring_pop()
-                .or_else(|| self.take_from_node_bags(other, class, want));
+                .or_else(|| self.take_from_node_bags(other, class, want, &mut false));
             if stolen.is_some() {
                 self.node(node).steals.fetch_add(1, Ordering::Relaxed);
                 return stolen;
@@ -189,7 +189,15 @@ impl NodeHeaps {
     }
 
     /// Objects from `node`'s own bags, carving a new bag from its own region if needed.
-    fn take_from_node_bags(&self, node: usize, class: SizeClass, want: usize) -> Option<Batch> {
+    /// `head_zeroed` is set when the batch's head was carved from a bag whose memory read as
+    /// zero (so the object is zero but for its link word).
+    fn take_from_node_bags(
+        &self,
+        node: usize,
+        class: SizeClass,
+        want: usize,
+        head_zeroed: &mut bool,
+    ) -> Option<Batch> {
         let heap = self.class(node, class);
         let arena = self.arena;
         let map = arena.map();
@@ -223,11 +231,13 @@ impl NodeHeaps {
             // SAFETY: the class lock is held and `bag` is one of this class's bags.
             unsafe {
                 while batch.count < want {
+                    *head_zeroed = false;
                     let object = if !(*bag).free.is_null() {
                         let object = (*bag).free;
                         (*bag).free = arena.read_link(object, Expect::Class(class));
                         object
                     } else if (*bag).carved < capacity {
+                        *head_zeroed = !secure && (*bag).freed_at == BAG_ZEROED;
                         let index = if secure {
                             carve_order((*bag).carved, capacity, (*bag).freed_at)
                         } else {
@@ -273,6 +283,21 @@ impl NodeHeaps {
             self.arena.note_allocated(batch.head);
         }
         batch.head
+    }
+
+    /// One object of `class` for `calloc`, straight from `node`'s own bags, and whether it is
+    /// known to read as zero but for its first word (carved for the first time from a bag whose
+    /// memory was untouched). `None` when the node's bags and region are exhausted.
+    pub fn alloc_single_zeroed(&self, node: usize, class: SizeClass) -> Option<(*mut u8, bool)> {
+        let mut zeroed = false;
+        let batch = self.take_from_node_bags(node, class, 1, &mut zeroed)?;
+        self.class(node, class)
+            .allocs
+            .fetch_add(1, Ordering::Relaxed);
+        if self.arena.is_secure() {
+            self.arena.note_allocated(batch.head);
+        }
+        Some((batch.head, zeroed))
     }
 
     /// Takes back one object of `class` from `origin`'s region that the program frees without a
@@ -835,6 +860,43 @@ mod tests {
         assert_eq!(heaps.arena.budget.charged.load(Ordering::Relaxed), {
             heaps.arena.usage(0).committed
         });
+    }
+
+    #[test]
+    fn only_first_carves_from_untouched_bags_are_known_zero() {
+        // Retain budget unlimited: freed bags stay dirty (committed, contents kept).
+        let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
+        let class = class_of(100_000, 8).unwrap();
+        let (first, zeroed) = heaps.alloc_single_zeroed(0, class).unwrap();
+        assert!(zeroed, "a fresh bag's first object");
+        // SAFETY: the object is ours, `class.size()` bytes.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(first, class.size()) };
+        assert!(bytes[8..].iter().all(|&b| b == 0));
+        bytes.fill(0xA5);
+        // Freed back into its bag's free list, then handed out again: not known zero.
+        // SAFETY: a live object of `class` from node 0, given up.
+        unsafe { heaps.free_single(0, class, first) };
+        let mut seen = Vec::new();
+        loop {
+            let (object, zeroed) = heaps.alloc_single_zeroed(0, class).unwrap();
+            seen.push(object);
+            if object == first {
+                assert!(!zeroed, "a reused object was reported zero");
+                break;
+            }
+            assert!(seen.len() < 64, "the freed object never came back");
+        }
+        for object in seen {
+            // SAFETY: each was handed out above and is given up once.
+            unsafe { heaps.free_single(0, class, object) };
+        }
+        // The bag falls empty, goes back to the pool dirty, and a new bag over the same memory
+        // is not known zero either.
+        let (again, zeroed) = heaps.alloc_single_zeroed(0, class).unwrap();
+        // SAFETY: as above.
+        if unsafe { *again.add(8) } == 0xA5 {
+            assert!(!zeroed, "a bag over dirty memory was reported zero");
+        }
     }
 
     #[test]

@@ -20,7 +20,7 @@
 
 use crate::arena::pagemap::Tag;
 use crate::arena::secure::Expect;
-use crate::arena::Pool;
+use crate::arena::{Pool, DENSE_OBJECT_MAX};
 use crate::ds::ring::Batch;
 use crate::ds::{next_of, set_next};
 use crate::node::{report, Misuse, NodeHeaps};
@@ -258,6 +258,40 @@ impl ThreadHeap {
             if list.count == list.batch {
                 list.mark = list.rest;
             }
+        }
+        object
+    }
+
+    /// An object of `class` whose first `bytes` bytes read as zero (`calloc`, `alloc_zeroed`).
+    /// For classes that span pages (the sparse pool), a cache miss takes one object straight
+    /// from the bags: if it is carved there for the first time from untouched memory, only its
+    /// link word needs clearing, so a program that callocs big blocks and touches their heads
+    /// pays for the pages it touches. Null when no memory is left.
+    pub fn alloc_zeroed(&mut self, class: SizeClass, bytes: usize) -> *mut u8 {
+        debug_assert!(bytes <= class.size());
+        let mut object = self.alloc_cached(class);
+        let mut clear = bytes;
+        if object.is_null()
+            && class.size() > DENSE_OBJECT_MAX
+            && self.state == HeapState::Active
+            && !self.secure
+        {
+            if let Some((fresh, zeroed)) = self
+                .heaps()
+                .and_then(|heaps| heaps.alloc_single_zeroed(self.node, class))
+            {
+                object = fresh;
+                if zeroed {
+                    clear = bytes.min(2 * core::mem::size_of::<usize>());
+                }
+            }
+        }
+        if object.is_null() {
+            object = self.alloc_slow(class);
+        }
+        if !object.is_null() {
+            // SAFETY: the object holds `class.size() >= bytes` bytes and is the caller's now.
+            unsafe { object.write_bytes(0, clear) };
         }
         object
     }

@@ -179,11 +179,12 @@ fn thread_waves_keep_rss_flat() {
 /// RSS growth bounds of the sparse patterns, in KiB: 1.2× the best of glibc, jemalloc,
 /// mimalloc and tcmalloc on the same pattern (docs/BENCHMARKS.md), with a floor of 4 MiB where
 /// they are near zero. `libnodalloc.so` is held to the same bounds (c_abi's `sparse` tests).
-const SPARSE_BOUNDS_KIB: [(&str, usize); 4] = [
+const SPARSE_BOUNDS_KIB: [(&str, usize); 5] = [
     ("buffer", 4096),
     ("heads", 20 * 1024),
     ("aligned", 4096),
     ("table", 9728),
+    ("calloc", 21 * 1024),
 ];
 
 /// Allocates through the crate, runs one sparse pattern (see `SPARSE_BOUNDS_KIB`) and checks
@@ -240,6 +241,18 @@ fn sparse_pattern(pattern: &str) {
             }
             blocks.push((p, layout));
         }
+        // 4096 zeroed blocks of 100 000 B (`alloc_zeroed`), the first 64 bytes of each written.
+        "calloc" => {
+            for i in 0..4096 {
+                let layout = Layout::from_size_align(100_000, 8).unwrap();
+                // SAFETY: a valid non-zero layout.
+                let p = unsafe { GLOBAL.alloc_zeroed(layout) };
+                assert!(!p.is_null());
+                // SAFETY: the block holds 100 000 bytes.
+                unsafe { p.write_bytes(i as u8, 64) };
+                blocks.push((p, layout));
+            }
+        }
         other => panic!("unknown pattern {other}"),
     }
     let growth_kib = rss_bytes().saturating_sub(before) >> 10;
@@ -253,6 +266,32 @@ fn sparse_pattern(pattern: &str) {
         growth_kib <= bound,
         "{pattern}: RSS grew by {growth_kib} KiB, bound {bound} KiB"
     );
+    if pattern == "calloc" {
+        // Zero past the written head; then reused blocks must read zero too.
+        for &(p, layout) in &blocks {
+            // SAFETY: the block holds `layout.size()` bytes.
+            let bytes = unsafe { std::slice::from_raw_parts(p, layout.size()) };
+            assert!(
+                bytes[64..].iter().all(|&b| b == 0),
+                "a zeroed block is not zero"
+            );
+            // SAFETY: as above; then freed once.
+            unsafe {
+                p.write_bytes(0xA5, layout.size());
+                GLOBAL.dealloc(p, layout);
+            }
+        }
+        for (p, layout) in blocks.iter_mut() {
+            // SAFETY: a valid non-zero layout.
+            *p = unsafe { GLOBAL.alloc_zeroed(*layout) };
+            // SAFETY: the block holds `layout.size()` bytes.
+            let bytes = unsafe { std::slice::from_raw_parts(*p, layout.size()) };
+            assert!(
+                bytes.iter().all(|&b| b == 0),
+                "a reused zeroed block is not zero"
+            );
+        }
+    }
     for (p, layout) in blocks.into_iter().chain([warm]) {
         // SAFETY: allocated above with this layout.
         unsafe { GLOBAL.dealloc(p, layout) };

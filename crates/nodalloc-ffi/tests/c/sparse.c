@@ -8,6 +8,9 @@
  *   heads     4096 blocks of 100 000 B, the first 64 bytes of each written
  *   aligned   256 blocks of 4 KiB at 2 MiB alignment, each written whole
  *   table     one 128 MiB block, 2000 random 8-byte slots written
+ *   calloc    4096 blocks of 100 000 B from calloc, the first 64 bytes of each written; then
+ *             every byte checked, the blocks filled, freed and calloc'd again (reused memory
+ *             must read zero too)
  *   dense     256 MiB of 64-byte objects, every byte written (should sit on huge pages)
  *   churn     a fragmenting churn of small objects (90 % freed at random), then a phase of
  *             medium objects (1-8 KiB, only their first bytes written); prints the peak growth
@@ -85,6 +88,38 @@ static void pattern_aligned(void) {
         memset(blocks[i], i, 4096);
     }
     report("aligned", before);
+    for (int i = 0; i < COUNT; i++)
+        free(blocks[i]);
+}
+
+/* Every byte of `block` past `from` is zero. */
+static int zero_from(const unsigned char *block, size_t from, size_t size) {
+    for (size_t i = from; i < size; i++)
+        if (block[i])
+            return 0;
+    return 1;
+}
+
+static void pattern_calloc(void) {
+    enum { COUNT = 4096, SIZE = 100000 };
+    static unsigned char *blocks[COUNT];
+    long before = rss_kib();
+    for (int i = 0; i < COUNT; i++) {
+        blocks[i] = calloc(1, opaque_size(SIZE));
+        CHECK(blocks[i] != NULL, "calloc(1, 100000) #%d", i);
+        memset(blocks[i], i, 64);
+    }
+    report("calloc", before);
+    for (int i = 0; i < COUNT; i++) {
+        CHECK(zero_from(blocks[i], 64, SIZE), "calloc'd block %d is not zero", i);
+        memset(blocks[i], 0xA5, SIZE);
+        free(blocks[i]);
+    }
+    for (int i = 0; i < COUNT; i++) {
+        blocks[i] = calloc(opaque_size(SIZE), 1);
+        CHECK(blocks[i] != NULL && zero_from(blocks[i], 0, SIZE),
+              "reused calloc'd block %d is not zero", i);
+    }
     for (int i = 0; i < COUNT; i++)
         free(blocks[i]);
 }
@@ -191,6 +226,8 @@ int main(int argc, char **argv) {
         pattern_aligned();
     else if (!strcmp(pattern, "table"))
         pattern_table();
+    else if (!strcmp(pattern, "calloc"))
+        pattern_calloc();
     else if (!strcmp(pattern, "dense"))
         pattern_dense();
     else if (!strcmp(pattern, "churn"))

@@ -133,6 +133,11 @@ impl CommitBudget {
 /// known to read as zero (fresh from the frontier or decommitted), so `calloc` need not clear it.
 pub const ZEROED: u32 = 1;
 
+/// Marker in a bag's `freed_at` field (unused by bags outside secure mode): the bag's memory
+/// read as zero when it was taken (fresh or decommitted), so an object carved from it for the
+/// first time is zero but for the link word carving wrote (`calloc` need not clear it).
+pub const BAG_ZEROED: u64 = 1;
+
 /// Decommit policy, from the options.
 #[derive(Clone, Copy, Debug)]
 pub struct Decay {
@@ -276,9 +281,15 @@ impl Region {
                 })
             })?;
         self.tag_in_use(map, address, units, usage);
-        if zeroed && usage == SpanUse::Large {
+        if zeroed {
+            let meta = map.meta(map.unit_of(address));
             // SAFETY: the span lock is held and the span is ours (just tagged).
-            unsafe { (*map.meta(map.unit_of(address))).live = ZEROED };
+            unsafe {
+                match usage {
+                    SpanUse::Large => (*meta).live = ZEROED,
+                    SpanUse::Bag(_) => (*meta).freed_at = BAG_ZEROED,
+                }
+            }
         }
         self.active
             .fetch_add(units << UNIT_SHIFT, Ordering::Relaxed);
