@@ -114,11 +114,14 @@ pub struct ThreadHeap {
     /// Zero (never matching) until the heap is attached.
     region_base: usize,
     region_shift: u32,
-    /// For `free` without a size (the C face): the arena base, its tag array and the home
-    /// region's frontier, cached so the lookup is two loads away.
+    /// For `free` without a size (the C face): the arena base, its tag array and the frontiers
+    /// of the home region's two pools (the sparse pool starts at `sparse_start`, above the whole
+    /// dense pool), cached so the lookup is two loads away.
     arena_base: usize,
     tags: *const AtomicU32,
     home_frontier: *const AtomicUsize,
+    sparse_start: usize,
+    sparse_frontier: *const AtomicUsize,
     pub state: HeapState,
     /// Secure mode (the arena's): every call takes the slow paths, which check everything.
     secure: bool,
@@ -165,6 +168,8 @@ impl ThreadHeap {
             arena_base: 0,
             tags: core::ptr::null(),
             home_frontier: core::ptr::null(),
+            sparse_start: 0,
+            sparse_frontier: core::ptr::null(),
             state: HeapState::Fresh,
             secure: false,
             node: 0,
@@ -208,9 +213,9 @@ impl ThreadHeap {
         self.region_shift = arena.region_shift();
         self.arena_base = arena.base();
         self.tags = arena.map().tags();
-        // Bags of the classes the fast path serves most sit in the dense pool; the sparse
-        // pool's lie above its whole range and take the slow path.
         self.home_frontier = arena.pool(node, Pool::Dense).frontier_word();
+        self.sparse_start = arena.pool(node, Pool::Sparse).start();
+        self.sparse_frontier = arena.pool(node, Pool::Sparse).frontier_word();
         self.secure = arena.is_secure();
         if self.secure {
             // The fast paths' region check never matches: every free takes the slow path.
@@ -427,12 +432,17 @@ impl ThreadHeap {
         if address.wrapping_sub(self.region_base) >> self.region_shift != 0 {
             return false;
         }
-        // SAFETY: attached (the region check passed), so `home_frontier` points into the arena.
-        if address >= unsafe { &*self.home_frontier }.load(Ordering::Acquire) {
+        // SAFETY: attached (the region check passed), so both frontiers point into the arena.
+        if address >= unsafe { &*self.home_frontier }.load(Ordering::Acquire)
+            && (address < self.sparse_start
+                // SAFETY: as above.
+                || address >= unsafe { &*self.sparse_frontier }.load(Ordering::Acquire))
+        {
+            // Past the dense pool's frontier and outside the sparse pool's reached part.
             return false;
         }
         let unit = (address - self.arena_base) >> UNIT_SHIFT;
-        // SAFETY: the address is below the home frontier, so its tag exists and is committed.
+        // SAFETY: the address is below its pool's frontier, so its tag exists and is committed.
         let tag = Tag(unsafe { &*self.tags.add(unit) }.load(Ordering::Relaxed));
         if !tag.is_bag() {
             return false;
@@ -448,8 +458,9 @@ impl ThreadHeap {
     }
 
     /// Frees a small object of unknown size that the caller has classified (the C face's slow
-    /// path: objects of the sparse pool, other nodes' objects, a heap not yet attached). An
-    /// object of this node gets the same double-free screen as on the fast path.
+    /// path: other nodes' objects, a heap not yet attached, an object of a pool the frontier
+    /// check missed). An object of this node gets the same double-free screen as on the fast
+    /// path.
     ///
     /// # Safety
     /// `object` must be a live object of `class` from `origin`'s region that the caller gives
