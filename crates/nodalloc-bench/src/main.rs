@@ -384,9 +384,11 @@ fn rss_child(alloc: &str, case_name: &str, cfg: &SuiteConfig) -> ExitCode {
         _ => maxrss_delta,
     };
     println!(
-        "rss_delta_kib={delta} maxrss_delta_kib={maxrss_delta} payload_bytes={} elapsed_ns={}",
+        "rss_delta_kib={delta} maxrss_delta_kib={maxrss_delta} payload_bytes={} elapsed_ns={} \
+         huge_kib={}",
         r.payload_bytes.unwrap_or(0),
-        r.elapsed.as_nanos()
+        r.elapsed.as_nanos(),
+        r.huge_kib.unwrap_or(0)
     );
     ExitCode::SUCCESS
 }
@@ -395,6 +397,8 @@ fn rss_child(alloc: &str, case_name: &str, cfg: &SuiteConfig) -> ExitCode {
 struct RssOutcome {
     delta_kib: u64,
     payload_bytes: u64,
+    /// KiB on transparent huge pages at the peak (0 where not measured).
+    huge_kib: u64,
 }
 
 /// Parent side: re-executes this binary for one (allocator, case).
@@ -431,6 +435,7 @@ fn measure_rss(cli: &Cli, alloc: Allocator, case: &Case) -> Result<RssOutcome, S
     Ok(RssOutcome {
         delta_kib: field("rss_delta_kib")?,
         payload_bytes: field("payload_bytes")?,
+        huge_kib: field("huge_kib").unwrap_or(0),
     })
 }
 
@@ -507,6 +512,7 @@ fn rust_case(cli: &Cli, case: &Case, allocs: &[Allocator], extra: &mut Extra) ->
                                     "{:.3}",
                                     o.delta_kib as f64 * 1024.0 / o.payload_bytes as f64
                                 ),
+                                format!("{:.1} MiB", o.huge_kib as f64 / 1024.0),
                             ]);
                         }
                     }
@@ -956,9 +962,10 @@ fn rust_tables(rep: &mut Report, extra: Extra) {
         rep.tables.push(Table {
             title: "RSS per payload byte (Rust, `rss_payload`)".into(),
             note: "Peak RSS growth of a fresh process holding 100 MB (quick; 200 MB full) of objects just above a \
-                   power of two, divided by the payload."
+                   power of two, divided by the payload; and how much of the process sits on transparent huge \
+                   pages at that peak (AnonHugePages)."
                 .into(),
-            header: ["case", "allocator", "peak RSS Δ", "RSS/payload"]
+            header: ["case", "allocator", "peak RSS Δ", "RSS/payload", "on huge pages"]
                 .map(String::from)
                 .to_vec(),
             rows: extra.payload,

@@ -94,6 +94,8 @@ pub struct RunResult {
     pub last_ns: Option<f64>,
     /// Bytes of payload live at the peak, where that is exact.
     pub payload_bytes: Option<u64>,
+    /// `rss_payload` only: KiB of the process on transparent huge pages at the peak.
+    pub huge_kib: Option<u64>,
 }
 
 pub fn size_label(size: usize) -> String {
@@ -276,6 +278,7 @@ fn run_on<A: GlobalAlloc + Sync>(kind: &Kind, a: &'static A) -> RunResult {
     let mut first_ns = None;
     let mut last_ns = None;
     let mut payload_bytes = None;
+    let mut huge_kib = None;
     let ledger = match *kind {
         Kind::Single { size, iters } => workloads::single_size(a, size, iters),
         Kind::Bulk { n, size, rounds } => workloads::bulk(a, n, size, rounds),
@@ -292,7 +295,9 @@ fn run_on<A: GlobalAlloc + Sync>(kind: &Kind, a: &'static A) -> RunResult {
         Kind::Mixed { t, ops, size_div } => workloads::mixed(a, t, ops, size_div),
         Kind::HoardNuma { t, per_thread } => workloads::hoard_numa(a, t, per_thread),
         Kind::RssPayload { size, total } => {
-            let l = workloads::rss_payload(a, size, total);
+            let l = workloads::rss_payload_with_peak(a, size, total, || {
+                huge_kib = workloads::anon_huge_kib();
+            });
             payload_bytes = Some(l.peak_live_bytes);
             l
         }
@@ -309,5 +314,6 @@ fn run_on<A: GlobalAlloc + Sync>(kind: &Kind, a: &'static A) -> RunResult {
         first_ns,
         last_ns,
         payload_bytes,
+        huge_kib,
     }
 }

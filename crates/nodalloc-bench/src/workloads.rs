@@ -587,6 +587,17 @@ pub fn rss_payload<A: GlobalAlloc + Sync>(
     size: usize,
     total_bytes: usize,
 ) -> Ledger {
+    rss_payload_with_peak(a, size, total_bytes, || {})
+}
+
+/// [`rss_payload`], calling `at_peak` while every object is live (to read the
+/// process's memory figures there).
+pub fn rss_payload_with_peak<A: GlobalAlloc + Sync>(
+    a: &'static A,
+    size: usize,
+    total_bytes: usize,
+    at_peak: impl FnOnce(),
+) -> Ledger {
     let n = total_bytes / size.max(1);
     let mut ledger = Ledger::default();
     let mut ptrs: Vec<usize> = Vec::with_capacity(n);
@@ -594,12 +605,21 @@ pub fn rss_payload<A: GlobalAlloc + Sync>(
         // SAFETY: creates a checked allocation that `ptrs` owns.
         ptrs.push(unsafe { new_obj(a, size, i as u64, &mut ledger) } as usize);
     }
+    at_peak();
     for (i, p) in ptrs.into_iter().enumerate() {
         // SAFETY: object `i` created above, freed once.
         unsafe { check_and_free(a, p as *mut u8, size, i as u64, &mut ledger) };
     }
     ledger.assert_balanced("rss_payload");
     ledger
+}
+
+/// `AnonHugePages` of this process in KiB (transparent huge pages backing its
+/// anonymous memory), `None` without /proc.
+pub fn anon_huge_kib() -> Option<u64> {
+    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").ok()?;
+    let line = rollup.lines().find(|l| l.starts_with("AnonHugePages:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Touches per object per thread in [`hoard_numa`], as in Hoard's NUMA stress.

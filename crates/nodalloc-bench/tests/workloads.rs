@@ -48,6 +48,14 @@ fn ledgers_count_what_was_asked() {
                 4
             );
             assert_eq!(workloads::rss_payload(a, 520, 52_000).allocs, 100);
+            // The peak hook runs once, with every object live.
+            let mut at_peak = 0;
+            let ledger = workloads::rss_payload_with_peak(a, 520, 52_000, || at_peak += 1);
+            assert_eq!((at_peak, ledger.peak_live_bytes), (1, 52_000));
+            assert!(
+                workloads::anon_huge_kib().is_some(),
+                "AnonHugePages unreadable"
+            );
         });
     }
 }
