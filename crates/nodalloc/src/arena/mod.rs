@@ -33,7 +33,7 @@ use crate::os::{
 use crate::size_class::{UNIT, UNIT_SHIFT};
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use pagemap::PageMap;
-use region::{CommitBudget, Decay, Region, SpanUse, CHUNK_UNITS};
+use region::{ChunkNode, CommitBudget, Decay, Region, SpanUse, CHUNK_UNITS};
 
 /// Objects of at most this many bytes are packed in the dense pool: every page of one of their
 /// bags holds the start of an object, so a bag in use is resident whole whatever the program
@@ -158,12 +158,13 @@ impl Arena {
         let total = region.checked_mul(nodes)?;
         let units = total >> UNIT_SHIFT;
         let header = round_up(core::mem::size_of::<Arena>(), os::PAGE_SIZE);
-        // The pools, then each pool's chunk bitmap.
+        // The pools, then each pool's chunk bitmap, then each dense pool's filler records.
         let pool_bytes = region / 2;
         let pools = 2 * nodes;
         let chunk_words = Region::chunk_words(pool_bytes);
+        let filler_bytes = Region::chunk_count(pool_bytes) * core::mem::size_of::<ChunkNode>();
         let regions_bytes = round_up(
-            pools * (core::mem::size_of::<Region>() + chunk_words * 8),
+            pools * (core::mem::size_of::<Region>() + chunk_words * 8) + nodes * filler_bytes,
             os::PAGE_SIZE,
         );
         let metadata_bytes = header + regions_bytes + PageMap::bytes_for(units, config.secure);
@@ -256,6 +257,7 @@ impl Arena {
             // A copy without a 30 KiB temporary on the stack.
             core::ptr::copy_nonoverlapping(topology, core::ptr::addr_of_mut!((*arena).topology), 1);
             let chunk_bits = regions.add(pools) as *mut u64;
+            let filler = chunk_bits.add(pools * chunk_words) as *mut ChunkNode;
             for index in 0..pools {
                 let start = base as usize + (index << pool_shift);
                 let budget = core::ptr::addr_of!((*arena).budget);
@@ -277,6 +279,11 @@ impl Arena {
                     budget,
                     huge_from,
                     chunk_bits.add(index * chunk_words),
+                    if index % 2 == Pool::Dense as usize {
+                        filler.add(index / 2 * Region::chunk_count(pool_bytes))
+                    } else {
+                        core::ptr::null_mut()
+                    },
                 );
             }
         }
@@ -763,6 +770,42 @@ pub(crate) mod tests {
             let flags = vm_flags(dense);
             assert!(flags.iter().any(|flag| flag == "hg"), "flags {flags:?}");
         }
+    }
+
+    #[test]
+    fn new_bags_go_to_the_fullest_chunk_with_room() {
+        let arena = test_arena(1, 64 << 20, usize::MAX);
+        let map = arena.map();
+        let dense = arena.pool(0, Pool::Dense);
+        let class = crate::size_class::class_of(64, 8).unwrap();
+        let usage = SpanUse::Bag(class);
+        let bags: Vec<usize> = (0..2 * CHUNK_UNITS)
+            .map(|_| dense.alloc(map, 1, 1, usage).unwrap())
+            .collect();
+        let chunk = CHUNK_UNITS * UNIT;
+        let (a, b) = (bags[0], bags[CHUNK_UNITS]);
+        assert_eq!(b, a + chunk, "two chunks, filled in order");
+        // Chunk B keeps all but one unit; chunk A half. A's holes are freed last, so a
+        // most-recently-freed (LIFO) choice would take one of them.
+        dense.free(map, b + 5 * UNIT, 1, arena.decay);
+        for unit in (0..CHUNK_UNITS).step_by(2) {
+            dense.free(map, a + unit * UNIT, 1, arena.decay);
+        }
+        assert_eq!(dense.alloc(map, 1, 1, usage), Some(b + 5 * UNIT));
+        // B is full now: the next bag goes to A, the fullest chunk left with room.
+        let next = dense.alloc(map, 1, 1, usage).unwrap();
+        assert!((a..a + chunk).contains(&next), "{next:#x}");
+        // A chunk that empties entirely is taken last: free all of A but one unit, then a
+        // third chunk's worth of bags fills A's holes before the frontier moves.
+        for unit in (1..CHUNK_UNITS).step_by(2) {
+            dense.free(map, a + unit * UNIT, 1, arena.decay);
+        }
+        let frontier = dense.frontier_word().load(Ordering::Relaxed);
+        for _ in 0..CHUNK_UNITS - 1 {
+            let bag = dense.alloc(map, 1, 1, usage).unwrap();
+            assert!((a..a + chunk).contains(&bag), "{bag:#x} outside chunk A");
+        }
+        assert_eq!(dense.frontier_word().load(Ordering::Relaxed), frontier);
     }
 
     #[test]

@@ -36,6 +36,19 @@ const CHUNK_BYTES: usize = CHUNK_UNITS * UNIT;
 const EXACT_BUCKETS: usize = MAX_BAG_UNITS;
 const NUM_BUCKETS: usize = 128;
 
+/// Chunks of one fullness level the filler looks into before trying the next level down.
+const FILLER_TRIES: usize = 4;
+
+/// The filler's record of one chunk of a dense pool: units in use, and the chunk's links in the
+/// list of chunks with that many units in use (chunk index + 1; 0 ends the list).
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct ChunkNode {
+    used: u32,
+    prev: u32,
+    next: u32,
+}
+
 /// What a span is handed out for; decides the tags written over it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SpanUse {
@@ -55,6 +68,10 @@ struct PoolState {
     /// size, so a program that frees and re-allocates big blocks reuses them without faults.
     recent_free: usize,
     recent_free_at: u64,
+    /// The filler (dense pools): per count of units in use, the first chunk of that list
+    /// (chunk index + 1, 0: empty), and a bit per non-empty list.
+    fullness: [u32; CHUNK_UNITS + 1],
+    fullness_nonempty: u128,
 }
 
 pub struct Region {
@@ -75,6 +92,10 @@ pub struct Region {
     /// One bit per chunk of the region (span lock): set while the chunk is advised
     /// `MADV_NOHUGEPAGE` because part of it was decommitted.
     small_chunks: *mut u64,
+    /// The filler's per-chunk records (null: this pool takes free spans best-fit only). A dense
+    /// pool hands each new bag to the fullest chunk that has room, so its small objects occupy
+    /// as few huge pages as possible and chunks that empty go back to the OS whole.
+    chunk_nodes: *mut ChunkNode,
     /// Bytes the frontier has passed (address space in use or once used).
     pub mapped: AtomicUsize,
     /// Bytes handed out or free-but-dirty: an upper bound of the region's resident memory.
@@ -161,6 +182,9 @@ impl Region {
     /// `this` must point to zeroed memory for a `Region` that nobody else uses yet.
     /// `small_chunks` must point to zeroed memory of [`Region::chunk_words`] words for this
     /// region, as long-lived as the region; `huge_from` is where huge pages may start.
+    /// `chunk_nodes` is null, or zeroed memory for [`Region::chunk_count`] records, as
+    /// long-lived (then new bags go to the fullest chunk with room).
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn init(
         this: *mut Region,
         start: usize,
@@ -169,6 +193,7 @@ impl Region {
         budget: *const CommitBudget,
         huge_from: usize,
         small_chunks: *mut u64,
+        chunk_nodes: *mut ChunkNode,
     ) {
         // SAFETY: exclusive access to zeroed memory (contract above); all-zero is a valid Region
         // (unlocked lock, empty buckets, null lists, zero counters).
@@ -179,6 +204,7 @@ impl Region {
             (*this).budget = budget;
             (*this).huge_from = huge_from;
             (*this).small_chunks = small_chunks;
+            (*this).chunk_nodes = chunk_nodes;
             (*this).frontier_hint = AtomicUsize::new(start);
             (*(*this).state.get()).frontier = start;
         }
@@ -186,7 +212,12 @@ impl Region {
 
     /// Words of the chunk bitmap a region of `bytes` needs.
     pub fn chunk_words(bytes: usize) -> usize {
-        (bytes / CHUNK_BYTES).div_ceil(64)
+        Self::chunk_count(bytes).div_ceil(64)
+    }
+
+    /// Chunks in a region of `bytes`.
+    pub fn chunk_count(bytes: usize) -> usize {
+        bytes / CHUNK_BYTES
     }
 
     /// The frontier word itself, for fast paths that cache a pointer to it.
@@ -226,6 +257,14 @@ impl Region {
         {
             return false;
         }
+        if !self.chunk_nodes.is_null() {
+            // Chunks the frontier passes join the filler's lists, empty.
+            let mut chunk = old.next_multiple_of(CHUNK_BYTES);
+            while chunk < new {
+                self.link_chunk(state, (chunk - self.start) / CHUNK_BYTES);
+                chunk += CHUNK_BYTES;
+            }
+        }
         state.frontier = new;
         self.mapped.store(new - self.start, Ordering::Relaxed);
         // Release: the committed metadata is visible to whoever sees the new frontier.
@@ -254,7 +293,8 @@ impl Region {
         // SAFETY: the span lock is held.
         let state = unsafe { &mut *self.state.get() };
         let (address, zeroed) = self
-            .take_free(state, map, units, align_units)
+            .take_fullest(state, map, units, align_units)
+            .or_else(|| self.take_free(state, map, units, align_units))
             .or_else(|| {
                 self.advance_frontier(state, map, units, align_units)
                     .map(|address| (address, true))
@@ -281,6 +321,7 @@ impl Region {
                 })
             })?;
         self.tag_in_use(map, address, units, usage);
+        self.count_used(state, address, units, true);
         if zeroed {
             let meta = map.meta(map.unit_of(address));
             // SAFETY: the span lock is held and the span is ours (just tagged).
@@ -309,6 +350,7 @@ impl Region {
         for unit in first..first + units {
             map.set_tag(unit, Tag::UNUSED);
         }
+        self.count_used(state, address, units, false);
         if now.saturating_sub(state.recent_free_at) >= decay.delay_ns {
             state.recent_free = 0;
         }
@@ -395,6 +437,7 @@ impl Region {
         }
         // SAFETY: the span lock is held; `address` heads a large span we own.
         unsafe { (*map.meta(first)).units = new_units };
+        self.count_used(state, next, extra, true);
         self.active
             .fetch_add(extra << UNIT_SHIFT, Ordering::Relaxed);
         true
@@ -531,6 +574,134 @@ impl Region {
         if *run_start != 0 {
             os::advise(*run_start as *mut u8, end - *run_start, libc::MADV_HUGEPAGE);
             *run_start = 0;
+        }
+    }
+
+    /// The filler's choice (dense pools, unaligned requests up to half a chunk): a free span
+    /// headed in the fullest chunk that has one of at least `units`, carved from its start.
+    /// `None` when the pool has no filler or it found nothing (the best-fit search follows).
+    fn take_fullest(
+        &self,
+        state: &mut PoolState,
+        map: &PageMap,
+        units: usize,
+        align_units: usize,
+    ) -> Option<(usize, bool)> {
+        if self.chunk_nodes.is_null() || align_units != 1 || units > CHUNK_UNITS / 2 {
+            return None;
+        }
+        // Full chunks (level CHUNK_UNITS) have no room; the rest from the fullest down.
+        let mut levels = state.fullness_nonempty & ((1u128 << CHUNK_UNITS) - 1);
+        while levels != 0 {
+            let level = 127 - levels.leading_zeros() as usize;
+            levels &= !(1u128 << level);
+            let mut link = state.fullness[level];
+            let mut tries = 0;
+            while link != 0 && tries < FILLER_TRIES {
+                let chunk = link as usize - 1;
+                if let Some((meta, head, span_units)) = self.free_span_in_chunk(map, chunk, units) {
+                    // SAFETY: the span lock is held; `meta` heads a free span of this pool.
+                    let clean = unsafe { (*meta).freed_at } == 0;
+                    if clean && !self.charge(units << UNIT_SHIFT) {
+                        return None;
+                    }
+                    let address = self.carve(state, map, meta, head, span_units, 0, units);
+                    return Some((address, clean));
+                }
+                // SAFETY: `chunk` is below the frontier, so its record is in our array.
+                link = unsafe { (*self.chunk_nodes.add(chunk)).next };
+                tries += 1;
+            }
+        }
+        None
+    }
+
+    /// The first free span headed in `chunk` with at least `units` units: its descriptor, first
+    /// unit and length.
+    fn free_span_in_chunk(
+        &self,
+        map: &PageMap,
+        chunk: usize,
+        units: usize,
+    ) -> Option<(*mut UnitMeta, usize, usize)> {
+        let first = map.unit_of(self.start + chunk * CHUNK_BYTES);
+        let mut unit = first;
+        while unit < first + CHUNK_UNITS {
+            let tag = map.tag(map.address_of(unit));
+            let meta = map.meta(unit);
+            // SAFETY: the span lock is held; a Free tag heads a free span whose descriptor
+            // records its length, and a bag or large span's first unit records its length.
+            let length = match tag.kind() {
+                Kind::Free => unsafe { (*meta).units },
+                Kind::Bag | Kind::Large => unsafe { (*meta).units },
+                _ => 1,
+            };
+            if tag.kind() == Kind::Free && length >= units {
+                return Some((meta, unit, length));
+            }
+            unit += length.max(1);
+        }
+        None
+    }
+
+    /// Adds (or removes) `units` in-use units starting at `address` to the filler's counts of
+    /// the chunks they lie in, moving each chunk to the list of its new count.
+    fn count_used(&self, state: &mut PoolState, address: usize, units: usize, add: bool) {
+        if self.chunk_nodes.is_null() {
+            return;
+        }
+        let end = address + (units << UNIT_SHIFT);
+        let mut from = address;
+        while from < end {
+            let chunk = (from - self.start) / CHUNK_BYTES;
+            let chunk_end = self.start + (chunk + 1) * CHUNK_BYTES;
+            let here = ((end.min(chunk_end) - from) >> UNIT_SHIFT) as u32;
+            self.unlink_chunk(state, chunk);
+            // SAFETY: the span lock is held and the chunk is below the frontier.
+            let node = unsafe { &mut *self.chunk_nodes.add(chunk) };
+            if add {
+                node.used += here;
+            } else {
+                node.used -= here;
+            }
+            debug_assert!(node.used as usize <= CHUNK_UNITS);
+            self.link_chunk(state, chunk);
+            from = chunk_end.min(end);
+        }
+    }
+
+    /// Puts `chunk` at the head of the list of its count (span lock held).
+    fn link_chunk(&self, state: &mut PoolState, chunk: usize) {
+        // SAFETY: the span lock is held and `chunk` is a chunk of this pool.
+        let node = unsafe { &mut *self.chunk_nodes.add(chunk) };
+        let level = node.used as usize;
+        node.prev = 0;
+        node.next = state.fullness[level];
+        if node.next != 0 {
+            // SAFETY: as above; list links name chunks of this pool.
+            unsafe { (*self.chunk_nodes.add(node.next as usize - 1)).prev = chunk as u32 + 1 };
+        }
+        state.fullness[level] = chunk as u32 + 1;
+        state.fullness_nonempty |= 1 << level;
+    }
+
+    /// Takes `chunk` off the list of its count (span lock held).
+    fn unlink_chunk(&self, state: &mut PoolState, chunk: usize) {
+        // SAFETY: the span lock is held and `chunk` is a listed chunk of this pool.
+        let node = unsafe { *self.chunk_nodes.add(chunk) };
+        let level = node.used as usize;
+        if node.prev == 0 {
+            state.fullness[level] = node.next;
+            if node.next == 0 {
+                state.fullness_nonempty &= !(1 << level);
+            }
+        } else {
+            // SAFETY: as above.
+            unsafe { (*self.chunk_nodes.add(node.prev as usize - 1)).next = node.next };
+        }
+        if node.next != 0 {
+            // SAFETY: as above.
+            unsafe { (*self.chunk_nodes.add(node.next as usize - 1)).prev = node.prev };
         }
     }
 
