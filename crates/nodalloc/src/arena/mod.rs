@@ -809,6 +809,45 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_filler_never_takes_a_tag_left_inside_a_merged_span_for_a_head() {
+        // Retain 0, delay 0: every free is decommitted at once and merges with clean
+        // neighbours, the case that once left a head tag inside the merged span.
+        let arena = test_arena(1, 64 << 20, 0);
+        let map = arena.map();
+        let dense = arena.pool(0, Pool::Dense);
+        let usage = SpanUse::Bag(crate::size_class::class_of(64, 8).unwrap());
+        // Chunk 0: 64 one-unit spans. Chunk 1: a two-unit span, then 62 one-unit spans.
+        let mut ones: Vec<usize> = (0..CHUNK_UNITS)
+            .map(|_| dense.alloc(map, 1, 1, usage).unwrap())
+            .collect();
+        let pair = dense.alloc(map, 2, 1, usage).unwrap();
+        assert_eq!(pair, ones[0] + CHUNK_UNITS * UNIT);
+        ones.extend((0..CHUNK_UNITS - 2).map(|_| dense.alloc(map, 1, 1, usage).unwrap()));
+        // Half of chunk 0 and its last two units go; then the pair, which merges into one
+        // clean span with those two, headed in chunk 0 and running into chunk 1, where the
+        // pair's own head is now inside it. Chunk 1 is the fuller, so the filler looks there
+        // first.
+        let mut freed: Vec<usize> = ones[..CHUNK_UNITS / 2].to_vec();
+        freed.extend([ones[CHUNK_UNITS - 2], ones[CHUNK_UNITS - 1]]);
+        for &unit in &freed {
+            dense.free(map, unit, 1, arena.decay);
+        }
+        dense.free(map, pair, 2, arena.decay);
+        freed.extend([pair, pair + UNIT]);
+        assert_eq!(dense.dirty_bytes(), 0);
+        // Every free unit comes back exactly once, and nothing else.
+        let frontier = dense.frontier_word().load(Ordering::Relaxed);
+        let mut again: Vec<usize> = (0..freed.len())
+            .map(|_| dense.alloc(map, 1, 1, usage).unwrap())
+            .collect();
+        again.sort();
+        freed.sort();
+        assert_eq!(again, freed);
+        assert_eq!(dense.frontier_word().load(Ordering::Relaxed), frontier);
+        assert_eq!(dense.dirty_bytes(), 0);
+    }
+
+    #[test]
     fn a_full_pool_borrows_from_the_other_pool_of_its_node() {
         let arena = test_arena(1, 64 << 20, usize::MAX);
         let sparse = arena.pool(0, Pool::Sparse);

@@ -515,6 +515,10 @@ impl Region {
             }
             self.remove_free(state, oldest);
             let first = map.unit_of_meta(oldest);
+            // Its head and tail tags go: merged with a clean neighbour, they would be left
+            // inside the merged span, where the filler's scan would take them for a head.
+            map.set_tag(first, Tag::UNUSED);
+            map.set_tag(first + units - 1, Tag::UNUSED);
             let address = map.address_of(first);
             let bytes = units << UNIT_SHIFT;
             // SAFETY: the span is free (no live object) and inside our region.
@@ -599,7 +603,9 @@ impl Region {
             let mut tries = 0;
             while link != 0 && tries < FILLER_TRIES {
                 let chunk = link as usize - 1;
-                if let Some((meta, head, span_units)) = self.free_span_in_chunk(map, chunk, units) {
+                if let Some((meta, head, span_units)) =
+                    self.free_span_in_chunk(state, map, chunk, units)
+                {
                     // SAFETY: the span lock is held; `meta` heads a free span of this pool.
                     let clean = unsafe { (*meta).freed_at } == 0;
                     if clean && !self.charge(units << UNIT_SHIFT) {
@@ -620,6 +626,7 @@ impl Region {
     /// unit and length.
     fn free_span_in_chunk(
         &self,
+        state: &PoolState,
         map: &PageMap,
         chunk: usize,
         units: usize,
@@ -636,7 +643,11 @@ impl Region {
                 Kind::Bag | Kind::Large => unsafe { (*meta).units },
                 _ => 1,
             };
-            if tag.kind() == Kind::Free && length >= units {
+            // A head that is really listed (a tag left inside a merged span would not be).
+            // SAFETY: as above.
+            let listed =
+                || unsafe { !(*meta).prev.is_null() } || state.buckets[bucket_of(length)] == meta;
+            if tag.kind() == Kind::Free && length >= units && listed() {
                 return Some((meta, unit, length));
             }
             unit += length.max(1);
