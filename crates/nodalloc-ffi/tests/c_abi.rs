@@ -482,16 +482,7 @@ fn a_fifteen_second_soak_keeps_rss_within_1_3x_of_live_bytes() {
 
 // ---- Resident memory follows what the program touches (tests/c/sparse.c) ----
 
-/// RSS growth bounds of the sparse patterns, in KiB: 1.2× the best of glibc, jemalloc, mimalloc
-/// and tcmalloc on the same pattern (docs/BENCHMARKS.md), with a floor of 4 MiB where they are
-/// near zero. The crate is held to the same bounds (nodalloc's `tests/rss.rs`).
-const SPARSE_BOUNDS_KIB: [(&str, u64); 5] = [
-    ("buffer", 4096),
-    ("heads", 20 * 1024),
-    ("aligned", 4096),
-    ("table", 9728),
-    ("calloc", 21 * 1024),
-];
+include!("../../nodalloc/tests/common/sparse_bounds.rs");
 
 /// Runs `tests/c/sparse.c` on `pattern` and returns its report line's `key=N` figures.
 fn sparse_figures(pattern: &str, mode: Mode) -> HashMap<String, u64> {

@@ -276,13 +276,19 @@ impl NodeHeaps {
         let Some(batch) = self.take_from_bags(node, class, 1) else {
             return null_mut();
         };
+        self.hand_out_single(node, class, batch.head)
+    }
+
+    /// Counts one object taken straight from the bags as the program's (and marks it in the
+    /// allocation bitmap in secure mode).
+    fn hand_out_single(&self, node: usize, class: SizeClass, object: *mut u8) -> *mut u8 {
         self.class(node, class)
             .allocs
             .fetch_add(1, Ordering::Relaxed);
         if self.arena.is_secure() {
-            self.arena.note_allocated(batch.head);
+            self.arena.note_allocated(object);
         }
-        batch.head
+        object
     }
 
     /// One object of `class` for `calloc`, straight from `node`'s own bags, and whether it is
@@ -291,13 +297,7 @@ impl NodeHeaps {
     pub fn alloc_single_zeroed(&self, node: usize, class: SizeClass) -> Option<(*mut u8, bool)> {
         let mut zeroed = false;
         let batch = self.take_from_node_bags(node, class, 1, &mut zeroed)?;
-        self.class(node, class)
-            .allocs
-            .fetch_add(1, Ordering::Relaxed);
-        if self.arena.is_secure() {
-            self.arena.note_allocated(batch.head);
-        }
-        Some((batch.head, zeroed))
+        Some((self.hand_out_single(node, class, batch.head), zeroed))
     }
 
     /// Takes back one object of `class` from `origin`'s region that the program frees without a

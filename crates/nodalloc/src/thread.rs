@@ -458,9 +458,9 @@ impl ThreadHeap {
     }
 
     /// Frees a small object of unknown size that the caller has classified (the C face's slow
-    /// path: other nodes' objects, a heap not yet attached, an object of a pool the frontier
-    /// check missed). An object of this node gets the same double-free screen as on the fast
-    /// path.
+    /// path: other nodes' objects, or a thread whose first call is this `free`, before it had a
+    /// heap for the fast path). An object of this node gets the same double-free screen as on
+    /// the fast path.
     ///
     /// # Safety
     /// `object` must be a live object of `class` from `origin`'s region that the caller gives

@@ -176,16 +176,7 @@ fn thread_waves_keep_rss_flat() {
     );
 }
 
-/// RSS growth bounds of the sparse patterns, in KiB: 1.2× the best of glibc, jemalloc,
-/// mimalloc and tcmalloc on the same pattern (docs/BENCHMARKS.md), with a floor of 4 MiB where
-/// they are near zero. `libnodalloc.so` is held to the same bounds (c_abi's `sparse` tests).
-const SPARSE_BOUNDS_KIB: [(&str, usize); 5] = [
-    ("buffer", 4096),
-    ("heads", 20 * 1024),
-    ("aligned", 4096),
-    ("table", 9728),
-    ("calloc", 21 * 1024),
-];
+include!("common/sparse_bounds.rs");
 
 /// Allocates through the crate, runs one sparse pattern (see `SPARSE_BOUNDS_KIB`) and checks
 /// its RSS growth.
@@ -255,7 +246,7 @@ fn sparse_pattern(pattern: &str) {
         }
         other => panic!("unknown pattern {other}"),
     }
-    let growth_kib = rss_bytes().saturating_sub(before) >> 10;
+    let growth_kib = (rss_bytes().saturating_sub(before) >> 10) as u64;
     let bound = SPARSE_BOUNDS_KIB
         .iter()
         .find(|(name, _)| *name == pattern)

@@ -207,25 +207,22 @@ impl Arena {
         // The first chunks of each pool stay on small pages: a program whose heap stays small
         // (most processes) then pays for the pages it touches, not for a whole huge page per
         // node, and never waits for the kernel to compact memory into one.
+        let advise_pool = |start: usize, body: Option<libc::c_int>| {
+            os::advise(start as *mut u8, SMALL_PAGE_HEAD, libc::MADV_NOHUGEPAGE);
+            if let Some(advice) = body {
+                let body_start = start + SMALL_PAGE_HEAD;
+                os::advise(body_start as *mut u8, pool_bytes - SMALL_PAGE_HEAD, advice);
+            }
+        };
+        let sparse_advice = if sparse_huge {
+            libc::MADV_HUGEPAGE
+        } else {
+            libc::MADV_NOHUGEPAGE
+        };
         for node in 0..nodes {
             let dense = base as usize + node * region;
-            let sparse = dense + pool_bytes;
-            os::advise(dense as *mut u8, SMALL_PAGE_HEAD, libc::MADV_NOHUGEPAGE);
-            if let Some(advice) = huge {
-                let body = dense + SMALL_PAGE_HEAD;
-                os::advise(body as *mut u8, pool_bytes - SMALL_PAGE_HEAD, advice);
-            }
-            if sparse_huge {
-                os::advise(sparse as *mut u8, SMALL_PAGE_HEAD, libc::MADV_NOHUGEPAGE);
-                let body = sparse + SMALL_PAGE_HEAD;
-                os::advise(
-                    body as *mut u8,
-                    pool_bytes - SMALL_PAGE_HEAD,
-                    libc::MADV_HUGEPAGE,
-                );
-            } else {
-                os::advise(sparse as *mut u8, pool_bytes, libc::MADV_NOHUGEPAGE);
-            }
+            advise_pool(dense, huge);
+            advise_pool(dense + pool_bytes, Some(sparse_advice));
         }
         let arena = metadata as *mut Arena;
         // SAFETY: `metadata` is a fresh zeroed mapping large enough for the header, the regions
@@ -261,7 +258,8 @@ impl Arena {
             for index in 0..pools {
                 let start = base as usize + (index << pool_shift);
                 let budget = core::ptr::addr_of!((*arena).budget);
-                let huge = if index % 2 == Pool::Dense as usize {
+                let dense = index % 2 == Pool::Dense as usize;
+                let huge = if dense {
                     huge_pages_possible
                 } else {
                     sparse_huge
@@ -279,7 +277,7 @@ impl Arena {
                     budget,
                     huge_from,
                     chunk_bits.add(index * chunk_words),
-                    if index % 2 == Pool::Dense as usize {
+                    if dense {
                         filler.add(index / 2 * Region::chunk_count(pool_bytes))
                     } else {
                         core::ptr::null_mut()

@@ -639,8 +639,7 @@ impl Region {
             // SAFETY: the span lock is held; a Free tag heads a free span whose descriptor
             // records its length, and a bag or large span's first unit records its length.
             let length = match tag.kind() {
-                Kind::Free => unsafe { (*meta).units },
-                Kind::Bag | Kind::Large => unsafe { (*meta).units },
+                Kind::Free | Kind::Bag | Kind::Large => unsafe { (*meta).units },
                 _ => 1,
             };
             // A head that is really listed (a tag left inside a merged span would not be).
@@ -825,13 +824,6 @@ impl Region {
                 }
             }
         }
-        // Aligned in absolute terms: the pool's start is only chunk-aligned.
-        let align = align_units << UNIT_SHIFT;
-        let aligned = start.checked_next_multiple_of(align)?;
-        let needed_end = aligned.checked_add(units << UNIT_SHIFT)?;
-        let new_frontier = (round_up(needed_end - self.start, CHUNK_UNITS << UNIT_SHIFT)
-            + self.start)
-            .max(state.frontier);
         // On failure, the clean span taken off the frontier goes back.
         let give_back = |region: &Self, state: &mut PoolState| {
             if start != state.frontier {
@@ -839,7 +831,20 @@ impl Region {
                 region.insert_free(state, map, map.unit_of(start), length, 0);
             }
         };
-        if new_frontier > self.end || needed_end > self.end {
+        // Aligned in absolute terms: the pool's start is only chunk-aligned.
+        let align = align_units << UNIT_SHIFT;
+        let Some((aligned, needed_end)) = start
+            .checked_next_multiple_of(align)
+            .and_then(|aligned| Some((aligned, aligned.checked_add(units << UNIT_SHIFT)?)))
+            .filter(|&(_, needed_end)| needed_end <= self.end)
+        else {
+            give_back(self, state);
+            return None;
+        };
+        let new_frontier = (round_up(needed_end - self.start, CHUNK_UNITS << UNIT_SHIFT)
+            + self.start)
+            .max(state.frontier);
+        if new_frontier > self.end {
             give_back(self, state);
             return None;
         }

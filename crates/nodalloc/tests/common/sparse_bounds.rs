@@ -1,0 +1,13 @@
+// Included by nodalloc's `tests/rss.rs` (the crate) and nodalloc-ffi's `tests/c_abi.rs`
+// (`libnodalloc.so`), so both faces are held to one set of bounds.
+
+/// RSS growth bounds of the sparse patterns, in KiB: 1.2× the best of glibc, jemalloc, mimalloc
+/// and tcmalloc on the same pattern (docs/BENCHMARKS.md), with a floor of 4 MiB where they are
+/// near zero.
+const SPARSE_BOUNDS_KIB: [(&str, u64); 5] = [
+    ("buffer", 4096),
+    ("heads", 20 * 1024),
+    ("aligned", 4096),
+    ("table", 9728),
+    ("calloc", 21 * 1024),
+];
