@@ -575,9 +575,10 @@ impl ThreadHeap {
         list.count -= list.batch;
         list.nth = null_mut();
         list.mark = list.rest;
-        self.tick();
         self.publish(class);
         heaps.release(self.node, class, batch);
+        // Upkeep last: it may re-home the heap, and the batch belongs to the node it left.
+        self.tick();
     }
 
     /// A free of a class threads do not cache (above `MAX_CACHED`) has just pushed its object:
@@ -621,11 +622,12 @@ impl ThreadHeap {
         } else {
             None
         };
-        self.tick();
         for (class, batch) in [leaving, stale].into_iter().flatten() {
             self.publish(class);
             heaps.release(self.node, class, batch);
         }
+        // Upkeep last, as in `free_mark`.
+        self.tick();
     }
 
     /// # Safety
@@ -864,6 +866,68 @@ mod tests {
 
     fn heaps(nodes: usize) -> &'static NodeHeaps {
         NodeHeaps::create(test_arena(nodes, 64 << 20, 0)).unwrap()
+    }
+
+    /// A drain or a park whose upkeep re-homes the thread (it migrated to another node) still
+    /// gives the objects it cut from the list back to their own node, not the new home: the
+    /// node heap refuses foreign objects and aborts naming one.
+    #[test]
+    fn a_drain_that_re_homes_the_thread_returns_its_batch_to_the_old_node() {
+        use crate::os::cpuset::CpuSet;
+        let heaps = heaps(2);
+        // Pin this test thread where it runs, and home its heap on the other node.
+        let cpu = crate::os::current_cpu().unwrap();
+        let mut set = CpuSet::new();
+        set.insert(cpu);
+        crate::os::set_thread_affinity(&set).unwrap();
+        let here = heaps
+            .arena
+            .topology
+            .node_of_cpu(crate::os::current_cpu().unwrap());
+        let away = 1 - here;
+        for size in [64, 128 << 10] {
+            let class = class_of(size, 8).unwrap();
+            // Frees before upkeep is due: up to one below the drain (or one parked object).
+            let quiet = class.cache_limit().saturating_sub(1).max(1);
+            let want = quiet + 2 * class.batch().max(1) + 2;
+            let mut heap = Box::new(ThreadHeap::new());
+            heap.attach(heaps, away);
+            heap.follow_cpu = true;
+            heap.next_tick = u64::MAX;
+            let mut objects = Vec::new();
+            while objects.len() < want {
+                let batch = heaps
+                    .take_from_bags(away, class, want - objects.len())
+                    .unwrap();
+                let mut object = batch.head;
+                while !object.is_null() {
+                    objects.push(object);
+                    // SAFETY: walking the batch we were handed.
+                    object = unsafe { next_of(object) };
+                }
+            }
+            for (index, &object) in objects.iter().enumerate() {
+                if index == quiet {
+                    // From here on, the next drain or park runs its upkeep, which re-homes.
+                    heap.next_tick = 0;
+                }
+                // SAFETY: each object is live, of `class`, and freed once.
+                unsafe { heap.free(object, class) };
+            }
+            assert_eq!(
+                heap.node(),
+                here,
+                "{size} B: the heap did not follow the thread"
+            );
+            heap.flush();
+            heaps.flush_all();
+            assert_eq!(
+                heaps.class(away, class).out_of_bags.load(Ordering::Relaxed),
+                0,
+                "{size} B: objects are missing from their node's bags"
+            );
+        }
+        crate::os::set_thread_affinity(heaps.arena.topology.process_cpus()).unwrap();
     }
 
     #[test]
