@@ -514,6 +514,31 @@ fn sparse_patterns_cost_the_pages_they_touch() {
     }
 }
 
+/// Blocks of 1-64 KiB written whole, 90 % freed at random: once the program has idled, only
+/// the survivors' pages stay (the sweep gives back the free pages inside bags still in use).
+#[test]
+fn a_heap_freed_at_random_keeps_only_the_survivors_pages() {
+    for mode in MODES {
+        let figures = sparse_figures("holes", mode);
+        let (kept, live) = (figures["kept_kib"], figures["live_kib"]);
+        assert!(
+            kept <= holes_bound_kib(live),
+            "holes ({mode:?}): {kept} KiB kept for {live} KiB live"
+        );
+    }
+}
+
+/// A fragmenting churn, then medium objects; once everything is freed and the program has
+/// idled 1.5 s, at most 32 MiB of the heap stays resident.
+#[test]
+fn a_drained_heap_after_a_fragmenting_churn_goes_back() {
+    let drained = sparse_figures("churn", Mode::Preloaded)["drained_kib"];
+    assert!(
+        drained <= 32 * 1024,
+        "churn: {drained} KiB left after the drain"
+    );
+}
+
 /// 256 MiB of 64-byte objects: at least 90 % of them on huge pages where THP is available.
 #[test]
 fn dense_small_objects_sit_on_huge_pages() {

@@ -229,9 +229,9 @@ mod face {
         instance().map(|heaps| &heaps.arena.topology)
     }
 
-    /// Returns every cached free object to its bags and every free page beyond nothing to the
-    /// OS now, without waiting for the decommit delay (like glibc's `malloc_trim(0)`). Other
-    /// threads' caches are left alone.
+    /// Returns every cached free object to its bags and every free page to the OS now, whole
+    /// free pages inside bags still in use included, without waiting for the decommit delay
+    /// (like glibc's `malloc_trim(0)`). Other threads' caches are left alone.
     pub fn purge() {
         let Some(heaps) = existing_instance() else {
             return;

@@ -4,7 +4,8 @@
 //! each other with one CAS), and under it the **central bag lists**: the bags of this node's
 //! region that still have free or never-carved objects, behind the class lock. Batches are broken
 //! up into bags only when the ring overflows or underflows. A bag that falls empty goes back to
-//! the region (and eventually to the OS).
+//! the region (and eventually to the OS); whole free pages inside bags still in use go back to
+//! the OS through the sweep (`node/sweep.rs`).
 //!
 //! Each node heap also has a remote-free [`Inbox`]: threads of other nodes push chains of this
 //! node's objects there; a thread of this node sorts them back into bags on its slow path. So an
@@ -33,6 +34,8 @@ use crate::size_class::{SizeClass, NUM_CLASSES, UNIT, UNIT_SHIFT};
 use core::cell::UnsafeCell;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+mod sweep;
 
 /// Bytes of objects a class's transfer ring may hold per node. More would keep bags alive (and
 /// memory committed) for objects nobody asked for; less would send producer/consumer pairs to the
@@ -87,6 +90,8 @@ pub struct NodeHeap {
     pub large_allocs: AtomicU64,
     pub large_frees: AtomicU64,
     pub large_bytes: AtomicUsize,
+    /// Bytes of granules inside live bags currently given back to the OS by the sweep.
+    pub released_in_bags: AtomicUsize,
     classes: [ClassHeap; NUM_CLASSES],
 }
 
@@ -246,6 +251,9 @@ impl NodeHeaps {
                         let object = (start + index as usize * size) as *mut u8;
                         (*bag).carved += 1;
                         object
+                    } else if (*bag).aside.sweep.released != 0 {
+                        self.restore_granule(node, class, bag, start);
+                        continue;
                     } else {
                         break;
                     };
@@ -257,7 +265,7 @@ impl NodeHeaps {
                     batch.head = object;
                     batch.count += 1;
                 }
-                if (*bag).free.is_null() && (*bag).carved == capacity {
+                if is_full(bag, capacity) {
                     unlink(partial, bag);
                 }
             }
@@ -348,6 +356,12 @@ impl NodeHeaps {
         let map = self.arena.map();
         let size = class.size();
         let capacity = class.capacity() as u32;
+        // The node's next maintenance deadline dates the returns for the sweep.
+        let stamp = self
+            .node(node)
+            .next_maintenance
+            .load(Ordering::Relaxed)
+            .max(1);
         let _guard = heap.lock.lock();
         // SAFETY: the class lock is held for the rest of this function.
         let partial = unsafe { &mut *heap.partial.get() };
@@ -381,16 +395,18 @@ impl NodeHeaps {
                 if (*bag).live == 0 {
                     return Err((object, Misuse::DoubleFree));
                 }
-                let was_full = (*bag).free.is_null() && (*bag).carved == capacity;
+                let was_full = is_full(bag, capacity);
                 self.arena.write_link(object, (*bag).free);
                 (*bag).free = object;
                 (*bag).live -= 1;
+                (*bag).aside.sweep.returned_at = stamp;
                 heap.out_of_bags.fetch_sub(1, Ordering::Relaxed);
                 if (*bag).live == 0 {
                     if !was_full {
                         unlink(partial, bag);
                     }
                     heap.bags.fetch_sub(1, Ordering::Relaxed);
+                    self.forget_released(node, class, bag);
                     // SAFETY: no object of the bag is out any more.
                     self.arena.free_span(start, (*bag).units);
                 } else if was_full {
@@ -498,10 +514,12 @@ impl NodeHeaps {
                 }
             }
         }
+        self.sweep_node(node, due, false);
         self.arena.purge_node(node, false);
     }
 
-    /// Empties every ring and inbox of every node into the bags (for `purge`).
+    /// Empties every ring and inbox of every node into the bags and sweeps every bag (for
+    /// `purge`).
     pub fn flush_all(&self) {
         for node in 0..self.arena.node_count() {
             self.drain_inbox(node);
@@ -513,6 +531,7 @@ impl NodeHeaps {
                     }
                 }
             }
+            self.sweep_node(node, u64::MAX, true);
         }
     }
 
@@ -789,6 +808,18 @@ unsafe fn push_front(list: &mut *mut UnitMeta, bag: *mut UnitMeta) {
     }
 }
 
+/// True when `bag` has nothing left to hand out: no free object listed, none uncarved and none
+/// in a released granule. Full bags are on no list.
+///
+/// # Safety
+/// The class lock owning `bag` is held.
+unsafe fn is_full(bag: *mut UnitMeta, capacity: u32) -> bool {
+    // SAFETY: forwarded contract.
+    unsafe {
+        (*bag).free.is_null() && (*bag).carved == capacity && (*bag).aside.sweep.released == 0
+    }
+}
+
 /// How often a node's upkeep runs: every decommit delay, but at least every 100 ms (idle caches
 /// go back to their bags on this beat) and at most every millisecond.
 pub(crate) fn maintenance_period(delay_ns: u64) -> u64 {
@@ -926,24 +957,39 @@ mod tests {
         assert_eq!(heaps.class(0, class).bags.load(Ordering::Relaxed), 0);
     }
 
-    /// Bag hand-over under contention: four threads take batches from the same node's bags and
-    /// return them (through the ring and straight to the bags) in random order, so bags are
-    /// carved, fill, empty and go back to the region concurrently. Every object handed out is
-    /// marked in a shared table: a second hand-out of a live object, or a loss, fails the test.
-    #[test]
-    fn bags_hand_objects_to_one_owner_at_a_time_under_contention() {
+    /// Bag hand-over under contention: four threads take batches of `class` from the same
+    /// node's bags and return them (through the ring and straight to the bags) in random order,
+    /// so bags are carved, fill, empty and go back to the region concurrently; with `sweep`, a
+    /// fifth thread sweeps every bag in a loop meanwhile. Every object handed out is marked in a
+    /// shared table and filled with its owner's byte, checked before it goes back: a second
+    /// hand-out of a live object, a loss, or a live object changed (a page released under it)
+    /// fails the test.
+    pub(in crate::node) fn hand_over_under_contention(class: SizeClass, sweep: bool) {
         let heaps = NodeHeaps::create(test_arena(1, 64 << 20, 0)).unwrap();
-        let class = class_of(96, 8).unwrap();
+        let size = class.size();
         let base = heaps.arena.base();
-        let slots = (64usize << 20) / class.size();
+        let slots = (64usize << 20) / size;
         let owners: &'static [AtomicU8] = Box::leak((0..slots).map(|_| AtomicU8::new(0)).collect());
-        let slot_of = move |object: *mut u8| (object as usize - base) / class.size();
+        let slot_of = move |object: *mut u8| (object as usize - base) / size;
+        let done: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+        let sweeper = sweep.then(|| {
+            std::thread::spawn(move || {
+                let mut sweeps = 0u64;
+                while !done.load(Ordering::Relaxed) {
+                    heaps.flush_all();
+                    sweeps += 1;
+                }
+                sweeps
+            })
+        });
+        let rounds = ((4 << 20) / size).clamp(2000, 20_000);
         let threads: Vec<_> = (0..4u64)
             .map(|t| {
                 std::thread::spawn(move || {
+                    let byte = t as u8 + 1;
                     let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ t;
                     let mut held: Vec<*mut u8> = Vec::new();
-                    for round in 0..20_000 {
+                    for round in 0..rounds {
                         rng ^= rng << 13;
                         rng ^= rng >> 7;
                         rng ^= rng << 17;
@@ -957,7 +1003,10 @@ mod tests {
                                 assert_eq!(previous, 0, "object {object:p} handed out twice");
                                 held.push(object);
                                 // SAFETY: walking a batch we own.
-                                object = unsafe { next_of(object) };
+                                let next = unsafe { next_of(object) };
+                                // SAFETY: the object is ours, `size` bytes.
+                                unsafe { object.write_bytes(byte, size) };
+                                object = next;
                                 count += 1;
                             }
                             assert_eq!(count, batch.count);
@@ -968,6 +1017,12 @@ mod tests {
                             for _ in 0..give {
                                 let index = (rng as usize / 3) % held.len();
                                 let object = held.swap_remove(index);
+                                // SAFETY: a live object of ours, `size` bytes.
+                                let bytes = unsafe { std::slice::from_raw_parts(object, size) };
+                                assert!(
+                                    bytes.iter().all(|&b| b == byte),
+                                    "object {object:p} changed while live"
+                                );
                                 owners[slot_of(object)].store(0, Ordering::Relaxed);
                                 // SAFETY: we own the object; link it into our chain.
                                 unsafe { set_next(object, chain) };
@@ -1007,12 +1062,22 @@ mod tests {
         for thread in threads {
             thread.join().unwrap();
         }
+        done.store(true, Ordering::Relaxed);
+        if let Some(sweeper) = sweeper {
+            assert!(sweeper.join().unwrap() > 0);
+        }
         heaps.flush_all();
         assert_eq!(
             heaps.class(0, class).bags.load(Ordering::Relaxed),
             0,
             "a bag was lost or kept"
         );
+        assert_eq!(heaps.node(0).released_in_bags.load(Ordering::Relaxed), 0);
         assert_eq!(heaps.arena.usage(0).active, 0);
+    }
+
+    #[test]
+    fn bags_hand_objects_to_one_owner_at_a_time_under_contention() {
+        hand_over_under_contention(class_of(96, 8).unwrap(), false);
     }
 }

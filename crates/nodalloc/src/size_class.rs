@@ -157,6 +157,20 @@ static BAG_UNITS: [u8; NUM_CLASSES] = {
     units
 };
 
+/// The most objects any bag holds.
+pub const MAX_CAPACITY: usize = {
+    let mut most = 0;
+    let mut i = 0;
+    while i < NUM_CLASSES {
+        let objects = (BAG_UNITS[i] as usize * UNIT) / class_size_of(i);
+        if objects > most {
+            most = objects;
+        }
+        i += 1;
+    }
+    most
+};
+
 #[derive(Clone, Copy)]
 struct Divisibility {
     inverse: u32,

@@ -42,6 +42,9 @@ pub struct NodeStats {
     pub mapped: usize,
     /// Bytes returned to the OS so far.
     pub decommitted: usize,
+    /// Bytes of whole free pages inside bags still in use that are given back to the OS now
+    /// (part of `active` and `committed`, but not resident).
+    pub released_in_bags: usize,
     /// Objects of this node freed by threads of other nodes (returned through the inbox).
     pub remote_frees: u64,
     /// Times this node's threads took objects or spans from another node.
@@ -75,6 +78,8 @@ pub struct Stats {
     pub committed: usize,
     pub mapped: usize,
     pub decommitted: usize,
+    /// See [`NodeStats::released_in_bags`].
+    pub released_in_bags: usize,
     /// Bytes of the heap on transparent huge pages (see [`NodeStats::huge_pages`]).
     pub huge_pages: usize,
     pub remote_frees: u64,
@@ -100,6 +105,7 @@ impl Stats {
             committed: 0,
             mapped: 0,
             decommitted: 0,
+            released_in_bags: 0,
             huge_pages: 0,
             remote_frees: 0,
             steals: 0,
@@ -135,6 +141,7 @@ impl Stats {
                 committed: usage.committed,
                 mapped: usage.mapped,
                 decommitted: usage.decommitted,
+                released_in_bags: heap.released_in_bags.load(Ordering::Relaxed),
                 remote_frees: heap.remote_frees.load(Ordering::Relaxed),
                 steals: heap.steals.load(Ordering::Relaxed) + arena.steals(node) as u64,
                 large_allocs: heap.large_allocs.load(Ordering::Relaxed),
@@ -171,6 +178,7 @@ impl Stats {
             stats.committed += out.committed;
             stats.mapped += out.mapped;
             stats.decommitted += out.decommitted;
+            stats.released_in_bags += out.released_in_bags;
             stats.remote_frees += out.remote_frees;
             stats.steals += out.steals;
             stats.allocs += out.large_allocs;
@@ -233,6 +241,8 @@ impl Stats {
             .size(self.mapped as u64)
             .str(", decommitted ")
             .size(self.decommitted as u64)
+            .str(", released in bags ")
+            .size(self.released_in_bags as u64)
             .str(", peak committed ")
             .size(self.peak_committed as u64);
         if self.limit != 0 {

@@ -24,6 +24,7 @@ fn child_entry() {
         Ok("thread-waves") => thread_waves_keep_rss_flat(),
         Ok(pattern) if pattern.starts_with("sparse-") => sparse_pattern(&pattern[7..]),
         Ok("dense") => dense_small_objects(),
+        Ok("holes") => holes(),
         Ok(other) => panic!("unknown scenario {other}"),
         Err(_) => {}
     }
@@ -349,6 +350,66 @@ fn sparse_patterns_cost_the_pages_they_touch() {
         let stderr = expect_child(&format!("sparse-{pattern}"), &[], "sparse ");
         eprintln!("{}", stderr.trim());
     }
+}
+
+/// Blocks of 1-64 KiB written whole, 90 % freed at random, then an idle second (allocating a
+/// little): only the survivors' pages may stay (`holes_bound_kib`).
+fn holes() {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut blocks = Vec::with_capacity(8192);
+    let before = rss_bytes();
+    for i in 0..8192 {
+        let size = 1024 + (rng.next() % (63 * 1024 + 1)) as usize;
+        let layout = Layout::from_size_align(size, 8).unwrap();
+        // SAFETY: a valid non-zero layout.
+        let p = unsafe { GLOBAL.alloc(layout) };
+        assert!(!p.is_null());
+        // SAFETY: the block holds `size` bytes.
+        unsafe { p.write_bytes(i as u8, size) };
+        blocks.push((p, layout, i as u8));
+    }
+    let mut live = 0;
+    blocks.retain(|&(p, layout, _)| {
+        if rng.next() % 10 != 0 {
+            // SAFETY: allocated above with this layout, freed once.
+            unsafe { GLOBAL.dealloc(p, layout) };
+            false
+        } else {
+            live += layout.size();
+            true
+        }
+    });
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(50));
+        for size in [1 << 20, 64] {
+            let layout = Layout::from_size_align(size, 8).unwrap();
+            // SAFETY: a valid layout; freed at once.
+            unsafe { GLOBAL.dealloc(GLOBAL.alloc(layout), layout) };
+        }
+    }
+    let kept_kib = (rss_bytes().saturating_sub(before) >> 10) as u64;
+    let live_kib = (live >> 10) as u64;
+    let released = nodalloc::stats().released_in_bags;
+    eprintln!(
+        "holes: {kept_kib} KiB kept for {live_kib} KiB live, {released} bytes released in bags"
+    );
+    assert!(
+        kept_kib <= holes_bound_kib(live_kib),
+        "{kept_kib} KiB kept for {live_kib} KiB live"
+    );
+    for (p, layout, byte) in blocks {
+        // SAFETY: a live block of `layout.size()` bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(p, layout.size()) };
+        assert!(bytes.iter().all(|&b| b == byte), "a survivor lost data");
+        // SAFETY: allocated above with this layout.
+        unsafe { GLOBAL.dealloc(p, layout) };
+    }
+}
+
+#[test]
+fn a_heap_freed_at_random_keeps_only_the_survivors_pages() {
+    let stderr = expect_child("holes", &[], "holes: ");
+    eprintln!("{}", stderr.trim());
 }
 
 #[test]

@@ -16,6 +16,9 @@
  *             medium objects (1-8 KiB, only their first bytes written); prints the peak growth
  *             and, as drained_kib=N, the growth left after everything is freed and the
  *             program idles 1.5 s, allocating a little
+ *   holes     8192 blocks of 1-64 KiB, every byte written, 90 % freed at random; prints, as
+ *             kept_kib=N, the growth left after the program idles 1 s allocating a little, and
+ *             live_kib=N, the bytes the survivors hold (their pages must be all that stays)
  */
 #include "check.h"
 
@@ -164,6 +167,15 @@ static void sleep_ms(long ms) {
     nanosleep(&ts, NULL);
 }
 
+/* Idles 50 ms a step, allocating a little each time as a quiet program would. */
+static void idle(int steps) {
+    for (int step = 0; step < steps; step++) {
+        sleep_ms(50);
+        malloc_and_free(64);
+        malloc_and_free(1 << 20);
+    }
+}
+
 static void pattern_churn(void) {
     enum { SMALL = 2000000, MEDIUM = 100000 };
     char **small = malloc(opaque_size(SMALL * sizeof(char *)));
@@ -202,15 +214,50 @@ static void pattern_churn(void) {
     for (int i = 0; i < MEDIUM; i++)
         free(medium[i]);
     /* Idle 1.5 s, allocating a little every 50 ms as a quiet program would. */
-    for (int step = 0; step < 30; step++) {
-        sleep_ms(50);
-        malloc_and_free(64);
-        malloc_and_free(1 << 20);
-    }
+    idle(30);
     printf("churn rss_growth_kib=%ld drained_kib=%ld huge_kib=%ld\n", peak - before,
            rss_kib() - before, huge_kib());
     free(small);
     free(medium);
+}
+
+static void pattern_holes(void) {
+    enum { COUNT = 8192 };
+    char **blocks = malloc(opaque_size(COUNT * sizeof(char *)));
+    size_t *sizes = malloc(opaque_size(COUNT * sizeof(size_t)));
+    CHECK(blocks != NULL && sizes != NULL, "arrays");
+    memset(blocks, 0, COUNT * sizeof(char *));
+    memset(sizes, 0, COUNT * sizeof(size_t));
+    unsigned long long state = 0x9E3779B97F4A7C15ull;
+    long before = rss_kib();
+    for (int i = 0; i < COUNT; i++) {
+        sizes[i] = 1024 + next_random(&state) % (63 * 1024 + 1);
+        blocks[i] = malloc(opaque_size(sizes[i]));
+        CHECK(blocks[i] != NULL, "block #%d", i);
+        memset(blocks[i], (char)i, sizes[i]);
+    }
+    long peak = rss_kib() - before;
+    size_t live = 0;
+    for (int i = 0; i < COUNT; i++) {
+        if (next_random(&state) % 10 != 0) {
+            free(blocks[i]);
+            blocks[i] = NULL;
+        } else {
+            live += sizes[i];
+        }
+    }
+    idle(20);
+    long kept = rss_kib() - before;
+    for (int i = 0; i < COUNT; i++) {
+        if (blocks[i] != NULL) {
+            CHECK(blocks[i][0] == (char)i && blocks[i][sizes[i] - 1] == (char)i,
+                  "block %d kept its contents", i);
+            free(blocks[i]);
+        }
+    }
+    printf("holes rss_growth_kib=%ld kept_kib=%ld live_kib=%zu\n", peak, kept, live / 1024);
+    free(blocks);
+    free(sizes);
 }
 
 int main(int argc, char **argv) {
@@ -232,6 +279,8 @@ int main(int argc, char **argv) {
         pattern_dense();
     else if (!strcmp(pattern, "churn"))
         pattern_churn();
+    else if (!strcmp(pattern, "holes"))
+        pattern_holes();
     else
         CHECK(0, "unknown pattern '%s'", pattern);
     printf("ok sparse: %lu checks\n", checks_passed);

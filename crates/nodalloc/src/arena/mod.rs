@@ -455,6 +455,15 @@ impl Arena {
             .free(&self.map, address, units, self.decay);
     }
 
+    /// Gives whole free pages inside a span still in use back to the OS.
+    ///
+    /// # Safety
+    /// As for [`Region::release_in_use`].
+    pub unsafe fn release_in_use(&self, address: usize, bytes: usize) {
+        // SAFETY: forwarded contract.
+        unsafe { self.pool_of(address).release_in_use(address, bytes) };
+    }
+
     /// What `node`'s pools hold, summed over both.
     pub fn usage(&self, node: usize) -> PoolUsage {
         let mut usage = PoolUsage::default();

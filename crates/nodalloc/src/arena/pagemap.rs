@@ -105,12 +105,49 @@ pub struct UnitMeta {
     pub carved: u32,
     /// Bag: objects out of the bag (in use, or cached in a thread heap or transfer ring).
     pub live: u32,
-    /// Free span: the age list of committed ("dirty") free spans, oldest first.
-    pub older: *mut UnitMeta,
-    pub newer: *mut UnitMeta,
+    /// Free span: its place on the age list. Bag: what the sweep knows of it.
+    pub aside: Aside,
     /// Free span: when it was freed, in monotonic ns; 0 for a decommitted ("clean") span.
     /// Bag (secure mode): the seed of its random carving order.
     pub freed_at: u64,
+}
+
+/// The two words a free span and a bag use differently (all-zero is valid for both).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union Aside {
+    /// Free span (span lock).
+    pub age: AgeLinks,
+    /// Bag (class lock).
+    pub sweep: BagSweep,
+}
+
+impl Aside {
+    pub const NONE: Aside = Aside {
+        sweep: BagSweep {
+            released: 0,
+            returned_at: 0,
+        },
+    };
+}
+
+/// A dirty free span's neighbours on the age list of committed free spans, oldest first.
+#[derive(Clone, Copy)]
+pub struct AgeLinks {
+    pub older: *mut UnitMeta,
+    pub newer: *mut UnitMeta,
+}
+
+/// A live bag's state for the sweep that gives wholly free pages inside it back to the OS (see
+/// `node::sweep`).
+#[derive(Clone, Copy)]
+pub struct BagSweep {
+    /// Bit `g`: granule `g` of the bag was given back to the OS and the objects that start in it
+    /// are free and off the bag's free list.
+    pub released: u64,
+    /// The node's maintenance deadline when an object last came back to the bag; 0 when the bag
+    /// has had no return since its last sweep.
+    pub returned_at: u64,
 }
 
 /// The two parallel arrays, indexed by unit number.

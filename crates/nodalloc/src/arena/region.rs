@@ -13,7 +13,7 @@
 //! Everything mutable sits behind the region's span lock. The few counters read by `stats()`
 //! are atomics written under the lock.
 
-use super::pagemap::{Kind, PageMap, Tag, UnitMeta};
+use super::pagemap::{AgeLinks, Aside, Kind, PageMap, Tag, UnitMeta};
 use super::round_up;
 use crate::ds::spinlock::SpinLock;
 use crate::os;
@@ -475,6 +475,34 @@ impl Region {
         self.purge_locked(state, map, now, decay, force);
     }
 
+    /// Gives the pages of `[address, address + bytes)`, inside a span still in use (a bag), back
+    /// to the OS. A chunk of the huge-page part is first taken off huge pages, as for a partial
+    /// decommit (see `settle_huge_pages`); it goes back on them when the whole chunk is clean.
+    ///
+    /// # Safety
+    /// The range must be page aligned, inside a span of this region handed out and not freed,
+    /// and hold no live object.
+    pub unsafe fn release_in_use(&self, address: usize, bytes: usize) {
+        if address + bytes > self.huge_from {
+            let _guard = self.lock.lock();
+            let mut chunk = (address & !(CHUNK_BYTES - 1)).max(self.huge_from);
+            while chunk < address + bytes {
+                let index = (chunk - self.start) / CHUNK_BYTES;
+                // SAFETY: the span lock is held and the bitmap covers every chunk of the region.
+                let word = unsafe { &mut *self.small_chunks.add(index / 64) };
+                let bit = 1u64 << (index % 64);
+                if *word & bit == 0
+                    && os::advise(chunk as *mut u8, CHUNK_BYTES, libc::MADV_NOHUGEPAGE)
+                {
+                    *word |= bit;
+                }
+                chunk += CHUNK_BYTES;
+            }
+        }
+        // SAFETY: forwarded contract.
+        unsafe { os::decommit(address as *mut u8, bytes) };
+    }
+
     /// Bytes of free spans still committed.
     pub fn dirty_bytes(&self) -> usize {
         let _guard = self.lock.lock();
@@ -899,8 +927,7 @@ impl Region {
                 free: null_mut(),
                 carved: 0,
                 live: 0,
-                older: null_mut(),
-                newer: null_mut(),
+                aside: Aside::NONE,
                 freed_at: 0,
             };
         }
@@ -972,8 +999,7 @@ impl Region {
                 free: null_mut(),
                 carved: 0,
                 live: 0,
-                older: null_mut(),
-                newer: null_mut(),
+                aside: Aside::NONE,
                 freed_at,
             };
             if !state.buckets[bucket].is_null() {
@@ -981,11 +1007,11 @@ impl Region {
             }
             if freed_at != 0 {
                 state.dirty_bytes += units << UNIT_SHIFT;
-                (*meta).older = state.newest;
+                (*meta).aside.age.older = state.newest;
                 if state.newest.is_null() {
                     state.oldest = meta;
                 } else {
-                    (*state.newest).newer = meta;
+                    (*state.newest).aside.age.newer = meta;
                 }
                 state.newest = meta;
             }
@@ -1020,21 +1046,21 @@ impl Region {
             }
             if (*meta).freed_at != 0 {
                 state.dirty_bytes -= (*meta).units << UNIT_SHIFT;
-                if (*meta).older.is_null() {
-                    state.oldest = (*meta).newer;
+                let AgeLinks { older, newer } = (*meta).aside.age;
+                if older.is_null() {
+                    state.oldest = newer;
                 } else {
-                    (*(*meta).older).newer = (*meta).newer;
+                    (*older).aside.age.newer = newer;
                 }
-                if (*meta).newer.is_null() {
-                    state.newest = (*meta).older;
+                if newer.is_null() {
+                    state.newest = older;
                 } else {
-                    (*(*meta).newer).older = (*meta).older;
+                    (*newer).aside.age.older = older;
                 }
             }
             (*meta).next = null_mut();
             (*meta).prev = null_mut();
-            (*meta).older = null_mut();
-            (*meta).newer = null_mut();
+            (*meta).aside = Aside::NONE;
         }
     }
 }

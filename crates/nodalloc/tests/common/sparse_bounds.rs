@@ -11,3 +11,10 @@ const SPARSE_BOUNDS_KIB: [(&str, u64); 5] = [
     ("table", 9728),
     ("calloc", 21 * 1024),
 ];
+
+/// The `holes` pattern (blocks of 1-64 KiB written whole, 90 % freed at random, then an idle
+/// second): what may stay resident for `live_kib` of survivors. Peers keep the whole heap,
+/// ten times the survivors (docs/BENCHMARKS.md).
+fn holes_bound_kib(live_kib: u64) -> u64 {
+    live_kib * 3 / 2 + 4096
+}

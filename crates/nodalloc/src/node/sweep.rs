@@ -1,0 +1,439 @@
+//! The **sweep**: whole free pages inside bags that are still in use go back to the OS.
+//!
+//! A bag returns to its region only when its last object does. After a program frees most of
+//! its objects at random, nearly every bag keeps a few survivors, and the freed objects between
+//! them would stay resident for as long as the bags live. The sweep finds the parts of a bag that
+//! hold no live object and gives them back with `MADV_DONTNEED`.
+//!
+//! A bag is cut into at most 64 **granules** (a page, or more for bags above 256 KiB). A granule
+//! can be released when every object overlapping it is free and carved. Free objects link
+//! through their first word, so the objects that *start* in a released granule leave the bag's
+//! free list (their links would fault the page back in); bit `g` of the bag's `released` mask
+//! records that they are free. When the bag runs out of listed and uncarved objects,
+//! [`NodeHeaps::restore_granule`] lists the objects of the lowest released granule again. An
+//! object that starts before a released granule and reaches into it stays listed: when it is
+//! handed out, its tail reads as zero, as any recycled memory may.
+//!
+//! Only quiet bags are swept: no object came back to the bag since the node's previous
+//! maintenance pass, so a bag under churn is not emptied and refaulted on every pass. `purge`
+//! sweeps every bag. Secure mode, which carves in a random order, does not sweep.
+//!
+//! Layer: part of the node heap; calls `arena`.
+
+use super::NodeHeaps;
+use crate::arena::pagemap::UnitMeta;
+use crate::arena::secure::Expect;
+use crate::os::PAGE_SIZE;
+use crate::size_class::{SizeClass, MAX_CAPACITY, NUM_CLASSES};
+use core::ptr::null_mut;
+use core::sync::atomic::Ordering;
+
+/// Free objects a maintenance pass may walk per node before it leaves the rest for the next
+/// pass. The walk holds a class lock and misses the cache on cold objects (~100 ns each), and
+/// the pass runs on the slow path of whichever thread is due: 32 Ki objects keep it to a few
+/// milliseconds at worst.
+const PASS_BUDGET: usize = 1 << 15;
+
+/// A bag's granule size: a page, or the power of two that cuts the bag into at most 64.
+fn granule_of(class: SizeClass) -> usize {
+    (class.bag_bytes() / 64).next_power_of_two().max(PAGE_SIZE)
+}
+
+impl NodeHeaps {
+    /// Sweeps `node`'s bags that have been quiet since the pass before the one due at `due`
+    /// (every bag with free space, when `force`). Class by class, under each class lock.
+    pub(super) fn sweep_node(&self, node: usize, due: u64, force: bool) {
+        if self.arena.is_secure() {
+            return;
+        }
+        let mut budget = PASS_BUDGET;
+        for class in 0..NUM_CLASSES {
+            let class = SizeClass(class as u8);
+            let heap = self.class(node, class);
+            let _guard = heap.lock.lock();
+            // SAFETY: the class lock is held for the rest of this iteration.
+            let mut bag = unsafe { *heap.partial.get() };
+            while !bag.is_null() && budget > 0 {
+                // SAFETY: the class lock is held and `bag` is on this class's partial list.
+                unsafe {
+                    let returned_at = (*bag).aside.sweep.returned_at;
+                    if force || (returned_at != 0 && returned_at < due) {
+                        let walked = self.sweep_bag(node, class, bag);
+                        budget = budget.saturating_sub(walked);
+                    }
+                    bag = (*bag).next;
+                }
+            }
+            if budget == 0 {
+                break;
+            }
+        }
+    }
+
+    /// Releases the granules of `bag` that hold no live object, and takes the objects that
+    /// start in them off its free list. Returns how many listed objects it walked.
+    ///
+    /// # Safety
+    /// The class lock is held and `bag` is a live bag of `class` on `node` (not secure mode).
+    unsafe fn sweep_bag(&self, node: usize, class: SizeClass, bag: *mut UnitMeta) -> usize {
+        let map = self.arena.map();
+        let start = map.address_of(map.unit_of_meta(bag));
+        let size = class.size();
+        let granule = granule_of(class);
+        let bag_bytes = class.bag_bytes();
+        let granules = bag_bytes.div_ceil(granule);
+        // SAFETY: the caller holds the class lock that owns `bag`.
+        let bag = unsafe { &mut *bag };
+        bag.aside.sweep.returned_at = 0;
+        let carved = bag.carved as usize;
+        // SAFETY: the sweep variant is the one a live bag uses.
+        let released = unsafe { bag.aside.sweep.released };
+        // Not even one granule's worth of free objects, or so many live ones that a granule
+        // is unlikely to be free of them (a granule of `k` objects, a share `l` of them live,
+        // is wholly free with a chance of about e^(-k l)): leave the bag for a sparser day.
+        let per_granule = (granule / size).max(1);
+        if (carved - bag.live as usize) * size < granule
+            || bag.live as usize * per_granule > 4 * carved
+        {
+            return 0;
+        }
+        // Which carved objects are on the free list. A list longer than the carved objects
+        // is corrupt (a double free of a kind the checks let through): leave the bag alone.
+        let mut listed = [0u64; MAX_CAPACITY.div_ceil(64)];
+        let mut count = 0;
+        let mut object = bag.free;
+        while !object.is_null() {
+            let offset = (object as usize).wrapping_sub(start);
+            if offset >= carved * size || offset % size != 0 || count == carved {
+                return count;
+            }
+            let index = offset / size;
+            listed[index / 64] |= 1 << (index % 64);
+            count += 1;
+            // SAFETY: listed objects are free and linked through their first word.
+            object = unsafe { self.arena.read_link(object, Expect::Class(class)) };
+        }
+        let starts_released = |index: usize, mask: u64| mask & (1 << (index * size / granule)) != 0;
+        let is_free = |index: usize| {
+            listed[index / 64] & (1 << (index % 64)) != 0 || starts_released(index, released)
+        };
+        let mut newly = 0u64;
+        for g in 0..granules {
+            if released & (1 << g) != 0 {
+                continue;
+            }
+            let low = g * granule;
+            let high = (low + granule).min(bag_bytes);
+            let first = low / size;
+            let last = ((high - 1) / size).min(class.capacity() - 1);
+            // Granules with an uncarved object (or only tail waste) were never touched by an
+            // object handed out; releasing them would also let `restore_granule` list objects
+            // that were never carved.
+            if first > last || last >= carved {
+                continue;
+            }
+            if (first..=last).all(is_free) {
+                newly |= 1 << g;
+            }
+        }
+        if newly == 0 {
+            return count;
+        }
+        // Relist what stays listed, lowest address first.
+        let mut head = null_mut::<u8>();
+        for index in (0..carved).rev() {
+            if listed[index / 64] & (1 << (index % 64)) != 0 && !starts_released(index, newly) {
+                let object = (start + index * size) as *mut u8;
+                // SAFETY: a free object of this bag, outside the granules about to go.
+                unsafe { self.arena.write_link(object, head) };
+                head = object;
+            }
+        }
+        bag.free = head;
+        bag.aside.sweep.released = released | newly;
+        let mut bytes = 0;
+        let mut g = 0;
+        while g < granules {
+            if newly & (1 << g) == 0 {
+                g += 1;
+                continue;
+            }
+            let run = g;
+            while g < granules && newly & (1 << g) != 0 {
+                g += 1;
+            }
+            let low = start + run * granule;
+            let high = (start + g * granule).min(start + bag_bytes);
+            // SAFETY: page-aligned granules of a live bag whose every overlapping object is
+            // free and no longer listed or reachable (see above).
+            unsafe { self.arena.release_in_use(low, high - low) };
+            bytes += high - low;
+        }
+        self.node(node)
+            .released_in_bags
+            .fetch_add(bytes, Ordering::Relaxed);
+        count
+    }
+
+    /// Lists again the objects that start in `bag`'s lowest released granule (the bag has no
+    /// listed or uncarved object left).
+    ///
+    /// # Safety
+    /// The class lock is held and `bag` is a live bag of `class` on `node` starting at `start`,
+    /// with a released granule.
+    pub(super) unsafe fn restore_granule(
+        &self,
+        node: usize,
+        class: SizeClass,
+        bag: *mut UnitMeta,
+        start: usize,
+    ) {
+        let size = class.size();
+        let granule = granule_of(class);
+        // SAFETY: the caller holds the class lock that owns `bag`.
+        let bag = unsafe { &mut *bag };
+        // SAFETY: the sweep variant is the one a live bag uses.
+        let released = unsafe { bag.aside.sweep.released };
+        debug_assert!(released != 0 && bag.free.is_null());
+        let g = released.trailing_zeros() as usize;
+        bag.aside.sweep.released = released & !(1 << g);
+        let low = g * granule;
+        let high = ((g + 1) * granule).min(class.bag_bytes());
+        let first = low.div_ceil(size);
+        let end = high.div_ceil(size).min(bag.carved as usize);
+        for index in (first..end).rev() {
+            let object = (start + index * size) as *mut u8;
+            // SAFETY: the objects starting in a released granule are free and the bag's.
+            unsafe { self.arena.write_link(object, bag.free) };
+            bag.free = object;
+        }
+        self.node(node)
+            .released_in_bags
+            .fetch_sub(high - low, Ordering::Relaxed);
+    }
+
+    /// Accounts for the released granules of a bag that goes back to its region.
+    ///
+    /// # Safety
+    /// The class lock is held and `bag` is a bag of `class` whose last object just came back.
+    pub(super) unsafe fn forget_released(&self, node: usize, class: SizeClass, bag: *mut UnitMeta) {
+        // SAFETY: the caller holds the class lock; the sweep variant is a live bag's.
+        let released = unsafe { (*bag).aside.sweep.released };
+        if released == 0 {
+            return;
+        }
+        let granule = granule_of(class);
+        let bag_bytes = class.bag_bytes();
+        let mut bytes = 0;
+        for g in 0..bag_bytes.div_ceil(granule) {
+            if released & (1 << g) != 0 {
+                bytes += ((g + 1) * granule).min(bag_bytes) - g * granule;
+            }
+        }
+        self.node(node)
+            .released_in_bags
+            .fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arena::tests::test_arena;
+    use crate::ds::{next_of, set_next};
+    use crate::size_class::class_of;
+    use std::collections::HashSet;
+
+    /// Whether the page holding `address` is resident.
+    fn resident(address: usize) -> bool {
+        let page = address & !(PAGE_SIZE - 1);
+        let mut vec = 0u8;
+        // SAFETY: `page` is page aligned inside a mapping of ours; one byte of output.
+        let result = unsafe { libc::mincore(page as *mut libc::c_void, PAGE_SIZE, &mut vec) };
+        assert_eq!(result, 0);
+        vec & 1 != 0
+    }
+
+    /// Takes `count` objects of `class` from node 0's bags as a vector.
+    fn take(heaps: &NodeHeaps, class: SizeClass, count: usize) -> Vec<*mut u8> {
+        let batch = heaps.take_from_bags(0, class, count).expect("memory");
+        let mut objects = Vec::new();
+        let mut object = batch.head;
+        while !object.is_null() {
+            objects.push(object);
+            // SAFETY: walking a batch we own.
+            object = unsafe { next_of(object) };
+        }
+        objects
+    }
+
+    /// Gives `objects` back to their bags as one chain.
+    fn give_back(heaps: &NodeHeaps, class: SizeClass, objects: &[*mut u8]) {
+        let mut chain = null_mut();
+        for &object in objects {
+            // SAFETY: we own the object; link it into our chain.
+            unsafe { set_next(object, chain) };
+            chain = object;
+        }
+        heaps
+            .return_to_bags(0, class, chain)
+            .expect("valid objects");
+    }
+
+    /// The bag the sweep tests use: every object carved and written, then all but every
+    /// `keep_every`-th object freed. Returns the kept objects and the freed ones.
+    fn sparse_bag(
+        heaps: &NodeHeaps,
+        class: SizeClass,
+        keep_every: usize,
+    ) -> (Vec<*mut u8>, Vec<*mut u8>) {
+        let mut objects = take(heaps, class, class.capacity());
+        assert_eq!(objects.len(), class.capacity());
+        objects.sort();
+        for &object in &objects {
+            // SAFETY: the object is ours, `class.size()` bytes.
+            unsafe { core::ptr::write_bytes(object, 0xA5, class.size()) };
+        }
+        let (kept, freed): (Vec<_>, Vec<_>) = objects
+            .iter()
+            .enumerate()
+            .partition(|(index, _)| index % keep_every == 0);
+        let kept: Vec<_> = kept.into_iter().map(|(_, &object)| object).collect();
+        let freed: Vec<_> = freed.into_iter().map(|(_, &object)| object).collect();
+        give_back(heaps, class, &freed);
+        (kept, freed)
+    }
+
+    fn intact(object: *mut u8, size: usize) -> bool {
+        // SAFETY: a live object of ours, `size` bytes.
+        unsafe { std::slice::from_raw_parts(object, size) }
+            .iter()
+            .all(|&b| b == 0xA5)
+    }
+
+    #[test]
+    fn a_sweep_gives_back_the_free_pages_of_a_sparse_bag_and_hands_each_object_out_again() {
+        for (size, keep_every) in [(8192, 3), (5000, 4), (256, 40), (1024, 9), (100_000, 2)] {
+            let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
+            let class = class_of(size, 8).unwrap();
+            let (kept, freed) = sparse_bag(heaps, class, keep_every);
+            let pages_of = |objects: &[*mut u8]| -> HashSet<usize> {
+                let mut pages = HashSet::new();
+                for &object in objects {
+                    let start = object as usize;
+                    let mut page = start & !(PAGE_SIZE - 1);
+                    while page < start + class.size() {
+                        pages.insert(page);
+                        page += PAGE_SIZE;
+                    }
+                }
+                pages
+            };
+            let live_pages = pages_of(&kept);
+            let free_pages: Vec<_> = pages_of(&freed).difference(&live_pages).copied().collect();
+            assert!(!free_pages.is_empty());
+            assert!(free_pages.iter().all(|&page| resident(page)));
+
+            heaps.flush_all();
+            let released = heaps.node(0).released_in_bags.load(Ordering::Relaxed);
+            let gone = free_pages.iter().filter(|&&page| !resident(page)).count();
+            assert!(
+                gone * 2 >= free_pages.len(),
+                "{size} B: {gone} of {} wholly free pages released",
+                free_pages.len()
+            );
+            assert!(
+                released >= gone * PAGE_SIZE,
+                "{size} B: {released} bytes counted"
+            );
+            for &object in &kept {
+                assert!(
+                    intact(object, class.size()),
+                    "{size} B: a kept object lost data"
+                );
+            }
+
+            // Every freed object comes back exactly once, none of the kept ones, and the
+            // released granules are listed again on the way.
+            let again = take(heaps, class, freed.len() + 1);
+            let again_set: HashSet<_> = again.iter().copied().collect();
+            assert_eq!(
+                again_set.len(),
+                again.len(),
+                "{size} B: an object handed out twice"
+            );
+            let freed_set: HashSet<_> = freed.iter().copied().collect();
+            let from_bag = again_set.intersection(&freed_set).count();
+            assert_eq!(from_bag, freed.len(), "{size} B: a freed object was lost");
+            assert!(
+                kept.iter().all(|object| !again_set.contains(object)),
+                "{size} B: a live object was handed out"
+            );
+            assert_eq!(heaps.node(0).released_in_bags.load(Ordering::Relaxed), 0);
+            give_back(heaps, class, &again);
+            give_back(heaps, class, &kept);
+            assert_eq!(heaps.class(0, class).bags.load(Ordering::Relaxed), 0);
+        }
+    }
+
+    #[test]
+    fn only_bags_quiet_for_a_whole_maintenance_period_are_swept() {
+        let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
+        let class = class_of(8192, 8).unwrap();
+        let stamp = heaps
+            .node(0)
+            .next_maintenance
+            .load(Ordering::Relaxed)
+            .max(1);
+        let (kept, freed) = sparse_bag(heaps, class, 4);
+        let released = || heaps.node(0).released_in_bags.load(Ordering::Relaxed);
+        // The pass whose deadline the returns saw: not quiet yet.
+        heaps.sweep_node(0, stamp, false);
+        assert_eq!(
+            released(),
+            0,
+            "a bag swept in the period its objects came back"
+        );
+        // The next pass: quiet for a whole period.
+        heaps.sweep_node(0, stamp + 1, false);
+        assert!(released() > 0, "a quiet bag was not swept");
+        // Swept once, the bag is left alone until an object comes back.
+        let before = released();
+        let again = take(heaps, class, 1);
+        heaps.sweep_node(0, stamp + 2, false);
+        assert!(released() <= before);
+        give_back(heaps, class, &again);
+        give_back(heaps, class, &freed[..0]);
+        for &object in &kept {
+            assert!(intact(object, class.size()));
+        }
+        let all = take(heaps, class, class.capacity());
+        give_back(heaps, class, &all);
+        give_back(heaps, class, &kept);
+        assert_eq!(heaps.class(0, class).bags.load(Ordering::Relaxed), 0);
+        assert_eq!(released(), 0);
+    }
+
+    #[test]
+    fn the_busiest_bags_are_not_swept() {
+        let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
+        // 64-byte objects, one in eight kept: a page of 64 holds 8 live ones on average.
+        let class = class_of(64, 8).unwrap();
+        let (kept, _) = sparse_bag(heaps, class, 8);
+        heaps.flush_all();
+        assert_eq!(heaps.node(0).released_in_bags.load(Ordering::Relaxed), 0);
+        let all = take(heaps, class, class.capacity() - kept.len());
+        give_back(heaps, class, &all);
+        give_back(heaps, class, &kept);
+        assert_eq!(heaps.class(0, class).bags.load(Ordering::Relaxed), 0);
+    }
+
+    /// Sweeps under contention: bags of a page-spanning class and of a small one are carved,
+    /// filled, emptied and swept concurrently; no live object may change or be handed out twice.
+    #[test]
+    fn sweeps_never_touch_live_objects_under_contention() {
+        for size in [6000, 512] {
+            crate::node::tests::hand_over_under_contention(class_of(size, 8).unwrap(), true);
+        }
+    }
+}
