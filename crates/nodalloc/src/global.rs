@@ -240,13 +240,24 @@ extern "C" fn print_stats_at_exit() {
     crate::stats().write_to(STATS_FD.load(Ordering::Relaxed));
 }
 
-/// Free thread heaps of faces that keep their own thread-local pointer, linked by `pool_next`.
-struct Pool(UnsafeCell<*mut ThreadHeap>);
-// SAFETY: the list is only touched with POOL_LOCK held.
+/// Thread heaps of faces that keep their own thread-local pointer: the free ones, linked by
+/// `pool_next`, and the newest mapping's heaps not yet handed out, which stay untouched (no
+/// resident page) until a thread needs one.
+struct PoolState {
+    free: *mut ThreadHeap,
+    fresh: *mut ThreadHeap,
+    fresh_left: usize,
+}
+struct Pool(UnsafeCell<PoolState>);
+// SAFETY: the state is only touched with POOL_LOCK held.
 unsafe impl Sync for Pool {}
-static POOL: Pool = Pool(UnsafeCell::new(core::ptr::null_mut()));
+static POOL: Pool = Pool(UnsafeCell::new(PoolState {
+    free: core::ptr::null_mut(),
+    fresh: core::ptr::null_mut(),
+    fresh_left: 0,
+}));
 static POOL_LOCK: SpinLock = SpinLock::new();
-/// Heaps mapped at once when the pool is empty (a 7.5 KiB heap each).
+/// Heaps mapped at once when the pool is empty (a 7.9 KiB heap each).
 const HEAPS_PER_MAPPING: usize = 16;
 
 /// A fresh thread heap from the pool, for a face with its own thread-local pointer. It attaches
@@ -254,24 +265,30 @@ const HEAPS_PER_MAPPING: usize = 16;
 pub(crate) fn take_pooled_heap() -> Option<&'static mut ThreadHeap> {
     let _guard = POOL_LOCK.lock();
     // SAFETY: POOL_LOCK is held.
-    let head = unsafe { &mut *POOL.0.get() };
-    if head.is_null() {
-        let bytes = HEAPS_PER_MAPPING * core::mem::size_of::<ThreadHeap>();
-        let memory = os::reserve(bytes)? as *mut ThreadHeap;
-        for i in 0..HEAPS_PER_MAPPING {
-            // SAFETY: `memory` holds HEAPS_PER_MAPPING heaps; each is written before use.
-            unsafe {
-                let heap = memory.add(i);
-                heap.write(ThreadHeap::with_attach_hook(Some(attach_current_thread)));
-                (*heap).pool_next = *head;
-                *head = heap;
-            }
+    let pool = unsafe { &mut *POOL.0.get() };
+    let heap = if !pool.free.is_null() {
+        let heap = pool.free;
+        // SAFETY: `heap` is a pooled, initialised heap that no thread uses.
+        pool.free = unsafe { (*heap).pool_next };
+        heap
+    } else {
+        if pool.fresh_left == 0 {
+            let bytes = HEAPS_PER_MAPPING * core::mem::size_of::<ThreadHeap>();
+            pool.fresh = os::reserve(bytes)? as *mut ThreadHeap;
+            pool.fresh_left = HEAPS_PER_MAPPING;
         }
-    }
-    let heap = *head;
-    // SAFETY: `heap` is a pooled, initialised heap that no thread uses.
+        let heap = pool.fresh;
+        // SAFETY: `fresh_left` heaps remain in the mapping from `fresh` on; this one is written
+        // before anyone sees it.
+        unsafe {
+            pool.fresh = heap.add(1);
+            heap.write(ThreadHeap::with_attach_hook(Some(attach_current_thread)));
+        }
+        pool.fresh_left -= 1;
+        heap
+    };
+    // SAFETY: `heap` is initialised and no thread uses it.
     unsafe {
-        *head = (*heap).pool_next;
         (*heap).pool_next = core::ptr::null_mut();
         (*heap).pooled = true;
         Some(&mut *heap)
@@ -290,8 +307,9 @@ pub(crate) fn recycle_heap(heap: &'static mut ThreadHeap) {
     // SAFETY: POOL_LOCK is held; the heap is empty (retired) and no longer used by its thread.
     unsafe {
         heap.write(ThreadHeap::with_attach_hook(Some(attach_current_thread)));
-        (*heap).pool_next = *POOL.0.get();
-        *POOL.0.get() = heap;
+        let pool = &mut *POOL.0.get();
+        (*heap).pool_next = pool.free;
+        pool.free = heap;
     }
 }
 

@@ -61,6 +61,9 @@ pub struct ClassHeap {
     /// Set by every ring push and pop, cleared by maintenance: a ring left untouched for a whole
     /// maintenance period is drained into its bags so idle batches stop pinning memory.
     ring_touched: AtomicBool,
+    /// Set when objects come back to the bags, cleared by a sweep that leaves no bag waiting:
+    /// upkeep skips (and does not even lock) classes with nothing to sweep.
+    to_sweep: AtomicBool,
 }
 
 impl ClassHeap {
@@ -135,16 +138,11 @@ impl NodeHeaps {
         let this = memory as *mut NodeHeaps;
         let heaps_offset = (core::mem::size_of::<NodeHeaps>() + 63) & !63;
         // SAFETY: a fresh zeroed mapping of `bytes`, exclusively ours; all-zero is a valid
-        // NodeHeap (empty inbox, unlocked locks, empty lists, zero counters) once its rings are
-        // numbered, which we do before anyone can see it.
+        // NodeHeap (empty rings and inbox, unlocked locks, empty lists, zero counters), so only
+        // the pages of classes in use are ever touched.
         unsafe {
             let heaps = memory.add(heaps_offset) as *const NodeHeap;
             this.write(NodeHeaps { arena, heaps });
-            for node in 0..nodes {
-                for class in &(*heaps.add(node)).classes {
-                    class.ring.init();
-                }
-            }
             Some(&*this)
         }
     }
@@ -415,6 +413,7 @@ impl NodeHeaps {
             }
             object = next;
         }
+        heap.to_sweep.store(true, Ordering::Relaxed);
         Ok(())
     }
 

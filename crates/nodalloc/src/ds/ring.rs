@@ -26,12 +26,30 @@ pub struct Batch {
 }
 
 struct Slot {
-    sequence: AtomicUsize,
+    /// The slot's sequence number minus its index (see [`Slot::sequence`]).
+    sequence_offset: AtomicUsize,
     head: AtomicPtr<u8>,
     tail: AtomicPtr<u8>,
     count: AtomicUsize,
 }
 
+impl Slot {
+    /// The sequence number of the slot at `index`. Slot `i` starts at sequence `i`; storing the
+    /// number relative to the index makes all-zero memory a ready ring, so a ring in a fresh
+    /// mapping costs no page until it is used (a node heap holds one per class).
+    #[inline(always)]
+    fn sequence(&self, index: usize, order: Ordering) -> usize {
+        self.sequence_offset.load(order).wrapping_add(index)
+    }
+
+    #[inline(always)]
+    fn set_sequence(&self, index: usize, sequence: usize, order: Ordering) {
+        self.sequence_offset
+            .store(sequence.wrapping_sub(index), order);
+    }
+}
+
+/// All-zero memory is an empty ring.
 pub struct TransferRing {
     enqueue_position: AtomicUsize,
     dequeue_position: AtomicUsize,
@@ -46,28 +64,18 @@ impl Default for TransferRing {
 }
 
 impl TransferRing {
-    /// A ready ring, for tests and models; the arena initialises rings in place instead.
+    /// An empty ring, for tests and models; node heaps take theirs from zeroed memory.
     #[cfg(any(test, loom))]
     pub fn new() -> Self {
-        let ring = TransferRing {
+        TransferRing {
             enqueue_position: AtomicUsize::new(0),
             dequeue_position: AtomicUsize::new(0),
             slots: core::array::from_fn(|_| Slot {
-                sequence: AtomicUsize::new(0),
+                sequence_offset: AtomicUsize::new(0),
                 head: AtomicPtr::new(core::ptr::null_mut()),
                 tail: AtomicPtr::new(core::ptr::null_mut()),
                 count: AtomicUsize::new(0),
             }),
-        };
-        ring.init();
-        ring
-    }
-
-    /// Numbers the slots. Must run once, before the ring is shared (the arena publishes it with
-    /// a release store of the arena pointer afterwards).
-    pub fn init(&self) {
-        for (index, slot) in self.slots.iter().enumerate() {
-            slot.sequence.store(index, Ordering::Relaxed);
         }
     }
 
@@ -86,9 +94,10 @@ impl TransferRing {
             if position.wrapping_sub(self.dequeue_position.load(Ordering::Relaxed)) >= cap {
                 return Err(batch);
             }
-            let slot = &self.slots[position & MASK];
+            let index = position & MASK;
+            let slot = &self.slots[index];
             // Acquire: pairs with the release in `pop`, so the consumer is done with the payload.
-            let sequence = slot.sequence.load(Ordering::Acquire);
+            let sequence = slot.sequence(index, Ordering::Acquire);
             let lag = sequence as isize - position as isize;
             if lag == 0 {
                 match self.enqueue_position.compare_exchange_weak(
@@ -102,8 +111,7 @@ impl TransferRing {
                         slot.tail.store(batch.tail, Ordering::Relaxed);
                         slot.count.store(batch.count, Ordering::Relaxed);
                         // Release: the payload is visible to whoever acquires this sequence.
-                        slot.sequence
-                            .store(position.wrapping_add(1), Ordering::Release);
+                        slot.set_sequence(index, position.wrapping_add(1), Ordering::Release);
                         return Ok(());
                     }
                     Err(current) => position = current,
@@ -120,9 +128,10 @@ impl TransferRing {
     pub fn pop(&self) -> Option<Batch> {
         let mut position = self.dequeue_position.load(Ordering::Relaxed);
         loop {
-            let slot = &self.slots[position & MASK];
+            let index = position & MASK;
+            let slot = &self.slots[index];
             // Acquire: pairs with the release in `push`, so the payload is visible.
-            let sequence = slot.sequence.load(Ordering::Acquire);
+            let sequence = slot.sequence(index, Ordering::Acquire);
             let lag = sequence as isize - position.wrapping_add(1) as isize;
             if lag == 0 {
                 match self.dequeue_position.compare_exchange_weak(
@@ -138,8 +147,11 @@ impl TransferRing {
                             count: slot.count.load(Ordering::Relaxed),
                         };
                         // Release: our payload reads are done before a producer reuses the slot.
-                        slot.sequence
-                            .store(position.wrapping_add(RING_SLOTS), Ordering::Release);
+                        slot.set_sequence(
+                            index,
+                            position.wrapping_add(RING_SLOTS),
+                            Ordering::Release,
+                        );
                         return Some(batch);
                     }
                     Err(current) => position = current,

@@ -50,22 +50,32 @@ impl NodeHeaps {
         for class in 0..NUM_CLASSES {
             let class = SizeClass(class as u8);
             let heap = self.class(node, class);
+            if !force && !heap.to_sweep.load(Ordering::Relaxed) {
+                continue;
+            }
             let _guard = heap.lock.lock();
+            heap.to_sweep.store(false, Ordering::Relaxed);
             // SAFETY: the class lock is held for the rest of this iteration.
             let mut bag = unsafe { *heap.partial.get() };
-            while !bag.is_null() && budget > 0 {
+            let mut waiting = false;
+            while !bag.is_null() {
                 // SAFETY: the class lock is held and `bag` is on this class's partial list.
                 unsafe {
                     let returned_at = (*bag).aside.sweep.returned_at;
-                    if force || (returned_at != 0 && returned_at < due) {
+                    if budget > 0 && (force || (returned_at != 0 && returned_at < due)) {
                         let walked = self.sweep_bag(node, class, bag);
                         budget = budget.saturating_sub(walked);
+                    } else if returned_at != 0 {
+                        waiting = true;
+                        if budget == 0 {
+                            break;
+                        }
                     }
                     bag = (*bag).next;
                 }
             }
-            if budget == 0 {
-                break;
+            if waiting {
+                heap.to_sweep.store(true, Ordering::Relaxed);
             }
         }
     }
