@@ -487,15 +487,7 @@ impl Region {
             let _guard = self.lock.lock();
             let mut chunk = (address & !(CHUNK_BYTES - 1)).max(self.huge_from);
             while chunk < address + bytes {
-                let index = (chunk - self.start) / CHUNK_BYTES;
-                // SAFETY: the span lock is held and the bitmap covers every chunk of the region.
-                let word = unsafe { &mut *self.small_chunks.add(index / 64) };
-                let bit = 1u64 << (index % 64);
-                if *word & bit == 0
-                    && os::advise(chunk as *mut u8, CHUNK_BYTES, libc::MADV_NOHUGEPAGE)
-                {
-                    *word |= bit;
-                }
+                self.keep_off_huge_pages(chunk);
                 chunk += CHUNK_BYTES;
             }
         }
@@ -574,12 +566,12 @@ impl Region {
         let mut run_start = 0;
         let mut chunk = first;
         while chunk < end {
-            let index = (chunk - self.start) / CHUNK_BYTES;
-            // SAFETY: the span lock is held and the bitmap covers every chunk of the region.
-            let word = unsafe { &mut *self.small_chunks.add(index / 64) };
-            let bit = 1u64 << (index % 64);
             let wholly_clean = chunk >= merged && chunk + CHUNK_BYTES <= merged + merged_bytes;
             if wholly_clean {
+                let index = (chunk - self.start) / CHUNK_BYTES;
+                // SAFETY: the span lock is held and the bitmap covers every chunk of the region.
+                let word = unsafe { &mut *self.small_chunks.add(index / 64) };
+                let bit = 1u64 << (index % 64);
                 if *word & bit != 0 {
                     *word &= !bit;
                     if run_start == 0 {
@@ -588,17 +580,24 @@ impl Region {
                 }
             } else {
                 self.advise_run(&mut run_start, chunk);
-                // A refusal (the map count limit) only leaves the chunk as it was: a later
-                // collapse costs memory, not correctness.
-                if *word & bit == 0
-                    && os::advise(chunk as *mut u8, CHUNK_BYTES, libc::MADV_NOHUGEPAGE)
-                {
-                    *word |= bit;
-                }
+                self.keep_off_huge_pages(chunk);
             }
             chunk += CHUNK_BYTES;
         }
         self.advise_run(&mut run_start, end.max(first));
+    }
+
+    /// Advises `chunk` (in the huge-page part) `MADV_NOHUGEPAGE` unless its bit says it already
+    /// is, and sets the bit. The span lock must be held. A refusal (the map count limit) only
+    /// leaves the chunk as it was: a later collapse costs memory, not correctness.
+    fn keep_off_huge_pages(&self, chunk: usize) {
+        let index = (chunk - self.start) / CHUNK_BYTES;
+        // SAFETY: the caller holds the span lock and the bitmap covers every chunk of the region.
+        let word = unsafe { &mut *self.small_chunks.add(index / 64) };
+        let bit = 1u64 << (index % 64);
+        if *word & bit == 0 && os::advise(chunk as *mut u8, CHUNK_BYTES, libc::MADV_NOHUGEPAGE) {
+            *word |= bit;
+        }
     }
 
     /// Advises the chunks from `*run_start` (0: none) up to `end` back onto huge pages.

@@ -25,6 +25,7 @@ use crate::arena::pagemap::UnitMeta;
 use crate::arena::secure::Expect;
 use crate::os::PAGE_SIZE;
 use crate::size_class::{SizeClass, MAX_CAPACITY, NUM_CLASSES};
+use core::ops::Range;
 use core::ptr::null_mut;
 use core::sync::atomic::Ordering;
 
@@ -34,9 +35,37 @@ use core::sync::atomic::Ordering;
 /// milliseconds at worst.
 const PASS_BUDGET: usize = 1 << 15;
 
-/// A bag's granule size: a page, or the power of two that cuts the bag into at most 64.
-fn granule_of(class: SizeClass) -> usize {
-    (class.bag_bytes() / 64).next_power_of_two().max(PAGE_SIZE)
+/// How a class's bags are cut into granules: a page each, or the power of two that cuts the
+/// bag into at most 64; the last one ends with the bag.
+struct Granules {
+    size: usize,
+    bag_bytes: usize,
+    count: usize,
+}
+
+impl Granules {
+    fn of(class: SizeClass) -> Granules {
+        let bag_bytes = class.bag_bytes();
+        let size = (bag_bytes / 64).next_power_of_two().max(PAGE_SIZE);
+        Granules {
+            size,
+            bag_bytes,
+            count: bag_bytes.div_ceil(size),
+        }
+    }
+
+    /// The bytes granules `first..end` cover, as offsets from the bag's start.
+    fn span(&self, first: usize, end: usize) -> Range<usize> {
+        first * self.size..(end * self.size).min(self.bag_bytes)
+    }
+
+    /// Bytes of the granules whose bits `mask` sets.
+    fn bytes(&self, mask: u64) -> usize {
+        (0..self.count)
+            .filter(|&g| mask & (1 << g) != 0)
+            .map(|g| self.span(g, g + 1).len())
+            .sum()
+    }
 }
 
 impl NodeHeaps {
@@ -89,9 +118,8 @@ impl NodeHeaps {
         let map = self.arena.map();
         let start = map.address_of(map.unit_of_meta(bag));
         let size = class.size();
-        let granule = granule_of(class);
-        let bag_bytes = class.bag_bytes();
-        let granules = bag_bytes.div_ceil(granule);
+        let granules = Granules::of(class);
+        let granule = granules.size;
         // SAFETY: the caller holds the class lock that owns `bag`.
         let bag = unsafe { &mut *bag };
         bag.aside.sweep.returned_at = 0;
@@ -123,19 +151,17 @@ impl NodeHeaps {
             // SAFETY: listed objects are free and linked through their first word.
             object = unsafe { self.arena.read_link(object, Expect::Class(class)) };
         }
+        let is_listed = |index: usize| listed[index / 64] & (1 << (index % 64)) != 0;
         let starts_released = |index: usize, mask: u64| mask & (1 << (index * size / granule)) != 0;
-        let is_free = |index: usize| {
-            listed[index / 64] & (1 << (index % 64)) != 0 || starts_released(index, released)
-        };
+        let is_free = |index: usize| is_listed(index) || starts_released(index, released);
         let mut newly = 0u64;
-        for g in 0..granules {
+        for g in 0..granules.count {
             if released & (1 << g) != 0 {
                 continue;
             }
-            let low = g * granule;
-            let high = (low + granule).min(bag_bytes);
-            let first = low / size;
-            let last = ((high - 1) / size).min(class.capacity() - 1);
+            let bytes = granules.span(g, g + 1);
+            let first = bytes.start / size;
+            let last = ((bytes.end - 1) / size).min(class.capacity() - 1);
             // Granules with an uncarved object (or only tail waste) were never touched by an
             // object handed out; releasing them would also let `restore_granule` list objects
             // that were never carved.
@@ -152,7 +178,7 @@ impl NodeHeaps {
         // Relist what stays listed, lowest address first.
         let mut head = null_mut::<u8>();
         for index in (0..carved).rev() {
-            if listed[index / 64] & (1 << (index % 64)) != 0 && !starts_released(index, newly) {
+            if is_listed(index) && !starts_released(index, newly) {
                 let object = (start + index * size) as *mut u8;
                 // SAFETY: a free object of this bag, outside the granules about to go.
                 unsafe { self.arena.write_link(object, head) };
@@ -161,27 +187,24 @@ impl NodeHeaps {
         }
         bag.free = head;
         bag.aside.sweep.released = released | newly;
-        let mut bytes = 0;
         let mut g = 0;
-        while g < granules {
+        while g < granules.count {
             if newly & (1 << g) == 0 {
                 g += 1;
                 continue;
             }
             let run = g;
-            while g < granules && newly & (1 << g) != 0 {
+            while g < granules.count && newly & (1 << g) != 0 {
                 g += 1;
             }
-            let low = start + run * granule;
-            let high = (start + g * granule).min(start + bag_bytes);
+            let bytes = granules.span(run, g);
             // SAFETY: page-aligned granules of a live bag whose every overlapping object is
             // free and no longer listed or reachable (see above).
-            unsafe { self.arena.release_in_use(low, high - low) };
-            bytes += high - low;
+            unsafe { self.arena.release_in_use(start + bytes.start, bytes.len()) };
         }
         self.node(node)
             .released_in_bags
-            .fetch_add(bytes, Ordering::Relaxed);
+            .fetch_add(granules.bytes(newly), Ordering::Relaxed);
         count
     }
 
@@ -199,7 +222,7 @@ impl NodeHeaps {
         start: usize,
     ) {
         let size = class.size();
-        let granule = granule_of(class);
+        let granules = Granules::of(class);
         // SAFETY: the caller holds the class lock that owns `bag`.
         let bag = unsafe { &mut *bag };
         // SAFETY: the sweep variant is the one a live bag uses.
@@ -207,10 +230,9 @@ impl NodeHeaps {
         debug_assert!(released != 0 && bag.free.is_null());
         let g = released.trailing_zeros() as usize;
         bag.aside.sweep.released = released & !(1 << g);
-        let low = g * granule;
-        let high = ((g + 1) * granule).min(class.bag_bytes());
-        let first = low.div_ceil(size);
-        let end = high.div_ceil(size).min(bag.carved as usize);
+        let bytes = granules.span(g, g + 1);
+        let first = bytes.start.div_ceil(size);
+        let end = bytes.end.div_ceil(size).min(bag.carved as usize);
         for index in (first..end).rev() {
             let object = (start + index * size) as *mut u8;
             // SAFETY: the objects starting in a released granule are free and the bag's.
@@ -219,7 +241,7 @@ impl NodeHeaps {
         }
         self.node(node)
             .released_in_bags
-            .fetch_sub(high - low, Ordering::Relaxed);
+            .fetch_sub(bytes.len(), Ordering::Relaxed);
     }
 
     /// Accounts for the released granules of a bag that goes back to its region.
@@ -229,20 +251,11 @@ impl NodeHeaps {
     pub(super) unsafe fn forget_released(&self, node: usize, class: SizeClass, bag: *mut UnitMeta) {
         // SAFETY: the caller holds the class lock; the sweep variant is a live bag's.
         let released = unsafe { (*bag).aside.sweep.released };
-        if released == 0 {
-            return;
+        if released != 0 {
+            self.node(node)
+                .released_in_bags
+                .fetch_sub(Granules::of(class).bytes(released), Ordering::Relaxed);
         }
-        let granule = granule_of(class);
-        let bag_bytes = class.bag_bytes();
-        let mut bytes = 0;
-        for g in 0..bag_bytes.div_ceil(granule) {
-            if released & (1 << g) != 0 {
-                bytes += ((g + 1) * granule).min(bag_bytes) - g * granule;
-            }
-        }
-        self.node(node)
-            .released_in_bags
-            .fetch_sub(bytes, Ordering::Relaxed);
     }
 }
 
@@ -395,7 +408,7 @@ mod tests {
             .next_maintenance
             .load(Ordering::Relaxed)
             .max(1);
-        let (kept, freed) = sparse_bag(heaps, class, 4);
+        let (kept, _) = sparse_bag(heaps, class, 4);
         let released = || heaps.node(0).released_in_bags.load(Ordering::Relaxed);
         // The pass whose deadline the returns saw: not quiet yet.
         heaps.sweep_node(0, stamp, false);
@@ -413,7 +426,6 @@ mod tests {
         heaps.sweep_node(0, stamp + 2, false);
         assert!(released() <= before);
         give_back(heaps, class, &again);
-        give_back(heaps, class, &freed[..0]);
         for &object in &kept {
             assert!(intact(object, class.size()));
         }
