@@ -23,24 +23,27 @@ for word in $(cat /proc/cmdline); do
     esac
 done
 
-# Tests in run order; the nodalloc-only ones measure nodalloc's own machinery.
-tests="topology placement placement_agreeing origin_reuse binding.spread binding.one_cpu"
-tests="$tests binding.one_node binding.attr binding.policies mempolicy small_node_spill"
-# cpuless_explicit only where a node has memory and no CPU (numa-vm/run --memory-only-node).
-if [ "$(cat /sys/devices/system/node/has_memory)" != "$(cat /sys/devices/system/node/has_cpu)" ]; then
-    tests="$tests cpuless_explicit node_fills_up"
-fi
-tests="$tests hoard_stress"
-# Hostile environments (nodalloc only), last: they change system settings (restored below).
-tests="$tests overcommit_never thp_modes no_sysfs mbind_fails ulimit_v"
+# The tests come from numatest's table (guest/tests.c), in run order, those whose name contains
+# the filter and that this machine can run (the ones that need a node with memory and no CPU
+# only with numa-vm/run --memory-only-node). One line each: "NAME PEERS [VAR=VALUE]...", PEERS
+# "all" or "nodalloc" (the nodalloc-only tests measure nodalloc's own machinery), then what
+# every run of the test adds to its environment.
+tests=/tmp/tests
+/bin/numatest list "$filter" >"$tests"
+# The words after NAME on the line of test NAME.
+listed() {
+    while read -r name rest; do
+        [ "$name" != "$1" ] || { echo "$rest"; return 0; }
+    done <"$tests"
+}
 # mimalloc before nodalloc: hoard_stress judges nodalloc against mimalloc's figure.
 allocators="glibc jemalloc mimalloc nodalloc"
 lib=/usr/lib/x86_64-linux-gnu
 
 plan=""
-for test in $tests; do
-    case "$test" in *"$filter"*) plan="$plan $test" ;; esac
-done
+while read -r test _; do
+    plan="$plan $test"
+done <"$tests"
 echo "NUMATEST-PLAN$plan"
 [ -z "$nodalloc_env" ] || echo "nodalloc runs with:$nodalloc_env"
 /bin/numatest sysinfo
@@ -59,12 +62,13 @@ restore_settings() {
     [ -z "$thp" ] || grep -q "\[$thp\]" "$thp_file" || echo "$thp" >"$thp_file"
 }
 for test in $plan; do
+    # shellcheck disable=SC2046 # the line's words
+    set -- $(listed "$test")
+    peers=$1
+    shift
+    environment="$*"
     for allocator in $allocators; do
-        case "$test" in
-            topology | placement_agreeing | binding.* | mempolicy | small_node_spill | cpuless_explicit | node_fills_up | \
-                overcommit_never | thp_modes | no_sysfs | mbind_fails | ulimit_v)
-                [ "$allocator" = nodalloc ] || continue ;;
-        esac
+        [ "$peers" = all ] || [ "$allocator" = nodalloc ] || continue
         preload=""
         options=""
         case "$allocator" in
@@ -72,18 +76,11 @@ for test in $plan; do
             jemalloc) preload=$lib/libjemalloc.so.2 ;;
             mimalloc) preload=$lib/libmimalloc.so.2 ;;
         esac
-        extra=""
-        case "$test" in
-            # A small region makes nodalloc spill, which shows the distance order it uses; the
-            # CPU check reads the masks interleave binding gives.
-            topology) extra="NODALLOC_REGION_SIZE=64M NODALLOC_BIND=interleave" ;;
-            # binding.policies, mempolicy and small_node_spill set their options in the
-            # children they start (options are read at start-up).
-            binding.*) extra="NODALLOC_BIND=interleave" ;;
-            hoard_stress)
-                reference=$(sed -n 's/^RESULT hoard_stress mimalloc .* remote_pages=\([0-9]*\/[0-9]*\).*/\1/p' "$results")
-                extra="NUMATEST_REFERENCE=${reference:-none}" ;;
-        esac
+        extra="$environment"
+        if [ "$test" = hoard_stress ]; then
+            reference=$(sed -n 's/^RESULT hoard_stress mimalloc .* remote_pages=\([0-9]*\/[0-9]*\).*/\1/p' "$results")
+            extra="$extra NUMATEST_REFERENCE=${reference:-none}"
+        fi
         out=/tmp/out
         status=0
         began=$(date +%s)

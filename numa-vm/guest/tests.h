@@ -1,0 +1,45 @@
+/* The entry points of numatest's test groups, one block per file, for the table in tests.c.
+ * A test receives its own name (the RESULT line's first word); a child receives the argument
+ * its parent passed to run_child. The harness has already skipped the peers where the table
+ * says so and checked the nodes the test needs.
+ */
+#ifndef NUMATEST_TESTS_H
+#define NUMATEST_TESTS_H
+
+/* topology.c */
+void test_topology(const char *test);
+
+/* placement.c */
+void test_placement_plain(const char *test);
+void test_placement_agreeing(const char *test);
+
+/* origin.c */
+void test_origin_reuse(const char *test);
+void test_hoard_stress(const char *test);
+
+/* binding.c */
+void test_binding(const char *test);
+void test_binding_policies(const char *test);
+void child_binding_policies(const char *argument);
+
+/* allowed_nodes.c */
+void test_mempolicy(const char *test);
+void child_mempolicy(const char *list);
+void test_cpuless_explicit(const char *test);
+
+/* spill.c */
+void test_small_node_spill(const char *test);
+void child_small_node_spill(const char *argument);
+void test_node_fills_up(const char *test);
+
+/* hostile.c */
+void test_overcommit_never(const char *test);
+void test_thp_modes(const char *test);
+void test_no_sysfs(const char *test);
+void test_mbind_fails(const char *test);
+void test_ulimit_v(const char *test);
+
+/* hostile_child.c */
+void child_hostile(const char *text);
+
+#endif
