@@ -6,7 +6,7 @@
 //! no per-iteration closure call to the measured time.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use nodalloc_bench::suite::SINGLE_SIZES;
+use nodalloc_bench::suites::rust::cases::SINGLE_SIZES;
 use nodalloc_bench::{with_allocator, workloads, Allocator};
 use std::time::{Duration, Instant};
 

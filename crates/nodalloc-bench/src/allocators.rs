@@ -1,5 +1,9 @@
-//! The contenders, each as a `static` instance that the workloads call
+//! The Rust contenders, each as a `static` instance that the workloads call
 //! directly. None of them is the process's `#[global_allocator]`.
+//!
+//! Used by every in-process measurement: the Rust suite and its RSS children,
+//! the fast-path counts, the `http` binary's switching allocator, the
+//! criterion benches and the tests.
 
 use std::alloc::System;
 use std::fmt;
@@ -65,6 +69,15 @@ impl Allocator {
             Allocator::Jemalloc => "jemalloc",
             Allocator::Snmalloc => "snmalloc",
             Allocator::Numalloc => "numalloc",
+        }
+    }
+
+    /// The name in the report, shared with the `LD_PRELOAD` suites so that one
+    /// allocator is one column: the system allocator is glibc's.
+    pub const fn report_name(self) -> &'static str {
+        match self {
+            Allocator::System => "glibc",
+            other => other.name(),
         }
     }
 

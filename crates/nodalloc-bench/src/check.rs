@@ -1,4 +1,5 @@
-//! Fill patterns and their verification.
+//! Fill patterns and their verification, used by every Rust workload
+//! ([`crate::workloads`]) on every object it allocates, and by the tests.
 //!
 //! An object is filled with 64-bit words derived from a *tag*, itself derived
 //! from the object's address and index ([`tag_for`]). Because neighbouring

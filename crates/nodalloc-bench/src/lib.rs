@@ -1,4 +1,6 @@
-//! Side-by-side allocator benchmarks for nodalloc.
+//! Side-by-side allocator benchmarks for nodalloc: everything behind the
+//! showdown binary (`src/main.rs`), the `http` binary, the criterion benches
+//! (`benches/`) and the tests (`tests/`).
 //!
 //! Every workload is generic over an allocator *instance* (`&'static A` with
 //! `A: GlobalAlloc + Sync`) instead of going through `#[global_allocator]`, so
@@ -13,16 +15,17 @@
 //! derived from its address and index ([`check`]) and verified before it is
 //! freed, and allocation/free counts must balance ([`workloads::Ledger`]). Any
 //! failure panics with a message that names the allocator type.
-#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod allocators;
 pub mod check;
-pub mod csuite;
+pub mod cli;
+pub mod machine;
 pub mod plot;
 pub mod preload;
 pub mod prng;
 pub mod report;
-pub mod suite;
+pub mod rss;
+pub mod suites;
 pub mod workloads;
 
 pub use allocators::Allocator;

@@ -1,4 +1,5 @@
-//! Line plots of the report, drawn with `plotters`.
+//! Line plots of the report, drawn with `plotters`; called by
+//! [`Report::write`](crate::report::Report::write) for every plot its data fills.
 //!
 //! PNGs need a TrueType font for their labels; one is looked up among the
 //! usual system font directories (no fontconfig). Without one the plot is

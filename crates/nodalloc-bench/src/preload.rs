@@ -1,5 +1,10 @@
-//! C-level workloads: programs that call `malloc` directly, run once per
-//! allocator with the allocator's shared library in `LD_PRELOAD`.
+//! Running programs that call `malloc` directly once per allocator, with the
+//! allocator's shared library in `LD_PRELOAD`: finding the libraries,
+//! building this workspace's artifacts and compiling C helpers at run time,
+//! running a child with a time limit and parsing what it prints.
+//!
+//! Used by the `c`, `program` and `callgrind` suites, by the `http` suite
+//! (which preloads nothing but runs its server the same way) and the tests.
 //!
 //! The contenders are glibc (nothing preloaded), `libnodalloc.so` (built from
 //! this workspace on demand) and the peers' Debian libraries (mimalloc,
@@ -17,10 +22,8 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// The classic suite's source, compiled at run time with the system's `cc`.
-pub const CLASSIC_C: &str = include_str!("../c/classic.c");
-/// The peak-RSS probe.
-pub const HWM_C: &str = include_str!("../c/hwm.c");
+/// The peak-RSS probe's source (see [`compile_c`]).
+pub const HWM_C: &[(&str, &str)] = &[("hwm.c", include_str!("../c/hwm.c"))];
 
 /// One contender of the C-level suites.
 #[derive(Clone, Debug)]
@@ -100,6 +103,17 @@ pub fn build_artifact(cargo_args: &[&str], file: &str, rebuild: bool) -> Result<
         .args(cargo_args)
         .arg("--target-dir")
         .arg(target_dir);
+    // Another artifact of this crate gets the running binary's features: the
+    // same code is measured, and the shared target directory does not
+    // flip-flop between feature sets.
+    if cargo_args.contains(&"nodalloc-bench") {
+        if !cfg!(feature = "numalloc") {
+            cmd.arg("--no-default-features");
+        }
+        if cfg!(feature = "snmalloc-valgrind") {
+            cmd.args(["--features", "snmalloc-valgrind"]);
+        }
+    }
     if profile == "release" {
         cmd.arg("--release");
     }
@@ -168,23 +182,38 @@ pub fn contenders(nodalloc: Result<PathBuf, String>) -> (Vec<PreloadAlloc>, Vec<
     (out, skipped)
 }
 
-/// Compiles `source` with `cc` into `out`; `shared` builds a shared object.
-pub fn compile_c(source: &str, name: &str, dir: &Path, shared: bool) -> Result<PathBuf, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let src = dir.join(format!("{name}.c"));
+/// Compiles a C program (or, with `shared`, a shared object) named `name`
+/// from `sources` (file name, text; headers included) with `cc` into `dir`,
+/// unless the same sources were already built there.
+pub fn compile_c(
+    sources: &[(&str, &str)],
+    name: &str,
+    dir: &Path,
+    shared: bool,
+) -> Result<PathBuf, String> {
+    let src_dir = dir.join(format!("{name}-src"));
+    std::fs::create_dir_all(&src_dir).map_err(|e| format!("{}: {e}", src_dir.display()))?;
     let out = dir.join(if shared {
         format!("{name}.so")
     } else {
         name.to_string()
     });
-    // Skip the compiler when the same source was already built.
-    if std::fs::read_to_string(&src).is_ok_and(|s| s == source) && out.exists() {
+    let fresh = sources
+        .iter()
+        .all(|(file, text)| std::fs::read_to_string(src_dir.join(file)).is_ok_and(|s| s == *text));
+    if fresh && out.exists() {
         return Ok(out);
     }
-    std::fs::write(&src, source).map_err(|e| format!("{}: {e}", src.display()))?;
+    for (file, text) in sources {
+        let path = src_dir.join(file);
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let mut cmd = Command::new(&cc);
-    cmd.args(["-O2", "-pthread", "-o"]).arg(&out).arg(&src);
+    cmd.args(["-O2", "-pthread", "-o"]).arg(&out);
+    for (file, _) in sources.iter().filter(|(f, _)| f.ends_with(".c")) {
+        cmd.arg(src_dir.join(file));
+    }
     if shared {
         cmd.args(["-shared", "-fPIC"]);
     }
@@ -194,7 +223,7 @@ pub fn compile_c(source: &str, name: &str, dir: &Path, shared: bool) -> Result<P
     if !res.status.success() {
         let _ = std::fs::remove_file(&out);
         return Err(format!(
-            "{cc} {name}.c failed: {}",
+            "{cc} {name} failed: {}",
             String::from_utf8_lossy(&res.stderr)
                 .lines()
                 .next()
@@ -202,6 +231,14 @@ pub fn compile_c(source: &str, name: &str, dir: &Path, shared: bool) -> Result<P
         ));
     }
     Ok(out)
+}
+
+/// Whether this nodalloc knows `NODALLOC_SECURE` (then the suites that
+/// preload it also run it in secure mode).
+pub fn secure_mode_available() -> bool {
+    nodalloc::options()
+        .iter()
+        .any(|o| o.name == "NODALLOC_SECURE")
 }
 
 /// What one child run produced.

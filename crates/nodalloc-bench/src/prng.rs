@@ -1,6 +1,7 @@
 //! A tiny deterministic PRNG (SplitMix64): every run of a workload sees the
 //! same sequence of sizes and lifetimes, so allocators are compared on
-//! identical input, and no `rand` dependency is needed.
+//! identical input, and no `rand` dependency is needed. Used by the Rust
+//! workloads ([`crate::workloads`]).
 
 /// The SplitMix64 finaliser: a cheap bijective mixer, also used to derive fill
 /// patterns from addresses.

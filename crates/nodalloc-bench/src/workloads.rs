@@ -1,4 +1,6 @@
-//! The workloads, each generic over an allocator instance.
+//! The Rust workloads, each generic over an allocator instance: what the Rust
+//! suite's cases ([`crate::suites::rust::cases`]), the criterion benches and
+//! the tests run.
 //!
 //! They return a [`Ledger`] (already checked for balance) rather than a
 //! duration: the caller decides what to time, and the ledger lets tests assert

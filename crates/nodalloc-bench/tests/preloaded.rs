@@ -3,9 +3,9 @@
 //! under glibc and under libnodalloc.so, the HTTP server binary, and the whole
 //! showdown end to end with tiny parameters.
 
-use nodalloc_bench::csuite::{self, Tools};
 use nodalloc_bench::preload::{self, result_fields, run_preloaded, PreloadAlloc};
-use nodalloc_bench::suite::Mode;
+use nodalloc_bench::suites::c::{self, Tools};
+use nodalloc_bench::suites::Mode;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -19,7 +19,7 @@ fn scratch(name: &str) -> PathBuf {
 
 fn tools() -> &'static Tools {
     static T: OnceLock<Tools> = OnceLock::new();
-    T.get_or_init(|| csuite::build_tools(&scratch("tools")).expect("cc builds classic.c"))
+    T.get_or_init(|| c::build_tools(&scratch("tools")).expect("cc builds the classic program"))
 }
 
 fn contenders() -> Vec<PreloadAlloc> {
@@ -64,11 +64,11 @@ fn every_classic_workload_passes_its_checks() {
         .output()
         .unwrap();
     let listed = String::from_utf8(listed.stdout).unwrap();
-    for w in csuite::TIMED.iter().chain(csuite::PROFILES.iter()) {
+    for w in c::TIMED.iter().chain(c::PROFILES.iter()) {
         assert!(listed.lines().any(|l| l == *w), "classic --list lacks {w}");
     }
     for alloc in contenders() {
-        for w in csuite::TIMED {
+        for w in c::TIMED {
             for threads in [1, 4] {
                 let out = run(w, threads, &alloc);
                 let f = result_fields(&out).unwrap();
@@ -98,14 +98,14 @@ fn bad_arguments_are_refused() {
 fn profiles_give_their_distributions() {
     let allocs = contenders();
     let t = tools();
-    let frag = csuite::run_frag(t, &allocs, Mode::Tiny);
+    let frag = c::run_frag(t, &allocs, Mode::Tiny);
     for row in &frag.rows {
         let ratio: f64 = row[3]
             .parse()
             .unwrap_or_else(|_| panic!("frag row {row:?}"));
         assert!(ratio >= 1.0, "usable below requested: {row:?}");
     }
-    let (series, table) = csuite::run_latency(t, &allocs, Mode::Tiny, 2);
+    let (series, table) = c::run_latency(t, &allocs, Mode::Tiny, 2);
     assert_eq!(series.len(), 2, "{table:?}");
     for s in &series {
         assert!(
@@ -122,7 +122,7 @@ fn profiles_give_their_distributions() {
             s.allocator
         );
     }
-    let (series, table) = csuite::run_rss_time(t, &allocs, Mode::Tiny);
+    let (series, table) = c::run_rss_time(t, &allocs, Mode::Tiny);
     assert_eq!(series.len(), 2, "{table:?}");
     for s in &series {
         assert!(

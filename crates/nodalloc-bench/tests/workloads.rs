@@ -2,7 +2,8 @@
 //! Plus proof that the checks can fail.
 
 use nodalloc_bench::check::{fill, tag_for, verify, verify_or_panic, FULL_FILL_LIMIT, PAGE};
-use nodalloc_bench::suite::{cases, Mode, SuiteConfig, GROUPS};
+use nodalloc_bench::suites::rust::cases::{cases, SuiteConfig, GROUPS, SINGLE_SIZES};
+use nodalloc_bench::suites::Mode;
 use nodalloc_bench::workloads::{self, Ledger};
 use nodalloc_bench::{with_allocator, Allocator};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -64,7 +65,7 @@ fn ledgers_count_what_was_asked() {
 fn single_size_covers_the_whole_sweep() {
     for alloc in Allocator::available() {
         with_allocator!(alloc, |a| {
-            for size in nodalloc_bench::suite::SINGLE_SIZES {
+            for size in SINGLE_SIZES {
                 workloads::single_size(a, size, 3);
             }
         });

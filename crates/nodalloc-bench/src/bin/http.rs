@@ -1,7 +1,8 @@
 //! `http SIZE REQUESTS CONNECTIONS`: an axum server on loopback and a
 //! self-contained HTTP/1.1 keep-alive client in one process, every allocation
 //! of both going through the allocator named by `NODALLOC_BENCH_ALLOCATOR`
-//! (one of the showdown's Rust contenders; default `system`).
+//! (one of the showdown's Rust contenders; default `system`). Run by the
+//! showdown's `http` suite (`src/suites/http.rs`), once per run.
 //!
 //! Each request gets a freshly built response body of SIZE bytes; the client
 //! checks every body's length and content. Prints one line:

@@ -1,19 +1,109 @@
-//! The suites that run programs under `LD_PRELOAD`: the classic allocator
-//! benchmarks (`c/classic.c`) and real programs (sqlite3, python3).
+//! The `c` suite: the classic allocator benchmarks (`c/classic/`, compiled at
+//! run time with the system's `cc`) under `LD_PRELOAD`, once per allocator.
 //!
-//! Each turns its runs into report [`Record`]s (one per case and allocator,
-//! every repetition kept), plot [`Series`] and extra [`Table`]s.
+//! The timed workloads give one record per (case, allocator), every
+//! repetition kept; the profiles (`frag`, `latency`, `rss-time`) give tables
+//! and plot series. The compiled [`Tools`] are shared with the `program`
+//! suite, which runs real programs the same way.
 
+use super::{retain_cases, CaseId, Context, Mode, Suite};
 use crate::preload::{
-    compile_c, field, numeric_lines, result_fields, run_preloaded, ChildRun, PreloadAlloc,
-    CLASSIC_C, HWM_C,
+    compile_c, field, numeric_lines, result_fields, run_preloaded, ChildRun, PreloadAlloc, HWM_C,
 };
-use crate::report::{median, Better, Record, Series, Table};
-use crate::suite::Mode;
+use crate::report::{median, Better, Record, Report, Series, Table};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
+
+/// The classic program's sources, file name and text, built into the binary
+/// so the showdown runs from anywhere.
+pub const CLASSIC_C: &[(&str, &str)] = &[
+    ("classic.h", include_str!("../../c/classic/classic.h")),
+    ("main.c", include_str!("../../c/classic/main.c")),
+    ("common.c", include_str!("../../c/classic/common.c")),
+    ("handoff.c", include_str!("../../c/classic/handoff.c")),
+    ("cache.c", include_str!("../../c/classic/cache.c")),
+    ("stress.c", include_str!("../../c/classic/stress.c")),
+    ("profiles.c", include_str!("../../c/classic/profiles.c")),
+];
+
+/// The timed cases and the profiles that are selected.
+pub struct CSuite {
+    classic: Vec<ClassicCase>,
+    profiles: Vec<&'static str>,
+}
+
+impl CSuite {
+    pub fn new(mode: Mode, threads: Option<&[usize]>) -> CSuite {
+        CSuite {
+            classic: classic_cases(mode, threads),
+            profiles: PROFILES.to_vec(),
+        }
+    }
+}
+
+/// A profile's `--only` identity: its group is its name with `_` for `-`.
+fn profile_id(p: &str) -> CaseId {
+    CaseId::new(p.replace('-', "_"), format!("c/{p}"))
+}
+
+impl Suite for CSuite {
+    fn name(&self) -> &'static str {
+        "c"
+    }
+
+    fn cases(&self) -> Vec<CaseId> {
+        let timed = self.classic.iter().map(ClassicCase::id);
+        timed
+            .chain(self.profiles.iter().map(|p| profile_id(p)))
+            .collect()
+    }
+
+    fn retain(&mut self, keep: &dyn Fn(&[&str]) -> bool) {
+        let name = self.name();
+        retain_cases(name, &mut self.classic, ClassicCase::id, keep);
+        retain_cases(name, &mut self.profiles, |p| profile_id(p), keep);
+    }
+
+    fn steps(&self) -> usize {
+        self.classic.len() + self.profiles.len()
+    }
+
+    fn run(&self, ctx: &mut Context, rep: &mut Report) {
+        let allocs = ctx.preload_contenders(rep);
+        let Some(tools) = ctx.c_tools(rep) else {
+            ctx.bar.inc(self.steps() as u64);
+            return;
+        };
+        let mode = ctx.cli.mode();
+        let repeat = ctx.cli.repeat("c");
+        for case in &self.classic {
+            ctx.bar.set_message(case.name());
+            rep.records
+                .extend(run_classic(&tools, case, &allocs, mode, repeat));
+            ctx.bar.inc(1);
+        }
+        for p in &self.profiles {
+            ctx.bar.set_message(format!("c/{p}"));
+            match *p {
+                "frag" => rep.tables.push(run_frag(&tools, &allocs, mode)),
+                "latency" => {
+                    let t = ctx.cli.threads.first().copied().unwrap_or(2);
+                    let (s, t) = run_latency(&tools, &allocs, mode, t);
+                    rep.series.extend(s);
+                    rep.tables.push(t);
+                }
+                _ => {
+                    let (s, t) = run_rss_time(&tools, &allocs, mode);
+                    rep.series.extend(s);
+                    rep.tables.push(t);
+                }
+            }
+            ctx.bar.inc(1);
+        }
+    }
+}
 
 /// A timed classic workload at one thread count.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,9 +122,13 @@ impl ClassicCase {
     pub fn name(&self) -> String {
         format!("c/{}/{}t", self.workload, self.threads)
     }
+
+    pub fn id(&self) -> CaseId {
+        CaseId::new(self.group(), self.name())
+    }
 }
 
-/// The timed workloads of `classic.c`.
+/// The timed workloads of the classic program.
 pub const TIMED: [&str; 8] = [
     "larson",
     "xmalloc",
@@ -48,20 +142,6 @@ pub const TIMED: [&str; 8] = [
 
 /// Workloads whose output is a distribution or a curve, run once each.
 pub const PROFILES: [&str; 3] = ["frag", "latency", "rss-time"];
-
-/// The real programs.
-pub const PROGRAMS: [&str; 2] = ["sqlite3", "python3"];
-
-/// Everything the C-level suites accept in `--only`.
-pub fn groups() -> Vec<String> {
-    let mut g: Vec<String> = TIMED
-        .iter()
-        .chain(PROFILES.iter())
-        .map(|w| w.replace('-', "_"))
-        .collect();
-    g.extend(PROGRAMS.iter().map(|p| p.to_string()));
-    g
-}
 
 /// The timed cases for a mode; `threads` overrides the thread counts of the
 /// multi-threaded workloads.
@@ -115,7 +195,7 @@ impl Tools {
     }
 }
 
-/// Compiles `classic` and the probe into `dir`.
+/// Compiles the classic program and the probe into `dir`.
 pub fn build_tools(dir: &Path) -> Result<Tools, String> {
     let classic = compile_c(CLASSIC_C, "classic", dir, false)?;
     let probe = compile_c(HWM_C, "hwm", dir, true).ok();
@@ -124,14 +204,6 @@ pub fn build_tools(dir: &Path) -> Result<Tools, String> {
         probe,
         scratch: dir.to_path_buf(),
     })
-}
-
-/// Everything a suite produced.
-#[derive(Default, Debug)]
-pub struct Output {
-    pub records: Vec<Record>,
-    pub series: Vec<Series>,
-    pub tables: Vec<Table>,
 }
 
 const RUN_LIMIT: Duration = Duration::from_secs(300);
@@ -378,149 +450,4 @@ pub fn run_rss_time(tools: &Tools, allocs: &[PreloadAlloc], mode: Mode) -> (Vec<
         rows,
     };
     (series, table)
-}
-
-/// A real program's command for a mode, or why it cannot run here.
-pub fn program_command(program: &str, mode: Mode, scratch: &Path) -> Result<Command, String> {
-    let path = find_in_path(program).ok_or_else(|| format!("{program} not found in PATH"))?;
-    let n: u64 = match mode {
-        Mode::Tiny => 2_000,
-        Mode::Quick => 50_000,
-        Mode::Full => 1_500_000,
-    };
-    match program {
-        "sqlite3" => {
-            let db = scratch.join("bench.db");
-            let _ = std::fs::remove_file(&db);
-            let script = format!(
-                "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-65536;
-                 CREATE TABLE t(id INTEGER PRIMARY KEY, k TEXT, v BLOB, n REAL);
-                 WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i<{n})
-                 INSERT INTO t(k, v, n) SELECT hex(randomblob(12)), randomblob(abs(random()) % 200),
-                   random() / 7.0 FROM c;
-                 CREATE INDEX tk ON t(k);
-                 CREATE INDEX tn ON t(n);
-                 SELECT count(*), sum(length(v)) FROM t;
-                 SELECT substr(k, 1, 2) AS p, count(*), avg(n) FROM t GROUP BY p ORDER BY p LIMIT 3;
-                 UPDATE t SET v = randomblob(64) WHERE id % 3 = 0;
-                 DELETE FROM t WHERE id % 5 = 0;
-                 SELECT count(*) FROM t;
-                 VACUUM;"
-            );
-            let mut c = Command::new(path);
-            c.arg(db).arg(script);
-            Ok(c)
-        }
-        "python3" => {
-            // Builds, serialises, parses, indexes and sorts n records.
-            let script = [
-                "import json, random",
-                "random.seed(7)",
-                &format!("n = {n}"),
-                "recs = [{'id': i, 'name': 'user%d' % i, 'score': random.random(),",
-                "         'tags': [str(random.random()) for _ in range(i % 7)]} for i in range(n)]",
-                "text = json.dumps(recs)",
-                "back = json.loads(text)",
-                "assert len(back) == n",
-                "index = {}",
-                "for r in back:",
-                "    index.setdefault(r['name'][-2:], []).append(r)",
-                "words = ' '.join(r['name'] for r in back).split()",
-                "words.sort(key=lambda w: w[::-1])",
-                "del recs, back, text",
-                "assert sum(len(v) for v in index.values()) == n",
-                "print('ok', n, len(words))",
-            ]
-            .join("\n");
-            let mut c = Command::new(path);
-            c.arg("-c").arg(script);
-            Ok(c)
-        }
-        other => Err(format!("unknown program {other}")),
-    }
-}
-
-fn find_in_path(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
-}
-
-/// One real program, `repeat` runs per allocator: wall time and peak RSS.
-pub fn run_program(
-    tools: &Tools,
-    program: &str,
-    allocs: &[PreloadAlloc],
-    mode: Mode,
-    repeat: usize,
-) -> Result<Vec<Record>, String> {
-    // Fail early (and once) when the program is not installed.
-    program_command(program, mode, &tools.scratch)?;
-    let case = format!("program/{program}");
-    let mut records: Vec<Record> = allocs
-        .iter()
-        .map(|a| {
-            let mut r = Record::new("program", program, &case, &a.name, Better::Lower);
-            r.unit = "ms".into();
-            r.ops = 1;
-            r
-        })
-        .collect();
-    repeat_rotated(&mut records, repeat, |i| {
-        let cmd = program_command(program, mode, &tools.scratch)?;
-        let run = tools.run(cmd, &allocs[i])?;
-        Ok(Sample {
-            value: run.wall.as_secs_f64() * 1e3,
-            ops: 1,
-            hwm_kib: run.hwm_kib,
-        })
-    });
-    let _ = std::fs::remove_file(tools.scratch.join("bench.db"));
-    Ok(records)
-}
-
-/// The C fast-path program of the library's callgrind script.
-pub const PAIRS_C: &str = include_str!("../../nodalloc-ffi/bench/pairs.c");
-
-/// Instructions `cmd` executes under callgrind, or why it could not be counted.
-pub fn callgrind_instructions(cmd: Command, scratch: &Path) -> Result<u64, String> {
-    let out_file = scratch.join(format!("callgrind.out.{}", std::process::id()));
-    let program = cmd.get_program().to_owned();
-    let args: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();
-    let envs: Vec<_> = cmd
-        .get_envs()
-        .map(|(k, v)| (k.to_owned(), v.map(|v| v.to_owned())))
-        .collect();
-    let mut vg = Command::new("valgrind");
-    vg.arg("--tool=callgrind")
-        .arg(format!("--callgrind-out-file={}", out_file.display()))
-        .arg(program)
-        .args(args);
-    for (k, v) in envs {
-        match v {
-            Some(v) => vg.env(k, v),
-            None => vg.env_remove(k),
-        };
-    }
-    let out = vg.output().map_err(|e| format!("valgrind: {e}"))?;
-    let _ = std::fs::remove_file(&out_file);
-    let err = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() {
-        return Err(format!(
-            "valgrind: {}",
-            err.lines().last().unwrap_or("failed")
-        ));
-    }
-    err.lines()
-        .find_map(|l| l.split("Collected :").nth(1))
-        .and_then(|v| v.trim().parse().ok())
-        .ok_or_else(|| "callgrind printed no total".into())
-}
-
-/// Instructions per alloc+free pair: (Ir(n) - Ir(0)) / n, so start-up cancels.
-pub fn per_pair(make: impl Fn(u64) -> Command, n: u64, scratch: &Path) -> Result<f64, String> {
-    let zero = callgrind_instructions(make(0), scratch)?;
-    let full = callgrind_instructions(make(n), scratch)?;
-    Ok(full.saturating_sub(zero) as f64 / n as f64)
 }

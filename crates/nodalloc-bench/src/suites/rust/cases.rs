@@ -1,22 +1,14 @@
-//! The list of benchmark cases and their parameters per mode, shared by the
-//! showdown binary (and its `--rss-child` re-executions) and the tests, so the
-//! child process runs exactly the case the parent measured.
+//! The Rust suite's cases and their parameters per mode, shared by the
+//! showdown's Rust suite, its `--rss-child` re-executions (so the child runs
+//! exactly the case the parent measured), the criterion benches and the tests.
 
+use crate::suites::{size_label, Mode};
 use crate::workloads::{self, Ledger};
 use crate::{with_allocator, Allocator};
 use std::alloc::GlobalAlloc;
 use std::time::{Duration, Instant};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Tiny parameters for `cargo test` in debug mode.
-    Tiny,
-    /// The default: the whole showdown in well under two minutes on 2 cores.
-    Quick,
-    /// Roughly 5-10x more work per case, plus more thread counts.
-    Full,
-}
-
+/// What the Rust cases are built from: the mode and `--threads`.
 #[derive(Clone, Debug)]
 pub struct SuiteConfig {
     pub mode: Mode,
@@ -96,16 +88,6 @@ pub struct RunResult {
     pub payload_bytes: Option<u64>,
     /// `rss_payload` only: KiB of the process on transparent huge pages at the peak.
     pub huge_kib: Option<u64>,
-}
-
-pub fn size_label(size: usize) -> String {
-    if size >= 1 << 20 && size.is_multiple_of(1 << 20) {
-        format!("{}MiB", size >> 20)
-    } else if size >= 1 << 10 && size.is_multiple_of(1 << 10) {
-        format!("{}KiB", size >> 10)
-    } else {
-        format!("{size}B")
-    }
 }
 
 /// All cases for `cfg`, in presentation order.

@@ -1,0 +1,78 @@
+/*
+ * common.c -- the classic program's shared helpers that are not inline (see
+ * classic.h): the run's parameters, the error exit, bookkeeping memory from
+ * mmap, worker threads behind a start barrier and the result line.
+ */
+#include "classic.h"
+
+const char *g_name = "?";
+int g_threads = 1;
+unsigned g_scale = 1;
+
+void die(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "classic: %s: ", g_name);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+void *xmmap(size_t size)
+{
+    if (size == 0)
+        size = 1;
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED)
+        die("mmap(%zu) failed: %s", size, strerror(errno));
+    return p;
+}
+
+void xmunmap(void *p, size_t size)
+{
+    if (size == 0)
+        size = 1;
+    munmap(p, size);
+}
+
+typedef struct {
+    pthread_barrier_t bar;
+} start_gate_t;
+
+static start_gate_t g_gate;
+
+void gate_wait(void)
+{
+    pthread_barrier_wait(&g_gate.bar);
+}
+
+uint64_t run_threads(int n, void *(*fn)(void *), void *args, size_t arg_size)
+{
+    pthread_t *tids = xmmap(sizeof(pthread_t) * (size_t)n);
+    if (pthread_barrier_init(&g_gate.bar, NULL, (unsigned)n + 1) != 0)
+        die("pthread_barrier_init failed");
+    for (int i = 0; i < n; i++) {
+        int rc = pthread_create(&tids[i], NULL, fn, (char *)args + arg_size * (size_t)i);
+        if (rc != 0)
+            die("pthread_create failed: %s", strerror(rc));
+    }
+    pthread_barrier_wait(&g_gate.bar);
+    uint64_t t0 = now_ns();
+    for (int i = 0; i < n; i++)
+        pthread_join(tids[i], NULL);
+    uint64_t t1 = now_ns();
+    pthread_barrier_destroy(&g_gate.bar);
+    xmunmap(tids, sizeof(pthread_t) * (size_t)n);
+    return t1 - t0;
+}
+
+void print_result(uint64_t ops, uint64_t elapsed, int workers, const char *extra)
+{
+    printf("result workload=%s threads=%d ops=%llu elapsed_ns=%llu workers=%d%s%s\n", g_name,
+           g_threads, (unsigned long long)ops, (unsigned long long)elapsed, workers,
+           extra && *extra ? " " : "", extra ? extra : "");
+    fflush(stdout);
+}
