@@ -33,7 +33,7 @@ use crate::os::{
 use crate::size_class::{UNIT, UNIT_SHIFT};
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use pagemap::PageMap;
-use region::{ChunkNode, CommitBudget, Decay, Region, SpanUse, CHUNK_UNITS};
+use region::{ChunkNode, CommitBudget, DecommitPolicy, Region, SpanUse, CHUNK_UNITS};
 
 /// Objects of at most this many bytes are packed in the dense pool: every page of one of their
 /// bags holds the start of an object, so a bag in use is resident whole whatever the program
@@ -75,7 +75,7 @@ pub struct ArenaConfig {
     /// `MPOL_BIND` instead of `MPOL_PREFERRED` for the regions.
     pub strict_binding: bool,
     pub thp: ThpChoice,
-    pub decay: Decay,
+    pub decommit: DecommitPolicy,
     /// Reserve `PROT_NONE` and commit as the regions grow (for `vm.overcommit_memory=2`).
     pub commit_on_demand: bool,
     /// Secure mode: encoded free lists, the allocation bitmap, guard pages, random carving.
@@ -96,7 +96,7 @@ pub struct Arena {
     /// Spans a node took from another node's region because its own was exhausted.
     steals: [AtomicUsize; MAX_NODES],
     bind_failed: AtomicBool,
-    pub decay: Decay,
+    pub decommit: DecommitPolicy,
     /// Secure mode, fixed at creation.
     secure: bool,
     /// Secure mode: the key mixed into every free-list link (random per process).
@@ -242,7 +242,7 @@ impl Arena {
             core::ptr::addr_of_mut!((*arena).node_count).write(nodes);
             core::ptr::addr_of_mut!((*arena).map).write(map);
             core::ptr::addr_of_mut!((*arena).pools).write(regions);
-            core::ptr::addr_of_mut!((*arena).decay).write(config.decay);
+            core::ptr::addr_of_mut!((*arena).decommit).write(config.decommit);
             if config.secure {
                 let seed = os::random_seed();
                 core::ptr::addr_of_mut!((*arena).secure).write(true);
@@ -452,7 +452,7 @@ impl Arena {
     /// with no live object left in it.
     pub unsafe fn free_span(&self, address: usize, units: usize) {
         self.pool_of(address)
-            .free(&self.map, address, units, self.decay);
+            .free(&self.map, address, units, self.decommit);
     }
 
     /// Gives whole free pages inside a span still in use back to the OS.
@@ -492,7 +492,7 @@ impl Arena {
     /// Decommits free spans the policy says are due in `node`'s pools (all, when `force`).
     pub fn purge_node(&self, node: usize, force: bool) {
         for pool in [Pool::Dense, Pool::Sparse] {
-            self.pool(node, pool).purge(&self.map, self.decay, force);
+            self.pool(node, pool).purge(&self.map, self.decommit, force);
         }
     }
 
@@ -585,7 +585,7 @@ pub(crate) mod tests {
             region_bytes,
             strict_binding: false,
             thp,
-            decay: Decay {
+            decommit: DecommitPolicy {
                 delay_ns: 0,
                 retain_bytes,
             },
@@ -719,10 +719,14 @@ pub(crate) mod tests {
         assert!(t >= body && t % chunk == 0);
         // SAFETY: handed out above and ours.
         unsafe { (t as *mut u8).write_bytes(1, 3 * chunk) };
-        let decay = arena.decay;
-        arena
-            .pool(0, Pool::Sparse)
-            .shrink(arena.map(), t, 3 * CHUNK_UNITS, CHUNK_UNITS / 2, decay);
+        let decommit = arena.decommit;
+        arena.pool(0, Pool::Sparse).shrink(
+            arena.map(),
+            t,
+            3 * CHUNK_UNITS,
+            CHUNK_UNITS / 2,
+            decommit,
+        );
         let flags = vm_flags(t);
         assert!(flags.iter().any(|flag| flag == "nh"), "flags {flags:?}");
         for whole in [t + chunk, t + 2 * chunk] {
@@ -794,9 +798,9 @@ pub(crate) mod tests {
         assert_eq!(b, a + chunk, "two chunks, filled in order");
         // Chunk B keeps all but one unit; chunk A half. A's holes are freed last, so a
         // most-recently-freed (LIFO) choice would take one of them.
-        dense.free(map, b + 5 * UNIT, 1, arena.decay);
+        dense.free(map, b + 5 * UNIT, 1, arena.decommit);
         for unit in (0..CHUNK_UNITS).step_by(2) {
-            dense.free(map, a + unit * UNIT, 1, arena.decay);
+            dense.free(map, a + unit * UNIT, 1, arena.decommit);
         }
         assert_eq!(dense.alloc(map, 1, 1, usage), Some(b + 5 * UNIT));
         // B is full now: the next bag goes to A, the fullest chunk left with room.
@@ -805,7 +809,7 @@ pub(crate) mod tests {
         // A chunk that empties entirely is taken last: free all of A but one unit, then a
         // third chunk's worth of bags fills A's holes before the frontier moves.
         for unit in (1..CHUNK_UNITS).step_by(2) {
-            dense.free(map, a + unit * UNIT, 1, arena.decay);
+            dense.free(map, a + unit * UNIT, 1, arena.decommit);
         }
         let frontier = dense.frontier_word().load(Ordering::Relaxed);
         for _ in 0..CHUNK_UNITS - 1 {
@@ -837,9 +841,9 @@ pub(crate) mod tests {
         let mut freed: Vec<usize> = ones[..CHUNK_UNITS / 2].to_vec();
         freed.extend([ones[CHUNK_UNITS - 2], ones[CHUNK_UNITS - 1]]);
         for &unit in &freed {
-            dense.free(map, unit, 1, arena.decay);
+            dense.free(map, unit, 1, arena.decommit);
         }
-        dense.free(map, pair, 2, arena.decay);
+        dense.free(map, pair, 2, arena.decommit);
         freed.extend([pair, pair + UNIT]);
         assert_eq!(dense.dirty_bytes(), 0);
         // Every free unit comes back exactly once, and nothing else.
@@ -1025,7 +1029,7 @@ pub(crate) mod tests {
         assert_eq!(map.tag(a + 99 * UNIT).kind(), Kind::LargeBody);
         let (b, _) = arena.alloc_span(0, 4, 1, SpanUse::Large).unwrap();
         assert_eq!(b, a + 100 * UNIT, "the next span follows the grown one");
-        region.shrink(map, a, 100, 10, arena.decay);
+        region.shrink(map, a, 100, 10, arena.decommit);
         assert_eq!(map.tag(a + 10 * UNIT).kind(), Kind::Free);
         assert!(region.grow(map, a, 10, 50), "grows into its own freed tail");
         assert!(!region.grow(map, a, 50, 101), "b is in the way");

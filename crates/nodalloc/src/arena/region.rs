@@ -161,7 +161,7 @@ pub const BAG_ZEROED: u64 = 1;
 
 /// Decommit policy, from the options.
 #[derive(Clone, Copy, Debug)]
-pub struct Decay {
+pub struct DecommitPolicy {
     pub delay_ns: u64,
     pub retain_bytes: usize,
 }
@@ -276,6 +276,7 @@ impl Region {
         self.start
     }
 
+    #[cfg(test)]
     pub fn end(&self) -> usize {
         self.end
     }
@@ -309,7 +310,7 @@ impl Region {
                     state,
                     map,
                     os::monotonic_ns().max(1),
-                    Decay {
+                    DecommitPolicy {
                         delay_ns: 0,
                         retain_bytes: 0,
                     },
@@ -338,8 +339,8 @@ impl Region {
     }
 
     /// Returns a span to the pool (dirty), coalescing with dirty neighbours, then decommits what
-    /// the decay policy says is due.
-    pub fn free(&self, map: &PageMap, address: usize, units: usize, decay: Decay) {
+    /// the decommit policy says is due.
+    pub fn free(&self, map: &PageMap, address: usize, units: usize, decommit: DecommitPolicy) {
         let now = os::monotonic_ns().max(1);
         let _guard = self.lock.lock();
         // SAFETY: the span lock is held.
@@ -351,13 +352,13 @@ impl Region {
             map.set_tag(unit, Tag::UNUSED);
         }
         self.count_used(state, address, units, false);
-        if now.saturating_sub(state.recent_free_at) >= decay.delay_ns {
+        if now.saturating_sub(state.recent_free_at) >= decommit.delay_ns {
             state.recent_free = 0;
         }
         state.recent_free = state.recent_free.max(units << UNIT_SHIFT);
         state.recent_free_at = now;
         self.insert_coalesced(state, map, first, units, now);
-        self.purge_locked(state, map, now, decay, false);
+        self.purge_locked(state, map, now, decommit, false);
     }
 
     /// Grows a large span in place to `new_units` if the units after it are free (or are the
@@ -450,7 +451,7 @@ impl Region {
         address: usize,
         old_units: usize,
         new_units: usize,
-        decay: Decay,
+        decommit: DecommitPolicy,
     ) {
         debug_assert!(new_units >= 1 && new_units < old_units);
         {
@@ -462,17 +463,17 @@ impl Region {
             map,
             address + (new_units << UNIT_SHIFT),
             old_units - new_units,
-            decay,
+            decommit,
         );
     }
 
     /// Decommits dirty spans that the policy says are due (all of them when `force`).
-    pub fn purge(&self, map: &PageMap, decay: Decay, force: bool) {
+    pub fn purge(&self, map: &PageMap, decommit: DecommitPolicy, force: bool) {
         let now = os::monotonic_ns().max(1);
         let _guard = self.lock.lock();
         // SAFETY: the span lock is held.
         let state = unsafe { &mut *self.state.get() };
-        self.purge_locked(state, map, now, decay, force);
+        self.purge_locked(state, map, now, decommit, force);
     }
 
     /// Gives the pages of `[address, address + bytes)`, inside a span still in use (a bag), back
@@ -495,6 +496,7 @@ impl Region {
         unsafe { os::decommit(address as *mut u8, bytes) };
     }
 
+    #[cfg(test)]
     /// Bytes of free spans still committed.
     pub fn dirty_bytes(&self) -> usize {
         let _guard = self.lock.lock();
@@ -515,7 +517,7 @@ impl Region {
         state: &mut PoolState,
         map: &PageMap,
         now: u64,
-        decay: Decay,
+        decommit: DecommitPolicy,
         force: bool,
     ) {
         // Dirty memory up to a share of what is in use (plus twice the largest recent free) waits
@@ -527,8 +529,8 @@ impl Region {
             // SAFETY: the span lock is held; the age list holds heads of dirty free spans.
             let (units, freed_at) = unsafe { ((*oldest).units, (*oldest).freed_at) };
             if !force
-                && (state.dirty_bytes <= decay.retain_bytes
-                    || (now.saturating_sub(freed_at) < decay.delay_ns
+                && (state.dirty_bytes <= decommit.retain_bytes
+                    || (now.saturating_sub(freed_at) < decommit.delay_ns
                         && state.dirty_bytes <= young_cap))
             {
                 break;

@@ -200,12 +200,8 @@ impl NodeHeaps {
         let map = self.arena.map();
         let size = class.size();
         let capacity = class.capacity() as u32;
-        // The node's next maintenance deadline dates the returns for the sweep.
-        let stamp = self
-            .node(node)
-            .next_maintenance
-            .load(Ordering::Relaxed)
-            .max(1);
+        // The node's next upkeep deadline dates the returns for the sweep.
+        let stamp = self.node(node).next_upkeep.load(Ordering::Relaxed).max(1);
         let _guard = heap.lock.lock();
         // SAFETY: the class lock is held for the rest of this function.
         let partial = unsafe { &mut *heap.partial.get() };

@@ -149,7 +149,7 @@ impl NodeHeaps {
                 address,
                 units,
                 new_units,
-                self.arena.decay,
+                self.arena.decommit,
             );
             heap.large_bytes
                 .fetch_sub((units - new_units) << UNIT_SHIFT, Ordering::Relaxed);
@@ -195,6 +195,7 @@ impl NodeHeaps {
         resized
     }
 
+    #[cfg(test)]
     /// Bytes usable at `address` (the class size or the span length), for any live object.
     pub fn usable_size(&self, address: usize) -> Result<usize, Misuse> {
         let Some(tag) = self.arena.tag_checked(address) else {

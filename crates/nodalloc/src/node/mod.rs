@@ -26,9 +26,11 @@ use crate::arena::pagemap::{Kind, UnitMeta};
 use crate::arena::region::{SpanUse, BAG_ZEROED};
 use crate::arena::secure::{carve_order, guarded_layout, Expect, Refusal};
 use crate::arena::Arena;
+pub(crate) use crate::arena::{region::DecommitPolicy, ArenaConfig};
 use crate::ds::inbox::Inbox;
-use crate::ds::ring::{Batch, TransferRing, RING_SLOTS};
+use crate::ds::ring::{TransferRing, RING_SLOTS};
 use crate::ds::spinlock::SpinLock;
+use crate::os::topology::Topology;
 use crate::os::{self, topology::MAX_NODES};
 use crate::size_class::{SizeClass, NUM_CLASSES, UNIT, UNIT_SHIFT};
 use core::cell::UnsafeCell;
@@ -36,11 +38,15 @@ use core::ptr::null_mut;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 mod bags;
+mod front;
 mod large;
+mod stats;
 mod sweep;
 mod upkeep;
 
-pub(crate) use upkeep::maintenance_period;
+pub(crate) use crate::ds::ring::Batch;
+pub(crate) use front::{HomeView, Tag, DENSE_OBJECT_MAX};
+pub(crate) use upkeep::upkeep_period;
 
 /// Bytes of objects a class's transfer ring may hold per node. More would keep bags alive (and
 /// memory committed) for objects nobody asked for; less would send producer/consumer pairs to the
@@ -63,8 +69,8 @@ pub struct ClassHeap {
     pub out_of_bags: AtomicUsize,
     /// Objects in the transfer ring (updated after each push and pop, so a hint).
     pub in_ring: AtomicUsize,
-    /// Set by every ring push and pop, cleared by maintenance: a ring left untouched for a whole
-    /// maintenance period is drained into its bags so idle batches stop pinning memory.
+    /// Set by every ring push and pop, cleared by upkeep: a ring left untouched for a whole
+    /// upkeep period is drained into its bags so idle batches stop pinning memory.
     ring_touched: AtomicBool,
     /// Set when objects come back to the bags, cleared by a sweep that leaves no bag waiting:
     /// upkeep skips (and does not even lock) classes with nothing to sweep.
@@ -89,8 +95,8 @@ impl ClassHeap {
 /// One node's heap.
 pub struct NodeHeap {
     inbox: Inbox,
-    /// Monotonic ns before which no maintenance pass runs on this node.
-    next_maintenance: AtomicU64,
+    /// Monotonic ns before which no upkeep pass runs on this node.
+    next_upkeep: AtomicU64,
     /// Objects that arrived from other nodes' threads.
     pub remote_frees: AtomicU64,
     /// Batches or objects this node's threads took from other nodes' heaps.
@@ -134,7 +140,47 @@ impl From<Refusal> for Misuse {
 }
 
 impl NodeHeaps {
-    /// Builds the node heaps of `arena` in a fresh mapping. `None` if the mapping fails.
+    /// Reserves the arena for `topology` (which it copies) and builds its node heaps: the
+    /// instance's start-up. `None` if the address space or the mapping cannot be had.
+    pub(crate) fn start(topology: &Topology, config: &ArenaConfig) -> Option<&'static NodeHeaps> {
+        NodeHeaps::create(Arena::create(topology, config)?)
+    }
+
+    /// The machine as the arena saw it.
+    pub(crate) fn topology(&self) -> &'static Topology {
+        &self.arena.topology
+    }
+
+    /// Sets the hard limit on committed bytes (0: none).
+    pub(crate) fn set_limit(&self, bytes: usize) {
+        self.arena.budget.limit.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Decommits every free span now, whatever the delay (after [`Self::flush_all`]).
+    pub(crate) fn purge(&self) {
+        self.arena.purge(true);
+    }
+
+    /// The class of the small object starting at `address`; `None` for an address the page
+    /// map does not give to a bag (a large object, or nothing), the misuse for an address
+    /// inside a bag that is not an object's start.
+    pub(crate) fn small_class_at(&self, address: usize) -> Result<Option<SizeClass>, Misuse> {
+        let tag = self
+            .arena
+            .tag_checked(address)
+            .ok_or(Misuse::InvalidPointer)?;
+        if !tag.is_bag() {
+            return Ok(None);
+        }
+        let map = self.arena.map();
+        let start = map.address_of(map.unit_of(address) - tag.offset_units());
+        if !tag.class().is_object_start(address - start) {
+            return Err(Misuse::InvalidPointer);
+        }
+        Ok(Some(tag.class()))
+    }
+
+    /// Builds the node heaps of `arena` in a fresh mapping. `None` if the mapping fails. `None` if the mapping fails.
     pub fn create(arena: &'static Arena) -> Option<&'static NodeHeaps> {
         let nodes = arena.node_count();
         let bytes =
@@ -163,7 +209,6 @@ impl NodeHeaps {
     pub fn class(&self, node: usize, class: SizeClass) -> &ClassHeap {
         &self.node(node).classes[class.index()]
     }
-
 }
 
 impl NodeHeaps {

@@ -9,28 +9,28 @@ impl NodeHeaps {
     /// decommit what is due. One thread runs it at a time; the others skip.
     ///
     /// A node whose own threads have not run it for a whole extra period (a node without CPUs,
-    /// or one whose threads are gone) is maintained by whichever thread notices, so objects
+    /// or one whose threads are gone) gets its upkeep from whichever thread notices, so objects
     /// freed to its inbox do not stay there forever.
-    pub fn maintain(&self, node: usize, now: u64) {
-        let period = maintenance_period(self.arena.decay.delay_ns);
-        self.maintain_node(node, now, 0);
+    pub fn upkeep(&self, node: usize, now: u64) {
+        let period = upkeep_period(self.arena.decommit.delay_ns);
+        self.upkeep_node(node, now, 0);
         for other in 0..self.arena.node_count() {
             if other != node {
-                self.maintain_node(other, now, period);
+                self.upkeep_node(other, now, period);
             }
         }
     }
 
-    /// Maintains `node` if it is due by more than `grace` ns.
-    fn maintain_node(&self, node: usize, now: u64, grace: u64) {
+    /// Runs `node`'s upkeep if it is due by more than `grace` ns.
+    fn upkeep_node(&self, node: usize, now: u64, grace: u64) {
         let heap = self.node(node);
-        let due = heap.next_maintenance.load(Ordering::Relaxed);
+        let due = heap.next_upkeep.load(Ordering::Relaxed);
         if now < due.saturating_add(grace) {
             return;
         }
-        let next = now + maintenance_period(self.arena.decay.delay_ns);
+        let next = now + upkeep_period(self.arena.decommit.delay_ns);
         if heap
-            .next_maintenance
+            .next_upkeep
             .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
             .is_err()
         {
@@ -76,6 +76,6 @@ impl NodeHeaps {
 
 /// How often a node's upkeep runs: every decommit delay, but at least every 100 ms (idle caches
 /// go back to their bags on this beat) and at most every millisecond.
-pub(crate) fn maintenance_period(delay_ns: u64) -> u64 {
+pub(crate) fn upkeep_period(delay_ns: u64) -> u64 {
     delay_ns.clamp(1_000_000, 100_000_000)
 }
