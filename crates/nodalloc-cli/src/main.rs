@@ -11,7 +11,7 @@
 //! sizes are parsed by the core crate's parser, and the options' meaning stays with the library.
 
 use clap::{Args, Parser, Subcommand};
-use nodalloc::os::cpuset::CpuSet;
+use nodalloc::raw::CpuSet;
 use nodalloc::{OvercommitMode, ThpMode, Topology};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt;
@@ -87,7 +87,7 @@ fn parse_bind(text: &str) -> Result<String, String> {
 }
 
 fn parse_limit(text: &str) -> Result<u64, String> {
-    nodalloc::os::options::parse_size(text.as_bytes())
+    nodalloc::raw::parse_size(text.as_bytes())
         .ok_or_else(|| "expected a size such as 4096, 64K, 512M or 2G".to_string())
 }
 

@@ -21,7 +21,7 @@ pub fn remember_startup_mappings() {
         return;
     }
     let mut buffer = [0u8; 16384];
-    let Some(text) = nodalloc_core::os::read_file(c"/proc/self/maps", &mut buffer) else {
+    let Some(text) = nodalloc_core::raw::read_file(c"/proc/self/maps", &mut buffer) else {
         return;
     };
     let mut count = 0;

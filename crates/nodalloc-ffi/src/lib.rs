@@ -11,14 +11,14 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod foreign;
+mod screen;
 mod threads;
 mod tls;
 
 use core::ffi::{c_int, c_void};
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicUsize, Ordering};
-use nodalloc_core::raw::{self, Pointer, ThreadHeap};
-use nodalloc_core::size_class::{class_of_malloc, SizeClass};
+use nodalloc_core::raw::{self, class_of_malloc, Pointer, SizeClass, ThreadHeap};
 
 /// The slot value of a thread whose heap has been retired and recycled.
 const RETIRED: usize = 1;
@@ -40,8 +40,8 @@ static LOAD: extern "C" fn() = on_load;
 /// reports.
 extern "C" fn on_load() {
     raw::set_current_heap_hook(current_heap);
-    let stats_wanted = nodalloc_core::os::env(c"NODALLOC_STATS")
-        .is_some_and(|value| matches!(value, b"1" | b"yes" | b"true"));
+    let stats_wanted =
+        raw::env(c"NODALLOC_STATS").is_some_and(|value| matches!(value, b"1" | b"yes" | b"true"));
     if stats_wanted {
         // SAFETY: dup of our own stderr; F_DUPFD_CLOEXEC keeps it out of exec'd programs.
         let fd = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3) };
@@ -93,7 +93,7 @@ fn heap_or_create_with(inherited_binding: bool) -> Option<&'static mut ThreadHea
     }
     foreign::remember_startup_mappings();
     let heap = raw::take_heap()?;
-    heap.bind_from_process_mask = inherited_binding;
+    heap.bind_from_process_mask(inherited_binding);
     // Attaching may re-enter malloc (binding, the first instance creation registering hooks);
     // those nested calls run without a heap, on the detached path.
     heap.run_attach_hook();
@@ -159,17 +159,9 @@ fn handed_out(p: *mut u8) -> *mut c_void {
     if p.is_null() {
         set_errno(libc::ENOMEM);
     } else {
-        clear_freed_mark(p);
+        screen::clear_mark(p);
     }
     p as *mut c_void
-}
-
-/// Clears the double-free mark `free` leaves in an object's second word, so freeing it once
-/// more is not a suspicion (every block here is at least 16 bytes).
-#[inline(always)]
-fn clear_freed_mark(p: *mut u8) {
-    // SAFETY: `p` is a block of at least 16 bytes we just handed out, 8-aligned.
-    unsafe { (p.add(8) as *mut usize).write(0) };
 }
 
 /// # Safety
@@ -180,7 +172,7 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
         if let Some(heap) = heap() {
             let p = heap.alloc_cached(class);
             if !p.is_null() {
-                clear_freed_mark(p);
+                screen::clear_mark(p);
                 return p as *mut c_void;
             }
             return malloc_slow(heap, class);
@@ -204,7 +196,7 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     }
     if let Some(heap) = heap() {
         // SAFETY: the caller gives the block up.
-        if unsafe { heap.free_unsized(ptr as *mut u8) } {
+        if unsafe { screen::free_home(heap, ptr as *mut u8) } {
             return;
         }
     }
@@ -217,8 +209,11 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
 unsafe fn free_slow(ptr: *mut u8) {
     match raw::classify(ptr) {
         Ok(Pointer::Foreign) => foreign::free(ptr),
-        // SAFETY: a live nodalloc object the caller gives up, classified as `kind`.
-        Ok(kind) => unsafe { raw::free_classified(heap_or_create(), ptr, kind) },
+        // SAFETY: a live nodalloc block the caller gives up, of this class and node.
+        Ok(Pointer::Small { class, origin }) => unsafe {
+            screen::free_classified(heap_or_create(), ptr, class, origin)
+        },
+        Ok(Pointer::Large { .. }) => raw::free_large(heap_or_create(), ptr),
         Err(misuse) => raw::report_misuse(ptr, misuse),
     }
 }

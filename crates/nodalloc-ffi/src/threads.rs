@@ -7,7 +7,7 @@
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
-use nodalloc_core::os::cpuset::CpuSet;
+use nodalloc_core::raw::CpuSet;
 
 type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
 type PthreadCreate = unsafe extern "C" fn(
@@ -30,11 +30,11 @@ struct Start {
 /// calling thread: the caller still has that mask, and the attributes carry no affinity of
 /// their own (glibc reports "none" as every bit set).
 fn inherits_nodalloc_mask(attributes: *const libc::pthread_attr_t) -> bool {
-    let Some(mask) = crate::heap().and_then(|heap| heap.bound_mask) else {
+    let Some(mask) = crate::heap().and_then(|heap| heap.bound_mask().copied()) else {
         return false;
     };
     let mut current = CpuSet::new();
-    if !nodalloc_core::os::thread_affinity(&mut current) || current != mask {
+    if !nodalloc_core::raw::thread_affinity(&mut current) || current != mask {
         return false;
     }
     if attributes.is_null() {

@@ -21,33 +21,37 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 #[cfg(not(loom))]
-pub mod arena;
+mod arena;
 #[cfg(not(loom))]
 mod bind;
+#[cfg(loom)]
+#[doc(hidden)]
 pub mod ds;
 #[cfg(not(loom))]
-mod global;
+mod ds;
 #[cfg(not(loom))]
-pub mod node;
+mod instance;
 #[cfg(not(loom))]
-pub mod os;
+mod node;
+#[cfg(not(loom))]
+mod os;
 #[cfg(not(loom))]
 #[doc(hidden)]
 pub mod raw;
 #[cfg(not(loom))]
-pub mod size_class;
+mod size_class;
 #[cfg(not(loom))]
 mod stats;
 mod sync;
 #[cfg(not(loom))]
-pub mod thread;
+mod thread;
 
 #[cfg(not(loom))]
 pub use face::*;
 
 #[cfg(not(loom))]
 mod face {
-    use crate::global::{existing_instance, instance, with_heap};
+    use crate::instance::{with_heap, Instance};
     use crate::size_class::{class_of, SizeClass};
     use core::alloc::{GlobalAlloc, Layout};
     use core::ptr::null_mut;
@@ -69,15 +73,15 @@ mod face {
         /// calling thread's node; the only way to place data on a node without CPUs. Null when
         /// the node does not exist or no memory is left. Free it like any other allocation.
         pub fn alloc_on_node(&self, layout: Layout, node: usize) -> *mut u8 {
-            let Some(heaps) = instance() else {
+            let Some(instance) = Instance::get() else {
                 return null_mut();
             };
-            if node >= heaps.arena.node_count() {
+            if node >= instance.node_count() {
                 return null_mut();
             }
             match class_of(layout.size(), layout.align()) {
-                Some(class) => heaps.alloc_single(node, class),
-                None => heaps.alloc_large(node, layout.size(), layout.align()),
+                Some(class) => instance.alloc_single(Some(node), class),
+                None => instance.alloc_large_on(node, layout.size(), layout.align()),
             }
         }
     }
@@ -91,27 +95,18 @@ mod face {
     #[cold]
     #[inline(never)]
     fn alloc_large(layout: Layout) -> *mut u8 {
-        let Some(heaps) = instance() else {
+        let Some(instance) = Instance::get() else {
             return null_mut();
         };
-        let node = with_heap(|heap| {
-            heap.run_attach_hook();
-            heap.check_home();
-            heap.tick();
-            heap.node()
-        });
-        heaps.alloc_large(node, layout.size(), layout.align())
+        with_heap(|heap| instance.alloc_large(Some(heap), layout.size(), layout.align()))
     }
 
     #[cold]
     #[inline(never)]
     fn free_large(ptr: *mut u8) {
-        match existing_instance() {
-            Some(heaps) => {
-                heaps.free_large(ptr as usize);
-                with_heap(|heap| heap.tick());
-            }
-            None => crate::node::report(ptr, crate::node::Misuse::InvalidPointer),
+        match Instance::existing() {
+            Some(instance) => with_heap(|heap| instance.free_large(Some(heap), ptr)),
+            None => crate::instance::report_misuse(ptr, crate::node::Misuse::InvalidPointer),
         }
     }
 
@@ -157,7 +152,7 @@ mod face {
             let fresh = class_of(layout.size(), layout.align()).is_none()
                 && !ptr.is_null()
                 // SAFETY: `ptr` is a large object we just allocated.
-                && existing_instance().is_some_and(|heaps| unsafe { heaps.large_is_zeroed(ptr as usize) });
+                && Instance::existing().is_some_and(|instance| unsafe { instance.large_is_zeroed(ptr) });
             if !ptr.is_null() && !fresh {
                 // SAFETY: `ptr` holds at least `layout.size()` writable bytes.
                 unsafe { ptr.write_bytes(0, layout.size()) };
@@ -171,8 +166,8 @@ mod face {
             match (old_class, new_class) {
                 (Some(old), Some(new)) if old == new => return ptr,
                 (None, None) => {
-                    if let Some(heaps) = existing_instance() {
-                        if heaps.resize_large_in_place(ptr as usize, new_size) {
+                    if let Some(instance) = Instance::existing() {
+                        if instance.resize_large_in_place(ptr, new_size) {
                             return ptr;
                         }
                     }
@@ -197,11 +192,8 @@ mod face {
     /// A snapshot of the allocator's statistics (empty before the first allocation). Publishes
     /// the calling thread's counters first; other running threads lag by at most one batch.
     pub fn stats() -> Stats {
-        match existing_instance() {
-            Some(heaps) => {
-                crate::global::publish_current_thread();
-                Stats::collect(heaps, crate::global::live_threads())
-            }
+        match Instance::existing() {
+            Some(instance) => instance.stats(),
             None => Stats::empty(),
         }
     }
@@ -213,7 +205,7 @@ mod face {
 
     /// The node whose memory holds `ptr`, if nodalloc handed it out.
     pub fn node_of(ptr: *const u8) -> Option<usize> {
-        existing_instance()?.arena.origin_of(ptr as usize)
+        Instance::existing()?.origin_of(ptr as usize)
     }
 
     /// The calling thread's home node (binding it first if it has not allocated yet).
@@ -226,31 +218,24 @@ mod face {
 
     /// The machine as the allocator sees it (creating the allocator if needed).
     pub fn topology() -> Option<&'static Topology> {
-        instance().map(|heaps| &heaps.arena.topology)
+        Instance::get().map(|instance| instance.topology())
     }
 
     /// Returns every cached free object to its bags and every free page to the OS now, whole
     /// free pages inside bags still in use included, without waiting for the decommit delay
     /// (like glibc's `malloc_trim(0)`). Other threads' caches are left alone.
     pub fn purge() {
-        let Some(heaps) = existing_instance() else {
-            return;
-        };
-        with_heap(|heap| heap.flush());
-        heaps.flush_all();
-        heaps.arena.purge(true);
+        if let Some(instance) = Instance::existing() {
+            with_heap(|heap| instance.purge(heap));
+        }
     }
 
     /// Sets a hard limit on committed heap bytes (0 removes it). Allocations that would pass it
     /// return null; frees make room again. Fails only when the heap cannot be created.
     pub fn set_limit(bytes: usize) -> bool {
-        match instance() {
-            Some(heaps) => {
-                heaps
-                    .arena
-                    .budget
-                    .limit
-                    .store(bytes, core::sync::atomic::Ordering::Relaxed);
+        match Instance::get() {
+            Some(instance) => {
+                instance.set_limit(bytes);
                 true
             }
             None => false,

@@ -6,11 +6,9 @@
 //! at most one batch per class; `stats()` publishes the calling thread's counters first, and
 //! after threads have exited the figures are exact.
 
-use crate::node::NodeHeaps;
 use crate::os::topology::MAX_NODES;
 use crate::os::Writer;
-use crate::size_class::{SizeClass, NUM_CLASSES};
-use core::sync::atomic::Ordering;
+use crate::size_class::NUM_CLASSES;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ClassStats {
@@ -91,10 +89,10 @@ pub struct Stats {
     /// The hard limit on committed bytes (0: none) and the most ever committed under it.
     pub limit: usize,
     pub peak_committed: usize,
-    node_count: usize,
-    simulated: bool,
-    nodes: [NodeStats; MAX_NODES],
-    classes: [ClassStats; NUM_CLASSES],
+    pub(crate) node_count: usize,
+    pub(crate) simulated: bool,
+    pub(crate) nodes: [NodeStats; MAX_NODES],
+    pub(crate) classes: [ClassStats; NUM_CLASSES],
 }
 
 impl Stats {
@@ -119,84 +117,6 @@ impl Stats {
             nodes: [NodeStats::default(); MAX_NODES],
             classes: [ClassStats::default(); NUM_CLASSES],
         }
-    }
-
-    pub(crate) fn collect(heaps: &NodeHeaps, threads: usize) -> Stats {
-        let arena = heaps.arena;
-        let mut stats = Stats::empty();
-        stats.node_count = arena.node_count();
-        stats.simulated = arena.topology.is_simulated();
-        stats.threads = threads;
-        stats.limit = arena.budget.limit.load(Ordering::Relaxed);
-        stats.peak_committed = arena.budget.peak.load(Ordering::Relaxed);
-        for (index, class) in stats.classes.iter_mut().enumerate() {
-            class.size = SizeClass(index as u8).size();
-        }
-        let mut out_minus_live = [0i64; NUM_CLASSES];
-        for node in 0..arena.node_count() {
-            let heap = heaps.node(node);
-            let usage = arena.usage(node);
-            let mut out = NodeStats {
-                active: usage.active,
-                committed: usage.committed,
-                mapped: usage.mapped,
-                decommitted: usage.decommitted,
-                released_in_bags: heap.released_in_bags.load(Ordering::Relaxed),
-                remote_frees: heap.remote_frees.load(Ordering::Relaxed),
-                steals: heap.steals.load(Ordering::Relaxed) + arena.steals(node) as u64,
-                large_allocs: heap.large_allocs.load(Ordering::Relaxed),
-                large_frees: heap.large_frees.load(Ordering::Relaxed),
-                allocated: heap.large_bytes.load(Ordering::Relaxed),
-                dense_bags: usage.dense_active,
-                huge_pages: 0,
-            };
-            let mut live_small: i64 = 0;
-            for (index, class) in stats.classes.iter_mut().enumerate() {
-                let central = heaps.class(node, SizeClass(index as u8));
-                let allocs = central.allocs.load(Ordering::Relaxed);
-                let frees = central.frees.load(Ordering::Relaxed);
-                class.allocs += allocs;
-                class.frees += frees;
-                let bags = central.bags.load(Ordering::Relaxed);
-                let out = central.out_of_bags.load(Ordering::Relaxed);
-                let bag_bytes = SizeClass(index as u8).bag_bytes();
-                class.bags += bags;
-                class.free_in_bags += (bags * bag_bytes).saturating_sub(out * class.size);
-                class.in_rings +=
-                    (central.in_ring.load(Ordering::Relaxed) as isize).max(0) as usize * class.size;
-                // Out of the bags minus held by the program, summed over nodes (objects stolen
-                // or freed across nodes make one node's figure drift; the sum balances).
-                out_minus_live[index] += out as i64 - (allocs as i64 - frees as i64);
-                live_small += (allocs as i64 - frees as i64) * class.size as i64;
-            }
-            // Objects stolen from (or freed to) another node make per-node counts drift; the
-            // totals balance.
-            out.allocated = (out.allocated as i64 + live_small).max(0) as usize;
-            stats.nodes[node] = out;
-            stats.allocated += out.allocated;
-            stats.active += out.active;
-            stats.committed += out.committed;
-            stats.mapped += out.mapped;
-            stats.decommitted += out.decommitted;
-            stats.released_in_bags += out.released_in_bags;
-            stats.remote_frees += out.remote_frees;
-            stats.steals += out.steals;
-            stats.allocs += out.large_allocs;
-            stats.frees += out.large_frees;
-        }
-        // Huge pages, by the node whose region holds the mapping.
-        crate::os::for_each_huge_mapping(|start, bytes| {
-            if let Some(node) = arena.origin_of(start) {
-                stats.nodes[node].huge_pages += bytes;
-                stats.huge_pages += bytes;
-            }
-        });
-        for (class, out_minus_live) in stats.classes.iter_mut().zip(out_minus_live) {
-            class.cached = out_minus_live.max(0) as usize * class.size;
-            stats.allocs += class.allocs;
-            stats.frees += class.frees;
-        }
-        stats
     }
 
     pub fn node_count(&self) -> usize {

@@ -8,6 +8,7 @@
 //!
 //! Valid when zeroed (an empty inbox).
 
+#[cfg(any(test, loom))]
 use crate::ds::set_next;
 use crate::sync::{AtomicPtr, Ordering};
 
@@ -36,6 +37,7 @@ impl Inbox {
         }
     }
 
+    #[cfg(any(test, loom))]
     /// Prepends the chain `head … tail` (linked through first words).
     ///
     /// # Safety

@@ -79,6 +79,7 @@ impl SpinLock {
         self.locked.store(false, Ordering::Release);
     }
 
+    #[cfg(any(test, loom))]
     pub fn try_lock(&self) -> Option<SpinGuard<'_>> {
         if self.locked.swap(true, Ordering::Acquire) {
             None

@@ -15,7 +15,7 @@
 //! handed out, its tail reads as zero, as any recycled memory may.
 //!
 //! Only quiet bags are swept: no object came back to the bag since the node's previous
-//! maintenance pass, so a bag under churn is not emptied and refaulted on every pass. `purge`
+//! upkeep pass, so a bag under churn is not emptied and refaulted on every pass. `purge`
 //! sweeps every bag. Secure mode, which carves in a random order, does not sweep.
 //!
 //! Layer: part of the node heap; calls `arena`.
@@ -29,7 +29,7 @@ use core::ops::Range;
 use core::ptr::null_mut;
 use core::sync::atomic::Ordering;
 
-/// Free objects a maintenance pass may walk per node before it leaves the rest for the next
+/// Free objects an upkeep pass may walk per node before it leaves the rest for the next
 /// pass. The walk holds a class lock and misses the cache on cold objects (~100 ns each), and
 /// the pass runs on the slow path of whichever thread is due: 32 Ki objects keep it to a few
 /// milliseconds at worst.
@@ -400,14 +400,10 @@ mod tests {
     }
 
     #[test]
-    fn only_bags_quiet_for_a_whole_maintenance_period_are_swept() {
+    fn only_bags_quiet_for_a_whole_upkeep_period_are_swept() {
         let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
         let class = class_of(8192, 8).unwrap();
-        let stamp = heaps
-            .node(0)
-            .next_maintenance
-            .load(Ordering::Relaxed)
-            .max(1);
+        let stamp = heaps.node(0).next_upkeep.load(Ordering::Relaxed).max(1);
         let (kept, _) = sparse_bag(heaps, class, 4);
         let released = || heaps.node(0).released_in_bags.load(Ordering::Relaxed);
         // The pass whose deadline the returns saw: not quiet yet.

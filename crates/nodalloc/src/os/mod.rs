@@ -125,6 +125,7 @@ pub fn reserve_aligned_with(size: usize, alignment: usize, inaccessible: bool) -
     Some(aligned as *mut u8)
 }
 
+#[cfg(test)]
 /// Reserves `size` bytes aligned to `alignment` (a power of two), trimming the excess.
 pub fn reserve_aligned(size: usize, alignment: usize) -> Option<*mut u8> {
     reserve_aligned_with(size, alignment, false)
@@ -210,29 +211,6 @@ pub fn task_memory_policy(mask: &mut [u64; cpuset::MAX_NODE_WORDS]) -> Option<li
     }
 }
 
-/// The node each page of `pages` sits on (`move_pages` with no target nodes), or a negative errno
-/// per page (e.g. `-ENOENT` for a page never touched). Fills `status` for `pages.len()` entries.
-pub fn page_nodes(pages: &[*const u8], status: &mut [i32]) -> Result<(), i32> {
-    assert!(status.len() >= pages.len());
-    // SAFETY: `pages` and `status` hold `pages.len()` entries; a null node list only queries.
-    let result = unsafe {
-        libc::syscall(
-            libc::SYS_move_pages,
-            0 as libc::c_long,
-            pages.len() as libc::c_ulong,
-            pages.as_ptr(),
-            core::ptr::null::<i32>(),
-            status.as_mut_ptr(),
-            0 as libc::c_long,
-        )
-    };
-    if result == 0 {
-        Ok(())
-    } else {
-        Err(errno())
-    }
-}
-
 /// The CPU this thread runs on now (through the vDSO or rseq; no syscall on modern kernels).
 pub fn current_cpu() -> Option<usize> {
     // SAFETY: sched_getcpu has no preconditions.
@@ -278,11 +256,6 @@ pub fn set_thread_affinity(set: &cpuset::CpuSet) -> Result<(), i32> {
 pub fn errno() -> i32 {
     // SAFETY: __errno_location returns the calling thread's errno slot, always valid.
     unsafe { *libc::__errno_location() }
-}
-
-pub fn set_errno(value: i32) {
-    // SAFETY: as in `errno`.
-    unsafe { *libc::__errno_location() = value }
 }
 
 /// Reads a whole small file into `buffer`, returning the bytes read. No allocation.

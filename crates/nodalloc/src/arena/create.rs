@@ -1,0 +1,212 @@
+//! Creating an arena: sizing the reservation to the address space the process may use
+//! (`RLIMIT_AS`, the kernel's refusals), laying out the regions, their pools, the page map and
+//! the metadata, and binding each region to its node.
+
+use super::*;
+
+impl Arena {
+    /// Reserves the heap for `topology` and builds its metadata. `None` only if even the smallest
+    /// reservation fails.
+    pub fn create(topology: &Topology, config: &ArenaConfig) -> Option<&'static Arena> {
+        let nodes = topology.node_count();
+        let mut shift = 63
+            - config
+                .region_bytes
+                .max(1 << MIN_REGION_SHIFT)
+                .leading_zeros();
+        if let Some(limit) = topology.address_space_limit() {
+            // Leave half the address-space limit to the program (stacks, code, other mappings).
+            // Metadata takes 1/256 of the heap's size, plus 1/64 for secure mode's bitmap; it
+            // comes on top of the heap's half, or every power-of-two limit would get a quarter of
+            // it as heap (`ulimit -v 262144`: 64 MiB instead of 128 MiB).
+            let budget = limit / 2 / nodes as u64;
+            let metadata = |heap: u64| heap / 256 + if config.secure { heap / 64 } else { 0 };
+            while shift > MIN_REGION_SHIFT
+                && (1u64 << shift) + metadata(1u64 << shift) > budget + metadata(budget)
+            {
+                shift -= 1;
+            }
+        }
+        loop {
+            if let Some(arena) = Self::try_create(topology, config, shift) {
+                return Some(arena);
+            }
+            if shift == MIN_REGION_SHIFT {
+                return None;
+            }
+            shift -= 1;
+        }
+    }
+
+    pub(super) fn try_create(topology: &Topology, config: &ArenaConfig, shift: u32) -> Option<&'static Arena> {
+        let nodes = topology.node_count();
+        let region = 1usize << shift;
+        let total = region.checked_mul(nodes)?;
+        let units = total >> UNIT_SHIFT;
+        let header = round_up(core::mem::size_of::<Arena>(), os::PAGE_SIZE);
+        // The pools, then each pool's chunk bitmap, then each dense pool's filler records.
+        let pool_bytes = region / 2;
+        let pools = 2 * nodes;
+        let chunk_words = Region::chunk_words(pool_bytes);
+        let filler_bytes = Region::chunk_count(pool_bytes) * core::mem::size_of::<ChunkNode>();
+        let regions_bytes = round_up(
+            pools * (core::mem::size_of::<Region>() + chunk_words * 8) + nodes * filler_bytes,
+            os::PAGE_SIZE,
+        );
+        let metadata_bytes = header + regions_bytes + PageMap::bytes_for(units, config.secure);
+        let on_demand = config.commit_on_demand;
+        let metadata = if on_demand {
+            let metadata = os::reserve_inaccessible(metadata_bytes)?;
+            if !os::commit(metadata, header + regions_bytes) {
+                // SAFETY: we just mapped `metadata` and nothing refers to it.
+                unsafe { os::unmap(metadata, metadata_bytes) };
+                return None;
+            }
+            metadata
+        } else {
+            os::reserve(metadata_bytes)?
+        };
+        let Some(base) = os::reserve_aligned_with(total, CHUNK_UNITS * UNIT, on_demand) else {
+            // SAFETY: we just mapped `metadata` and nothing refers to it.
+            unsafe { os::unmap(metadata, metadata_bytes) };
+            return None;
+        };
+        // Metadata is read piecemeal and sparsely: huge pages would only inflate RSS.
+        os::advise(metadata, metadata_bytes, libc::MADV_NOHUGEPAGE);
+        // Huge-page advice for the dense pools (and, with `NODALLOC_THP=on`, the sparse ones).
+        let huge = match config.thp {
+            ThpChoice::On => Some(libc::MADV_HUGEPAGE),
+            ThpChoice::Off => Some(libc::MADV_NOHUGEPAGE),
+            ThpChoice::Auto if topology.thp_mode() == ThpMode::Madvise => Some(libc::MADV_HUGEPAGE),
+            ThpChoice::Auto => None,
+        };
+        // Where huge pages may back a dense pool: advised, or left to a kernel that may use
+        // them everywhere. Pools then keep partly decommitted chunks off huge pages (see
+        // `purge`).
+        let huge_pages_possible = match huge {
+            Some(advice) => advice == libc::MADV_HUGEPAGE,
+            None => topology.thp_mode() != ThpMode::Never,
+        };
+        // Sparse pools stay on base pages (also under THP `always`), unless the user asked for
+        // huge pages everywhere.
+        let sparse_huge = config.thp == ThpChoice::On;
+        // The first chunks of each pool stay on small pages: a program whose heap stays small
+        // (most processes) then pays for the pages it touches, not for a whole huge page per
+        // node, and never waits for the kernel to compact memory into one.
+        let advise_pool = |start: usize, body: Option<libc::c_int>| {
+            os::advise(start as *mut u8, SMALL_PAGE_HEAD, libc::MADV_NOHUGEPAGE);
+            if let Some(advice) = body {
+                let body_start = start + SMALL_PAGE_HEAD;
+                os::advise(body_start as *mut u8, pool_bytes - SMALL_PAGE_HEAD, advice);
+            }
+        };
+        let sparse_advice = if sparse_huge {
+            libc::MADV_HUGEPAGE
+        } else {
+            libc::MADV_NOHUGEPAGE
+        };
+        for node in 0..nodes {
+            let dense = base as usize + node * region;
+            advise_pool(dense, huge);
+            advise_pool(dense + pool_bytes, Some(sparse_advice));
+        }
+        let arena = metadata as *mut Arena;
+        // SAFETY: `metadata` is a fresh zeroed mapping large enough for the header, the regions
+        // and the page map, laid out in that order; nothing else can see it yet.
+        unsafe {
+            let regions = metadata.add(header) as *mut Region;
+            let pool_shift = shift - 1;
+            let map = PageMap::new(
+                base as usize,
+                units,
+                metadata.add(header + regions_bytes),
+                config.secure,
+            );
+            core::ptr::addr_of_mut!((*arena).base).write(base as usize);
+            core::ptr::addr_of_mut!((*arena).end).write(base as usize + total);
+            core::ptr::addr_of_mut!((*arena).region_shift).write(shift);
+            core::ptr::addr_of_mut!((*arena).node_count).write(nodes);
+            core::ptr::addr_of_mut!((*arena).map).write(map);
+            core::ptr::addr_of_mut!((*arena).pools).write(regions);
+            core::ptr::addr_of_mut!((*arena).decommit).write(config.decommit);
+            if config.secure {
+                let seed = os::random_seed();
+                core::ptr::addr_of_mut!((*arena).secure).write(true);
+                core::ptr::addr_of_mut!((*arena).key).write(secure::mix(seed) as usize);
+                (*arena)
+                    .seeds
+                    .store(secure::mix(seed ^ 0x5bd1_e995), Ordering::Relaxed);
+            }
+            // A copy without a 30 KiB temporary on the stack.
+            core::ptr::copy_nonoverlapping(topology, core::ptr::addr_of_mut!((*arena).topology), 1);
+            let chunk_bits = regions.add(pools) as *mut u64;
+            let filler = chunk_bits.add(pools * chunk_words) as *mut ChunkNode;
+            for index in 0..pools {
+                let start = base as usize + (index << pool_shift);
+                let budget = core::ptr::addr_of!((*arena).budget);
+                let dense = index % 2 == Pool::Dense as usize;
+                let huge = if dense {
+                    huge_pages_possible
+                } else {
+                    sparse_huge
+                };
+                let huge_from = if huge {
+                    start + SMALL_PAGE_HEAD
+                } else {
+                    usize::MAX
+                };
+                Region::init(
+                    regions.add(index),
+                    start,
+                    start + pool_bytes,
+                    on_demand,
+                    budget,
+                    huge_from,
+                    chunk_bits.add(index * chunk_words),
+                    if dense {
+                        filler.add(index / 2 * Region::chunk_count(pool_bytes))
+                    } else {
+                        core::ptr::null_mut()
+                    },
+                );
+            }
+        }
+        // SAFETY: fully initialised above; it lives until process exit.
+        let arena: &'static Arena = unsafe { &*arena };
+        arena.bind_regions(config.strict_binding);
+        Some(arena)
+    }
+
+    /// Binds each region to its node. Skipped on one node and on simulated topologies; a failure
+    /// (EPERM in a container, EINVAL for a node we may not use) warns once and leaves the region
+    /// unbound: memory still works, only placement is left to the kernel.
+    pub(super) fn bind_regions(&self, strict: bool) {
+        if self.node_count < 2 || self.topology.is_simulated() {
+            return;
+        }
+        let mode = if strict {
+            os::MPOL_BIND
+        } else {
+            os::MPOL_PREFERRED
+        };
+        for node in 0..self.node_count {
+            let os_node = self.topology.node(node).os_id;
+            if let Err(errno) = os::bind_memory(
+                self.region_start(node) as *mut u8,
+                self.region_bytes(),
+                mode,
+                os_node,
+            ) {
+                if !self.bind_failed.swap(true, Ordering::Relaxed) {
+                    os::warn(|w| {
+                        w.str("mbind of node ")
+                            .decimal(os_node as u64)
+                            .str("'s region failed (errno ")
+                            .decimal(errno as u64)
+                            .str("); memory placement is left to the kernel");
+                    });
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! The dense pool's filler (TCMalloc's Temeraire idea): every chunk below the frontier sits in
+//! one of 65 lists by its count of units in use, and a new bag goes to a free span in the
+//! fullest chunk that has one, so a node's small objects occupy as few 2 MiB pages as possible
+//! and the chunks that empty are the ones left alone. All under the span lock.
+
+use super::*;
+
+impl Region {
+    /// The filler's choice (dense pools, unaligned requests up to half a chunk): a free span
+    /// headed in the fullest chunk that has one of at least `units`, carved from its start.
+    /// `None` when the pool has no filler or it found nothing (the best-fit search follows).
+    pub(super) fn take_fullest(
+        &self,
+        state: &mut PoolState,
+        map: &PageMap,
+        units: usize,
+        align_units: usize,
+    ) -> Option<(usize, bool)> {
+        if self.chunk_nodes.is_null() || align_units != 1 || units > CHUNK_UNITS / 2 {
+            return None;
+        }
+        // Full chunks (level CHUNK_UNITS) have no room; the rest from the fullest down.
+        let mut levels = state.fullness_nonempty & ((1u128 << CHUNK_UNITS) - 1);
+        while levels != 0 {
+            let level = 127 - levels.leading_zeros() as usize;
+            levels &= !(1u128 << level);
+            let mut link = state.fullness[level];
+            let mut tries = 0;
+            while link != 0 && tries < FILLER_TRIES {
+                let chunk = link as usize - 1;
+                if let Some((meta, head, span_units)) =
+                    self.free_span_in_chunk(state, map, chunk, units)
+                {
+                    // SAFETY: the span lock is held; `meta` heads a free span of this pool.
+                    let clean = unsafe { (*meta).freed_at } == 0;
+                    if clean && !self.charge(units << UNIT_SHIFT) {
+                        return None;
+                    }
+                    let address = self.carve(state, map, meta, head, span_units, 0, units);
+                    return Some((address, clean));
+                }
+                // SAFETY: `chunk` is below the frontier, so its record is in our array.
+                link = unsafe { (*self.chunk_nodes.add(chunk)).next };
+                tries += 1;
+            }
+        }
+        None
+    }
+
+    /// The first free span headed in `chunk` with at least `units` units: its descriptor, first
+    /// unit and length.
+    pub(super) fn free_span_in_chunk(
+        &self,
+        state: &PoolState,
+        map: &PageMap,
+        chunk: usize,
+        units: usize,
+    ) -> Option<(*mut UnitMeta, usize, usize)> {
+        let first = map.unit_of(self.start + chunk * CHUNK_BYTES);
+        let mut unit = first;
+        while unit < first + CHUNK_UNITS {
+            let tag = map.tag(map.address_of(unit));
+            let meta = map.meta(unit);
+            // SAFETY: the span lock is held; a Free tag heads a free span whose descriptor
+            // records its length, and a bag or large span's first unit records its length.
+            let length = match tag.kind() {
+                Kind::Free | Kind::Bag | Kind::Large => unsafe { (*meta).units },
+                _ => 1,
+            };
+            // A head that is really listed (a tag left inside a merged span would not be).
+            // SAFETY: as above.
+            let listed =
+                || unsafe { !(*meta).prev.is_null() } || state.buckets[bucket_of(length)] == meta;
+            if tag.kind() == Kind::Free && length >= units && listed() {
+                return Some((meta, unit, length));
+            }
+            unit += length.max(1);
+        }
+        None
+    }
+
+    /// Adds (or removes) `units` in-use units starting at `address` to the filler's counts of
+    /// the chunks they lie in, moving each chunk to the list of its new count.
+    pub(super) fn count_used(&self, state: &mut PoolState, address: usize, units: usize, add: bool) {
+        if self.chunk_nodes.is_null() {
+            return;
+        }
+        let end = address + (units << UNIT_SHIFT);
+        let mut from = address;
+        while from < end {
+            let chunk = (from - self.start) / CHUNK_BYTES;
+            let chunk_end = self.start + (chunk + 1) * CHUNK_BYTES;
+            let here = ((end.min(chunk_end) - from) >> UNIT_SHIFT) as u32;
+            self.unlink_chunk(state, chunk);
+            // SAFETY: the span lock is held and the chunk is below the frontier.
+            let node = unsafe { &mut *self.chunk_nodes.add(chunk) };
+            if add {
+                node.used += here;
+            } else {
+                node.used -= here;
+            }
+            debug_assert!(node.used as usize <= CHUNK_UNITS);
+            self.link_chunk(state, chunk);
+            from = chunk_end.min(end);
+        }
+    }
+
+    /// Puts `chunk` at the head of the list of its count (span lock held).
+    pub(super) fn link_chunk(&self, state: &mut PoolState, chunk: usize) {
+        // SAFETY: the span lock is held and `chunk` is a chunk of this pool.
+        let node = unsafe { &mut *self.chunk_nodes.add(chunk) };
+        let level = node.used as usize;
+        node.prev = 0;
+        node.next = state.fullness[level];
+        if node.next != 0 {
+            // SAFETY: as above; list links name chunks of this pool.
+            unsafe { (*self.chunk_nodes.add(node.next as usize - 1)).prev = chunk as u32 + 1 };
+        }
+        state.fullness[level] = chunk as u32 + 1;
+        state.fullness_nonempty |= 1 << level;
+    }
+
+    /// Takes `chunk` off the list of its count (span lock held).
+    pub(super) fn unlink_chunk(&self, state: &mut PoolState, chunk: usize) {
+        // SAFETY: the span lock is held and `chunk` is a listed chunk of this pool.
+        let node = unsafe { *self.chunk_nodes.add(chunk) };
+        let level = node.used as usize;
+        if node.prev == 0 {
+            state.fullness[level] = node.next;
+            if node.next == 0 {
+                state.fullness_nonempty &= !(1 << level);
+            }
+        } else {
+            // SAFETY: as above.
+            unsafe { (*self.chunk_nodes.add(node.prev as usize - 1)).next = node.next };
+        }
+        if node.next != 0 {
+            // SAFETY: as above.
+            unsafe { (*self.chunk_nodes.add(node.next as usize - 1)).prev = node.prev };
+        }
+    }
+}

@@ -1,0 +1,465 @@
+//! A node region's span pool: the memory of one node, handed out in whole units.
+//!
+//! The region grows a **frontier** through its reserved range in 2 MiB chunks (each can be one
+//! transparent huge page, and all threads of the node carve their bags from the same chunks:
+//! NUMAlloc's incremental sharing of huge pages). Freed spans go into size **buckets** and
+//! coalesce with free neighbours of the same state, found through the page map's boundary tags.
+//!
+//! Free spans are either **dirty** (still committed: reusing them costs no page fault) or
+//! **clean** (decommitted with `MADV_DONTNEED`). Dirty spans sit on an age list; the oldest are
+//! decommitted once they have been free for the decommit delay *and* the node holds more dirty
+//! bytes than its retained budget. This is the large-object cache and the bag pool at once.
+//!
+//! Everything mutable sits behind the region's span lock. The few counters read by `stats()`
+//! are atomics written under the lock.
+
+mod budget;
+mod decommit;
+mod filler;
+mod huge;
+mod spans;
+
+pub use budget::CommitBudget;
+pub use decommit::DecommitPolicy;
+use spans::bucket_of;
+
+use super::pagemap::{AgeLinks, Aside, Kind, PageMap, Tag, UnitMeta};
+use super::round_up;
+use crate::ds::spinlock::SpinLock;
+use crate::os;
+use crate::size_class::{SizeClass, MAX_BAG_UNITS, UNIT, UNIT_SHIFT};
+use core::cell::UnsafeCell;
+use core::ptr::null_mut;
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+/// Non-empty buckets searched for a dirty span after a clean one that fits was found.
+const DIRTY_SEARCH_BUCKETS: usize = 3;
+
+/// Units per 2 MiB chunk, the step by which the frontier advances.
+pub const CHUNK_UNITS: usize = 64;
+const CHUNK_BYTES: usize = CHUNK_UNITS * UNIT;
+/// Exact-size buckets for spans up to a chunk, then one bucket per power of two.
+const EXACT_BUCKETS: usize = MAX_BAG_UNITS;
+const NUM_BUCKETS: usize = 128;
+
+/// Chunks of one fullness level the filler looks into before trying the next level down.
+const FILLER_TRIES: usize = 4;
+
+/// The filler's record of one chunk of a dense pool: units in use, and the chunk's links in the
+/// list of chunks with that many units in use (chunk index + 1; 0 ends the list).
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct ChunkNode {
+    used: u32,
+    prev: u32,
+    next: u32,
+}
+
+/// What a span is handed out for; decides the tags written over it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpanUse {
+    Bag(SizeClass),
+    Large,
+}
+
+struct PoolState {
+    frontier: usize,
+    buckets: [*mut UnitMeta; NUM_BUCKETS],
+    nonempty: u128,
+    oldest: *mut UnitMeta,
+    newest: *mut UnitMeta,
+    dirty_bytes: usize,
+    /// The largest span freed since frees last paused for a decommit delay, and when the last
+    /// free happened: twice that much dirty memory may wait out the delay whatever the heap's
+    /// size, so a program that frees and re-allocates big blocks reuses them without faults.
+    recent_free: usize,
+    recent_free_at: u64,
+    /// The filler (dense pools): per count of units in use, the first chunk of that list
+    /// (chunk index + 1, 0: empty), and a bit per non-empty list.
+    fullness: [u32; CHUNK_UNITS + 1],
+    fullness_nonempty: u128,
+}
+
+pub struct Region {
+    lock: SpinLock,
+    state: UnsafeCell<PoolState>,
+    start: usize,
+    end: usize,
+    /// The reservation is `PROT_NONE` and each stretch the frontier passes is committed first
+    /// (`vm.overcommit_memory=2`, where a writable reservation would be charged in full).
+    commit_on_demand: bool,
+    /// The frontier, readable without the lock: tags past it may be inaccessible.
+    frontier_hint: AtomicUsize,
+    /// The arena's commit budget (lives in the arena header, as long as the region).
+    budget: *const CommitBudget,
+    /// Chunks at and after this address may be backed by transparent huge pages (usize::MAX:
+    /// none may), so decommitting part of one must first take it off huge pages; see `purge`.
+    huge_from: usize,
+    /// One bit per chunk of the region (span lock): set while the chunk is advised
+    /// `MADV_NOHUGEPAGE` because part of it was decommitted.
+    small_chunks: *mut u64,
+    /// The filler's per-chunk records (null: this pool takes free spans best-fit only). A dense
+    /// pool hands each new bag to the fullest chunk that has room, so its small objects occupy
+    /// as few huge pages as possible and chunks that empty go back to the OS whole.
+    chunk_nodes: *mut ChunkNode,
+    /// Bytes the frontier has passed (address space in use or once used).
+    pub mapped: AtomicUsize,
+    /// Bytes handed out or free-but-dirty: an upper bound of the region's resident memory.
+    pub committed: AtomicUsize,
+    /// Bytes of spans currently handed out (bags and large objects).
+    pub active: AtomicUsize,
+    /// Bytes returned to the OS so far.
+    pub decommitted: AtomicUsize,
+}
+
+// SAFETY: `state` is only touched with `lock` held; the rest is immutable after `init` or atomic.
+unsafe impl Sync for Region {}
+
+/// Marker in a large span's `live` field (unused by large spans otherwise): the span's memory is
+/// known to read as zero (fresh from the frontier or decommitted), so `calloc` need not clear it.
+pub const ZEROED: u32 = 1;
+
+/// Marker in a bag's `freed_at` field (unused by bags outside secure mode): the bag's memory
+/// read as zero when it was taken (fresh or decommitted), so an object carved from it for the
+/// first time is zero but for the link word carving wrote (`calloc` need not clear it).
+pub const BAG_ZEROED: u64 = 1;
+
+impl Region {
+    /// Sets the range of a zeroed region. Must run before the region is shared.
+    ///
+    /// # Safety
+    /// `this` must point to zeroed memory for a `Region` that nobody else uses yet.
+    /// `small_chunks` must point to zeroed memory of [`Region::chunk_words`] words for this
+    /// region, as long-lived as the region; `huge_from` is where huge pages may start.
+    /// `chunk_nodes` is null, or zeroed memory for [`Region::chunk_count`] records, as
+    /// long-lived (then new bags go to the fullest chunk with room).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn init(
+        this: *mut Region,
+        start: usize,
+        end: usize,
+        commit_on_demand: bool,
+        budget: *const CommitBudget,
+        huge_from: usize,
+        small_chunks: *mut u64,
+        chunk_nodes: *mut ChunkNode,
+    ) {
+        // SAFETY: exclusive access to zeroed memory (contract above); all-zero is a valid Region
+        // (unlocked lock, empty buckets, null lists, zero counters).
+        unsafe {
+            (*this).start = start;
+            (*this).end = end;
+            (*this).commit_on_demand = commit_on_demand;
+            (*this).budget = budget;
+            (*this).huge_from = huge_from;
+            (*this).small_chunks = small_chunks;
+            (*this).chunk_nodes = chunk_nodes;
+            (*this).frontier_hint = AtomicUsize::new(start);
+            (*(*this).state.get()).frontier = start;
+        }
+    }
+
+    /// Words of the chunk bitmap a region of `bytes` needs.
+    pub fn chunk_words(bytes: usize) -> usize {
+        Self::chunk_count(bytes).div_ceil(64)
+    }
+
+    /// Chunks in a region of `bytes`.
+    pub fn chunk_count(bytes: usize) -> usize {
+        bytes / CHUNK_BYTES
+    }
+
+    /// The frontier word itself, for fast paths that cache a pointer to it.
+    pub fn frontier_word(&self) -> &AtomicUsize {
+        &self.frontier_hint
+    }
+
+    /// True when `address` lies below the frontier, where tags and descriptors are readable.
+    #[inline]
+    pub fn is_below_frontier(&self, address: usize) -> bool {
+        address >= self.start && address < self.frontier_hint.load(Ordering::Acquire)
+    }
+
+    /// Counts `bytes` as committed, within the arena's limit. False when the limit forbids it.
+    fn charge(&self, bytes: usize) -> bool {
+        // SAFETY: `budget` points into the arena header, which outlives every region.
+        if !unsafe { &*self.budget }.try_charge(bytes) {
+            return false;
+        }
+        self.committed.fetch_add(bytes, Ordering::Relaxed);
+        true
+    }
+
+    fn uncharge(&self, bytes: usize) {
+        // SAFETY: as in `charge`.
+        unsafe { &*self.budget }.uncharge(bytes);
+        self.committed.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    /// Moves the frontier to `new` (under the span lock), committing the stretch first when the
+    /// arena commits on demand. False, changing nothing, if the kernel refuses.
+    fn move_frontier(&self, state: &mut PoolState, map: &PageMap, new: usize) -> bool {
+        let old = state.frontier;
+        if self.commit_on_demand
+            && !(os::commit(old as *mut u8, new - old)
+                && map.commit_units(map.unit_of(old), map.unit_of(new)))
+        {
+            return false;
+        }
+        if !self.chunk_nodes.is_null() {
+            // Chunks the frontier passes join the filler's lists, empty.
+            let mut chunk = old.next_multiple_of(CHUNK_BYTES);
+            while chunk < new {
+                self.link_chunk(state, (chunk - self.start) / CHUNK_BYTES);
+                chunk += CHUNK_BYTES;
+            }
+        }
+        state.frontier = new;
+        self.mapped.store(new - self.start, Ordering::Relaxed);
+        // Release: the committed metadata is visible to whoever sees the new frontier.
+        self.frontier_hint.store(new, Ordering::Release);
+        true
+    }
+
+    pub fn start(&self) -> usize {
+        self.start
+    }
+
+    #[cfg(test)]
+    pub fn end(&self) -> usize {
+        self.end
+    }
+
+    /// Hands out `units` units aligned to `align_units`, tagged for `usage`. `None` when the
+    /// region can neither reuse a free span nor advance its frontier.
+    pub fn alloc(
+        &self,
+        map: &PageMap,
+        units: usize,
+        align_units: usize,
+        usage: SpanUse,
+    ) -> Option<usize> {
+        let _guard = self.lock.lock();
+        // SAFETY: the span lock is held.
+        let state = unsafe { &mut *self.state.get() };
+        let (address, zeroed) = self
+            .take_fullest(state, map, units, align_units)
+            .or_else(|| self.take_free(state, map, units, align_units))
+            .or_else(|| {
+                self.advance_frontier(state, map, units, align_units)
+                    .map(|address| (address, true))
+            })
+            .or_else(|| {
+                // The region is exhausted, or the commit limit refused. Dirty and clean free
+                // spans never merge, so free memory can be cut into pieces too small for the
+                // request: decommit every dirty span (it then coalesces with its clean
+                // neighbours, and no longer counts against the limit) and look once more, then
+                // past the frontier, which the limit may have refused before the purge.
+                self.purge_locked(
+                    state,
+                    map,
+                    os::monotonic_ns().max(1),
+                    DecommitPolicy {
+                        delay_ns: 0,
+                        retain_bytes: 0,
+                    },
+                    true,
+                );
+                self.take_free(state, map, units, align_units).or_else(|| {
+                    self.advance_frontier(state, map, units, align_units)
+                        .map(|address| (address, true))
+                })
+            })?;
+        self.tag_in_use(map, address, units, usage);
+        self.count_used(state, address, units, true);
+        if zeroed {
+            let meta = map.meta(map.unit_of(address));
+            // SAFETY: the span lock is held and the span is ours (just tagged).
+            unsafe {
+                match usage {
+                    SpanUse::Large => (*meta).live = ZEROED,
+                    SpanUse::Bag(_) => (*meta).freed_at = BAG_ZEROED,
+                }
+            }
+        }
+        self.active
+            .fetch_add(units << UNIT_SHIFT, Ordering::Relaxed);
+        Some(address)
+    }
+
+    /// Returns a span to the pool (dirty), coalescing with dirty neighbours, then decommits what
+    /// the decommit policy says is due.
+    pub fn free(&self, map: &PageMap, address: usize, units: usize, decommit: DecommitPolicy) {
+        let now = os::monotonic_ns().max(1);
+        let _guard = self.lock.lock();
+        // SAFETY: the span lock is held.
+        let state = unsafe { &mut *self.state.get() };
+        self.active
+            .fetch_sub(units << UNIT_SHIFT, Ordering::Relaxed);
+        let first = map.unit_of(address);
+        for unit in first..first + units {
+            map.set_tag(unit, Tag::UNUSED);
+        }
+        self.count_used(state, address, units, false);
+        if now.saturating_sub(state.recent_free_at) >= decommit.delay_ns {
+            state.recent_free = 0;
+        }
+        state.recent_free = state.recent_free.max(units << UNIT_SHIFT);
+        state.recent_free_at = now;
+        self.insert_coalesced(state, map, first, units, now);
+        self.purge_locked(state, map, now, decommit, false);
+    }
+
+    /// Grows a large span in place to `new_units` if the units after it are free (or are the
+    /// frontier). Returns false, changing nothing, otherwise.
+    pub fn grow(&self, map: &PageMap, address: usize, old_units: usize, new_units: usize) -> bool {
+        let _guard = self.lock.lock();
+        // SAFETY: the span lock is held.
+        let state = unsafe { &mut *self.state.get() };
+        let extra = new_units - old_units;
+        let next = address + (old_units << UNIT_SHIFT);
+        let Some(needed_end) = next.checked_add(extra << UNIT_SHIFT) else {
+            return false;
+        };
+        // The free span right after us, if any, and where the free room after us ends.
+        let mut neighbour = null_mut();
+        let mut room_end = next;
+        if next < state.frontier && map.tag(next).kind() == Kind::Free {
+            neighbour = map.meta(map.unit_of(next));
+            // SAFETY: the span lock is held and `neighbour` heads a free span of this region.
+            room_end = next + (unsafe { (*neighbour).units } << UNIT_SHIFT);
+        }
+        let extend_to = if needed_end <= room_end {
+            None
+        } else if room_end == state.frontier {
+            let frontier =
+                round_up(needed_end - self.start, CHUNK_UNITS << UNIT_SHIFT) + self.start;
+            if frontier > self.end {
+                return false;
+            }
+            Some(frontier)
+        } else {
+            return false;
+        };
+        // Charge the commit budget first: clean units taken from the neighbour and units past
+        // the frontier become committed; dirty ones already are.
+        let mut new_bytes = needed_end.saturating_sub(room_end);
+        if !neighbour.is_null() {
+            // SAFETY: as above.
+            let (available, freed_at) = unsafe { ((*neighbour).units, (*neighbour).freed_at) };
+            if freed_at == 0 {
+                new_bytes += available.min(extra) << UNIT_SHIFT;
+            }
+        }
+        if !self.charge(new_bytes) {
+            return false;
+        }
+        if let Some(frontier) = extend_to {
+            if !self.move_frontier(state, map, frontier) {
+                self.uncharge(new_bytes);
+                return false;
+            }
+        }
+        if !neighbour.is_null() {
+            // SAFETY: as above.
+            let (available, freed_at) = unsafe { ((*neighbour).units, (*neighbour).freed_at) };
+            self.remove_free(state, neighbour);
+            let used = available.min(extra);
+            if available > used {
+                self.insert_free(
+                    state,
+                    map,
+                    map.unit_of(next) + used,
+                    available - used,
+                    freed_at,
+                );
+            }
+        }
+        if let Some(frontier) = extend_to {
+            if frontier > needed_end {
+                let spare = (frontier - needed_end) >> UNIT_SHIFT;
+                self.insert_free(state, map, map.unit_of(needed_end), spare, 0);
+            }
+        }
+        let first = map.unit_of(address);
+        for unit in first + old_units..first + new_units {
+            map.set_tag(unit, Tag::LARGE_BODY);
+        }
+        // SAFETY: the span lock is held; `address` heads a large span we own.
+        unsafe { (*map.meta(first)).units = new_units };
+        self.count_used(state, next, extra, true);
+        self.active
+            .fetch_add(extra << UNIT_SHIFT, Ordering::Relaxed);
+        true
+    }
+
+    /// Shrinks a large span in place, returning its tail to the pool.
+    pub fn shrink(
+        &self,
+        map: &PageMap,
+        address: usize,
+        old_units: usize,
+        new_units: usize,
+        decommit: DecommitPolicy,
+    ) {
+        debug_assert!(new_units >= 1 && new_units < old_units);
+        {
+            let _guard = self.lock.lock();
+            // SAFETY: the span lock is held; `address` heads a large span we own.
+            unsafe { (*map.meta(map.unit_of(address))).units = new_units };
+        }
+        self.free(
+            map,
+            address + (new_units << UNIT_SHIFT),
+            old_units - new_units,
+            decommit,
+        );
+    }
+
+    /// Decommits dirty spans that the policy says are due (all of them when `force`).
+    pub fn purge(&self, map: &PageMap, decommit: DecommitPolicy, force: bool) {
+        let now = os::monotonic_ns().max(1);
+        let _guard = self.lock.lock();
+        // SAFETY: the span lock is held.
+        let state = unsafe { &mut *self.state.get() };
+        self.purge_locked(state, map, now, decommit, force);
+    }
+
+    /// Gives the pages of `[address, address + bytes)`, inside a span still in use (a bag), back
+    /// to the OS. A chunk of the huge-page part is first taken off huge pages, as for a partial
+    /// decommit (see `settle_huge_pages`); it goes back on them when the whole chunk is clean.
+    ///
+    /// # Safety
+    /// The range must be page aligned, inside a span of this region handed out and not freed,
+    /// and hold no live object.
+    pub unsafe fn release_in_use(&self, address: usize, bytes: usize) {
+        if address + bytes > self.huge_from {
+            let _guard = self.lock.lock();
+            let mut chunk = (address & !(CHUNK_BYTES - 1)).max(self.huge_from);
+            while chunk < address + bytes {
+                self.keep_off_huge_pages(chunk);
+                chunk += CHUNK_BYTES;
+            }
+        }
+        // SAFETY: forwarded contract.
+        unsafe { os::decommit(address as *mut u8, bytes) };
+    }
+
+    #[cfg(test)]
+    /// Bytes of free spans still committed.
+    pub fn dirty_bytes(&self) -> usize {
+        let _guard = self.lock.lock();
+        // SAFETY: the span lock is held.
+        unsafe { (*self.state.get()).dirty_bytes }
+    }
+
+    pub fn lock_for_fork(&self) {
+        self.lock.acquire();
+    }
+
+    pub fn unlock_after_fork(&self) {
+        self.lock.release();
+    }
+
+}
+

@@ -1,0 +1,353 @@
+//! The span pool's free spans: size buckets, coalescing through the page map's boundary tags,
+//! the age list of dirty spans, carving a request out of a free span, and advancing the
+//! frontier. All under the span lock.
+
+use super::*;
+
+impl Region {
+    /// Finds a free span of at least `units` (aligned) and carves the request from it.
+    pub(super) fn take_free(
+        &self,
+        state: &mut PoolState,
+        map: &PageMap,
+        units: usize,
+        align_units: usize,
+    ) -> Option<(usize, bool)> {
+        let needed = units + align_units - 1;
+        let mut bucket = bucket_of(units);
+        // A clean fit is used only when no dirty span fits in this bucket or the next few
+        // non-empty ones: reusing committed memory costs no page faults, and dirty memory that
+        // is reused never has to be decommitted.
+        let mut clean_fit: Option<(*mut UnitMeta, usize, usize)> = None;
+        let mut buckets_after_clean = 0;
+        // In an exact bucket every span fits an unaligned request; a log bucket is scanned a little.
+        loop {
+            let mask = state.nonempty >> bucket;
+            if mask == 0 || (clean_fit.is_some() && buckets_after_clean == DIRTY_SEARCH_BUCKETS) {
+                break;
+            }
+            bucket += mask.trailing_zeros() as usize;
+            let mut candidate = state.buckets[bucket];
+            let mut scanned = 0;
+            while !candidate.is_null() && scanned < 16 {
+                // SAFETY: the span lock is held; bucket lists hold heads of free spans.
+                let span_units = unsafe { (*candidate).units };
+                let head = map.unit_of_meta(candidate);
+                if let Some(offset) = fit(map.address_of(head), span_units, units, align_units) {
+                    // SAFETY: as above.
+                    if unsafe { (*candidate).freed_at } != 0 {
+                        let address =
+                            self.carve(state, map, candidate, head, span_units, offset, units);
+                        return Some((address, false));
+                    }
+                    if clean_fit.is_none() {
+                        clean_fit = Some((candidate, span_units, offset));
+                    }
+                }
+                // SAFETY: as above.
+                candidate = unsafe { (*candidate).next };
+                scanned += 1;
+            }
+            if clean_fit.is_some() {
+                buckets_after_clean += 1;
+            }
+            if bucket + 1 >= NUM_BUCKETS || needed == 0 {
+                break;
+            }
+            bucket += 1;
+        }
+        let (candidate, span_units, offset) = clean_fit?;
+        if !self.charge(units << UNIT_SHIFT) {
+            return None;
+        }
+        let head = map.unit_of_meta(candidate);
+        let address = self.carve(state, map, candidate, head, span_units, offset, units);
+        Some((address, true))
+    }
+
+    /// Cuts `[offset, offset + units)` out of the free span at `head`, returning the address.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn carve(
+        &self,
+        state: &mut PoolState,
+        map: &PageMap,
+        meta: *mut UnitMeta,
+        head: usize,
+        span_units: usize,
+        offset: usize,
+        units: usize,
+    ) -> usize {
+        // SAFETY: the span lock is held; `meta` heads a free span.
+        let freed_at = unsafe { (*meta).freed_at };
+        self.remove_free(state, meta);
+        if offset > 0 {
+            self.insert_free(state, map, head, offset, freed_at);
+        }
+        let after = span_units - offset - units;
+        if after > 0 {
+            self.insert_free(state, map, head + offset + units, after, freed_at);
+        }
+        map.address_of(head + offset)
+    }
+
+    pub(super) fn advance_frontier(
+        &self,
+        state: &mut PoolState,
+        map: &PageMap,
+        units: usize,
+        align_units: usize,
+    ) -> Option<usize> {
+        // A clean free span touching the frontier is extended rather than stranded.
+        let mut start = state.frontier;
+        if start > self.start {
+            let last = start - UNIT;
+            let tag = map.tag(last);
+            if matches!(tag.kind(), Kind::Free | Kind::FreeTail) {
+                // SAFETY: the span lock is held; free heads and tails record the span length.
+                let length = unsafe { (*map.meta(map.unit_of(last))).units };
+                let head = map.unit_of(last) + 1 - length;
+                let meta = map.meta(head);
+                // SAFETY: as above.
+                if unsafe { (*meta).freed_at } == 0 {
+                    self.remove_free(state, meta);
+                    start = map.address_of(head);
+                }
+            }
+        }
+        // On failure, the clean span taken off the frontier goes back.
+        let give_back = |region: &Self, state: &mut PoolState| {
+            if start != state.frontier {
+                let length = (state.frontier - start) >> UNIT_SHIFT;
+                region.insert_free(state, map, map.unit_of(start), length, 0);
+            }
+        };
+        // Aligned in absolute terms: the pool's start is only chunk-aligned.
+        let align = align_units << UNIT_SHIFT;
+        let Some((aligned, needed_end)) = start
+            .checked_next_multiple_of(align)
+            .and_then(|aligned| Some((aligned, aligned.checked_add(units << UNIT_SHIFT)?)))
+            .filter(|&(_, needed_end)| needed_end <= self.end)
+        else {
+            give_back(self, state);
+            return None;
+        };
+        let new_frontier = (round_up(needed_end - self.start, CHUNK_UNITS << UNIT_SHIFT)
+            + self.start)
+            .max(state.frontier);
+        if new_frontier > self.end {
+            give_back(self, state);
+            return None;
+        }
+        let charged = self.charge(units << UNIT_SHIFT);
+        if !charged
+            || (new_frontier > state.frontier && !self.move_frontier(state, map, new_frontier))
+        {
+            if charged {
+                self.uncharge(units << UNIT_SHIFT);
+            }
+            give_back(self, state);
+            return None;
+        }
+        if aligned > start {
+            self.insert_free(
+                state,
+                map,
+                map.unit_of(start),
+                (aligned - start) >> UNIT_SHIFT,
+                0,
+            );
+        }
+        if new_frontier > needed_end {
+            self.insert_free(
+                state,
+                map,
+                map.unit_of(needed_end),
+                (new_frontier - needed_end) >> UNIT_SHIFT,
+                0,
+            );
+        }
+        Some(aligned)
+    }
+
+    pub(super) fn tag_in_use(&self, map: &PageMap, address: usize, units: usize, usage: SpanUse) {
+        let first = map.unit_of(address);
+        for offset in 0..units {
+            let tag = match usage {
+                SpanUse::Bag(class) => Tag::bag(class, offset),
+                SpanUse::Large if offset == 0 => Tag::LARGE,
+                SpanUse::Large => Tag::LARGE_BODY,
+            };
+            map.set_tag(first + offset, tag);
+        }
+        let meta = map.meta(first);
+        // SAFETY: the span lock is held and the span is now ours; reset every field.
+        unsafe {
+            *meta = UnitMeta {
+                units,
+                next: null_mut(),
+                prev: null_mut(),
+                free: null_mut(),
+                carved: 0,
+                live: 0,
+                aside: Aside::NONE,
+                freed_at: 0,
+            };
+        }
+    }
+
+    /// Inserts a free span, first merging it with free neighbours in the same state (dirty with
+    /// dirty, clean with clean). `freed_at` 0 means clean.
+    /// Returns the merged span's first unit and length.
+    pub(super) fn insert_coalesced(
+        &self,
+        state: &mut PoolState,
+        map: &PageMap,
+        mut first: usize,
+        mut units: usize,
+        freed_at: u64,
+    ) -> (usize, usize) {
+        let dirty = freed_at != 0;
+        let address = map.address_of(first);
+        if address > self.start {
+            let left = address - UNIT;
+            if matches!(map.tag(left).kind(), Kind::Free | Kind::FreeTail) {
+                // SAFETY: the span lock is held; free heads and tails record the span length.
+                let length = unsafe { (*map.meta(map.unit_of(left))).units };
+                let head = map.unit_of(left) + 1 - length;
+                let meta = map.meta(head);
+                // SAFETY: as above.
+                if (unsafe { (*meta).freed_at } != 0) == dirty {
+                    self.remove_free(state, meta);
+                    map.set_tag(map.unit_of(left), Tag::UNUSED);
+                    first = head;
+                    units += length;
+                }
+            }
+        }
+        let right = map.address_of(first + units);
+        if right < state.frontier && map.tag(right).kind() == Kind::Free {
+            let meta = map.meta(map.unit_of(right));
+            // SAFETY: the span lock is held; `meta` heads a free span.
+            let (length, right_dirty) = unsafe { ((*meta).units, (*meta).freed_at != 0) };
+            if right_dirty == dirty {
+                self.remove_free(state, meta);
+                map.set_tag(map.unit_of(right), Tag::UNUSED);
+                units += length;
+            }
+        }
+        // A merged dirty span keeps the newest time: it is only as old as its youngest part.
+        self.insert_free(state, map, first, units, freed_at);
+        (first, units)
+    }
+
+    /// Puts a span into its bucket (and the age list and `dirty_bytes` if dirty), writing its
+    /// boundary tags.
+    pub(super) fn insert_free(
+        &self,
+        state: &mut PoolState,
+        map: &PageMap,
+        first: usize,
+        units: usize,
+        freed_at: u64,
+    ) {
+        let meta = map.meta(first);
+        let bucket = bucket_of(units);
+        // SAFETY: the span lock is held; the span is free and these descriptors are ours.
+        unsafe {
+            *meta = UnitMeta {
+                units,
+                next: state.buckets[bucket],
+                prev: null_mut(),
+                free: null_mut(),
+                carved: 0,
+                live: 0,
+                aside: Aside::NONE,
+                freed_at,
+            };
+            if !state.buckets[bucket].is_null() {
+                (*state.buckets[bucket]).prev = meta;
+            }
+            if freed_at != 0 {
+                state.dirty_bytes += units << UNIT_SHIFT;
+                (*meta).aside.age.older = state.newest;
+                if state.newest.is_null() {
+                    state.oldest = meta;
+                } else {
+                    (*state.newest).aside.age.newer = meta;
+                }
+                state.newest = meta;
+            }
+            if units > 1 {
+                (*map.meta(first + units - 1)).units = units;
+            }
+        }
+        state.buckets[bucket] = meta;
+        state.nonempty |= 1 << bucket;
+        map.set_tag(first, Tag::FREE);
+        if units > 1 {
+            map.set_tag(first + units - 1, Tag::FREE_TAIL);
+        }
+    }
+
+    /// Unlinks a free span from its bucket and, if dirty, from the age list and `dirty_bytes`.
+    /// Leaves its tags.
+    pub(super) fn remove_free(&self, state: &mut PoolState, meta: *mut UnitMeta) {
+        // SAFETY: the span lock is held; `meta` heads a free span linked into our lists.
+        unsafe {
+            let bucket = bucket_of((*meta).units);
+            if (*meta).prev.is_null() {
+                state.buckets[bucket] = (*meta).next;
+                if (*meta).next.is_null() {
+                    state.nonempty &= !(1 << bucket);
+                }
+            } else {
+                (*(*meta).prev).next = (*meta).next;
+            }
+            if !(*meta).next.is_null() {
+                (*(*meta).next).prev = (*meta).prev;
+            }
+            if (*meta).freed_at != 0 {
+                state.dirty_bytes -= (*meta).units << UNIT_SHIFT;
+                let AgeLinks { older, newer } = (*meta).aside.age;
+                if older.is_null() {
+                    state.oldest = newer;
+                } else {
+                    (*older).aside.age.newer = newer;
+                }
+                if newer.is_null() {
+                    state.newest = older;
+                } else {
+                    (*newer).aside.age.older = older;
+                }
+            }
+            (*meta).next = null_mut();
+            (*meta).prev = null_mut();
+            (*meta).aside = Aside::NONE;
+        }
+    }
+}
+
+/// Where in a free span `[start, start + span_units)` an aligned request of `units` fits:
+/// the offset in units, preferring the span's start.
+pub(super) fn fit(start: usize, span_units: usize, units: usize, align_units: usize) -> Option<usize> {
+    if span_units < units {
+        return None;
+    }
+    let align = align_units << UNIT_SHIFT;
+    let aligned = round_up(start, align);
+    let offset = (aligned - start) >> UNIT_SHIFT;
+    if offset + units <= span_units {
+        Some(offset)
+    } else {
+        None
+    }
+}
+
+pub(super) fn bucket_of(units: usize) -> usize {
+    if units <= EXACT_BUCKETS {
+        units - 1
+    } else {
+        let log = (usize::BITS - 1 - units.leading_zeros()) as usize; // 2^log <= units
+        (EXACT_BUCKETS + log - 6).min(NUM_BUCKETS - 1)
+    }
+}

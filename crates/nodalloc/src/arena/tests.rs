@@ -1,0 +1,500 @@
+use super::*;
+use crate::os::cpuset::CpuSet;
+use pagemap::Kind;
+
+/// A test arena on `nodes` simulated nodes with small regions.
+pub fn test_arena(nodes: usize, region_bytes: u64, retain_bytes: usize) -> &'static Arena {
+    test_arena_with(nodes, region_bytes, retain_bytes, false)
+}
+
+pub fn test_arena_with(
+    nodes: usize,
+    region_bytes: u64,
+    retain_bytes: usize,
+    commit_on_demand: bool,
+) -> &'static Arena {
+    test_arena_config(
+        nodes,
+        region_bytes,
+        retain_bytes,
+        commit_on_demand,
+        false,
+        ThpChoice::Auto,
+    )
+}
+
+/// A test arena in secure mode.
+pub fn test_arena_secure(nodes: usize, commit_on_demand: bool) -> &'static Arena {
+    test_arena_config(
+        nodes,
+        64 << 20,
+        usize::MAX,
+        commit_on_demand,
+        true,
+        ThpChoice::Auto,
+    )
+}
+
+fn test_arena_config(
+    nodes: usize,
+    region_bytes: u64,
+    retain_bytes: usize,
+    commit_on_demand: bool,
+    secure: bool,
+    thp: ThpChoice,
+) -> &'static Arena {
+    let mut topology = Box::new(Topology::single(CpuSet::new()));
+    topology.detect_into(nodes);
+    let config = ArenaConfig {
+        region_bytes,
+        strict_binding: false,
+        thp,
+        decommit: DecommitPolicy {
+            delay_ns: 0,
+            retain_bytes,
+        },
+        commit_on_demand,
+        secure,
+    };
+    Arena::create(&topology, &config).expect("test arena")
+}
+
+#[test]
+fn origin_is_the_region_index() {
+    for nodes in [1, 2, 4, 8] {
+        let arena = test_arena(nodes, 64 << 20, 0);
+        assert_eq!(arena.node_count(), nodes);
+        for node in 0..nodes {
+            let (address, from) = arena.alloc_span(node, 1, 1, SpanUse::Large).unwrap();
+            assert_eq!(from, node);
+            assert_eq!(arena.origin_of(address), Some(node));
+            assert_eq!(arena.origin_of(address + UNIT - 1), Some(node));
+        }
+        assert_eq!(arena.origin_of(arena.base() - 1), None);
+        assert_eq!(arena.origin_of(arena.base() + (nodes << 26)), None);
+    }
+}
+
+#[test]
+fn spans_are_tagged_and_coalesce_when_freed() {
+    let arena = test_arena(1, 64 << 20, usize::MAX);
+    let map = arena.map();
+    let spans: Vec<usize> = (0..6)
+        .map(|_| arena.alloc_span(0, 3, 1, SpanUse::Large).unwrap().0)
+        .collect();
+    for pair in spans.windows(2) {
+        assert_ne!(pair[0], pair[1]);
+    }
+    assert_eq!(map.tag(spans[0]).kind(), Kind::Large);
+    assert_eq!(map.tag(spans[0] + UNIT).kind(), Kind::LargeBody);
+    // Free 1, 3 and then 2: three adjacent spans must merge into one of nine units.
+    let mut sorted = spans.clone();
+    sorted.sort();
+    // SAFETY: each span was handed out above and holds nothing.
+    unsafe {
+        arena.free_span(sorted[1], 3);
+        arena.free_span(sorted[3], 3);
+        arena.free_span(sorted[2], 3);
+    }
+    assert_eq!(map.tag(sorted[1]).kind(), Kind::Free);
+    // SAFETY: reading a free span's descriptor; no other thread uses this arena.
+    let units = unsafe { (*map.meta(map.unit_of(sorted[1]))).units };
+    assert_eq!(units, 9);
+    assert_eq!(map.tag(sorted[1] + 8 * UNIT).kind(), Kind::FreeTail);
+    assert_eq!(map.tag(sorted[2]).kind(), Kind::Unused);
+    // A 9-unit request reuses exactly that hole.
+    let (again, _) = arena.alloc_span(0, 9, 1, SpanUse::Large).unwrap();
+    assert_eq!(again, sorted[1]);
+}
+
+/// The `VmFlags` of the mapping that holds `address`, from /proc/self/smaps.
+fn vm_flags(address: usize) -> Vec<String> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("read /proc/self/smaps");
+    let mut inside = false;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((low, high)) = first.split_once('-') {
+            if let (Ok(low), Ok(high)) = (
+                usize::from_str_radix(low, 16),
+                usize::from_str_radix(high, 16),
+            ) {
+                inside = (low..high).contains(&address);
+                continue;
+            }
+        }
+        if inside {
+            if let Some(flags) = line.strip_prefix("VmFlags:") {
+                return flags.split_whitespace().map(str::to_owned).collect();
+            }
+        }
+    }
+    panic!("no mapping holds {address:#x}");
+}
+
+#[test]
+fn a_partly_decommitted_chunk_leaves_huge_pages_until_it_is_wholly_free() {
+    let arena = test_arena_config(1, 64 << 20, 0, false, false, ThpChoice::On);
+    let body = arena.pool(0, Pool::Sparse).start() + SMALL_PAGE_HEAD;
+    if !vm_flags(body).iter().any(|flag| flag == "hg") {
+        eprintln!("skipped: this kernel has no transparent huge pages");
+        return;
+    }
+    // The small-page head first, then two half chunks in the first huge-page chunk.
+    let head: Vec<usize> = (0..SMALL_PAGE_HEAD / (CHUNK_UNITS * UNIT))
+        .map(|_| {
+            arena
+                .alloc_span(0, CHUNK_UNITS, 1, SpanUse::Large)
+                .unwrap()
+                .0
+        })
+        .collect();
+    let (a, _) = arena
+        .alloc_span(0, CHUNK_UNITS / 2, 1, SpanUse::Large)
+        .unwrap();
+    let (b, _) = arena
+        .alloc_span(0, CHUNK_UNITS / 2, 1, SpanUse::Large)
+        .unwrap();
+    assert_eq!([a.min(b), a.max(b)], [body, body + CHUNK_UNITS / 2 * UNIT]);
+    // SAFETY: both spans were handed out above and are ours.
+    unsafe { (a as *mut u8).write_bytes(1, CHUNK_UNITS / 2 * UNIT) };
+    // SAFETY: as above.
+    unsafe { (b as *mut u8).write_bytes(1, CHUNK_UNITS / 2 * UNIT) };
+    // Retain budget 0 and delay 0: a free is decommitted at once. Half a chunk free: the
+    // chunk leaves huge pages so khugepaged cannot fill the hole back in.
+    // SAFETY: handed out above, holds nothing we need.
+    unsafe { arena.free_span(a, CHUNK_UNITS / 2) };
+    let flags = vm_flags(body);
+    assert!(flags.iter().any(|flag| flag == "nh"), "flags {flags:?}");
+    assert!(vm_flags(body + 2 * CHUNK_UNITS * UNIT)
+        .iter()
+        .any(|flag| flag == "hg"));
+    // The whole chunk free and decommitted: back on huge pages.
+    // SAFETY: as above.
+    unsafe { arena.free_span(b, CHUNK_UNITS / 2) };
+    let flags = vm_flags(body);
+    assert!(flags.iter().any(|flag| flag == "hg"), "flags {flags:?}");
+    assert!(!flags.iter().any(|flag| flag == "nh"), "flags {flags:?}");
+    // A decommit that covers whole chunks and a part of another: only that one leaves
+    // huge pages. A chunk-aligned three-chunk span shrinks to its first half chunk.
+    let chunk = CHUNK_UNITS * UNIT;
+    let (t, _) = arena
+        .alloc_span(0, 3 * CHUNK_UNITS, CHUNK_UNITS, SpanUse::Large)
+        .unwrap();
+    assert!(t >= body && t % chunk == 0);
+    // SAFETY: handed out above and ours.
+    unsafe { (t as *mut u8).write_bytes(1, 3 * chunk) };
+    let decommit = arena.decommit;
+    arena.pool(0, Pool::Sparse).shrink(
+        arena.map(),
+        t,
+        3 * CHUNK_UNITS,
+        CHUNK_UNITS / 2,
+        decommit,
+    );
+    let flags = vm_flags(t);
+    assert!(flags.iter().any(|flag| flag == "nh"), "flags {flags:?}");
+    for whole in [t + chunk, t + 2 * chunk] {
+        let flags = vm_flags(whole);
+        assert!(flags.iter().any(|flag| flag == "hg"), "flags {flags:?}");
+    }
+
+    // The small-page head never goes on huge pages.
+    // SAFETY: as above.
+    unsafe { arena.free_span(head[1], CHUNK_UNITS) };
+    assert!(vm_flags(head[1]).iter().any(|flag| flag == "nh"));
+}
+
+#[test]
+fn small_object_bags_go_to_the_dense_pool_and_the_rest_to_the_sparse_pool_on_base_pages() {
+    let arena = test_arena_config(2, 64 << 20, 0, false, false, ThpChoice::Auto);
+    let small = crate::size_class::class_of(DENSE_OBJECT_MAX, 8).unwrap();
+    let spanning = crate::size_class::class_of(DENSE_OBJECT_MAX + 1, 8).unwrap();
+    for node in 0..2 {
+        let dense = arena.pool(node, Pool::Dense);
+        let sparse = arena.pool(node, Pool::Sparse);
+        assert_eq!(dense.start(), arena.region_start(node));
+        assert_eq!(sparse.start(), dense.end());
+        assert_eq!(
+            sparse.end(),
+            arena.region_start(node) + arena.region_bytes()
+        );
+        let cases = [
+            (SpanUse::Bag(small), 1, dense),
+            (SpanUse::Bag(spanning), 1, sparse),
+            (SpanUse::Large, 1, sparse),
+            (SpanUse::Large, CHUNK_UNITS, sparse),
+        ];
+        for (usage, align_units, pool) in cases {
+            let (address, from) = arena.alloc_span(node, 1, align_units, usage).unwrap();
+            assert_eq!(from, node);
+            assert!(
+                (pool.start()..pool.end()).contains(&address),
+                "{usage:?} at {address:#x}"
+            );
+            assert!(core::ptr::eq(arena.pool_of(address), pool));
+            assert_eq!(arena.origin_of(address), Some(node));
+        }
+    }
+    // The sparse pools never go on huge pages, whatever the system's THP mode.
+    let sparse = arena.pool(0, Pool::Sparse).start() + SMALL_PAGE_HEAD;
+    let flags = vm_flags(sparse);
+    assert!(flags.iter().any(|flag| flag == "nh"), "flags {flags:?}");
+    // Under THP `madvise`, the dense pools past their small-page head are advised.
+    if arena.topology.thp_mode() == ThpMode::Madvise {
+        let dense = arena.pool(0, Pool::Dense).start() + SMALL_PAGE_HEAD;
+        let flags = vm_flags(dense);
+        assert!(flags.iter().any(|flag| flag == "hg"), "flags {flags:?}");
+    }
+}
+
+#[test]
+fn new_bags_go_to_the_fullest_chunk_with_room() {
+    let arena = test_arena(1, 64 << 20, usize::MAX);
+    let map = arena.map();
+    let dense = arena.pool(0, Pool::Dense);
+    let class = crate::size_class::class_of(64, 8).unwrap();
+    let usage = SpanUse::Bag(class);
+    let bags: Vec<usize> = (0..2 * CHUNK_UNITS)
+        .map(|_| dense.alloc(map, 1, 1, usage).unwrap())
+        .collect();
+    let chunk = CHUNK_UNITS * UNIT;
+    let (a, b) = (bags[0], bags[CHUNK_UNITS]);
+    assert_eq!(b, a + chunk, "two chunks, filled in order");
+    // Chunk B keeps all but one unit; chunk A half. A's holes are freed last, so a
+    // most-recently-freed (LIFO) choice would take one of them.
+    dense.free(map, b + 5 * UNIT, 1, arena.decommit);
+    for unit in (0..CHUNK_UNITS).step_by(2) {
+        dense.free(map, a + unit * UNIT, 1, arena.decommit);
+    }
+    assert_eq!(dense.alloc(map, 1, 1, usage), Some(b + 5 * UNIT));
+    // B is full now: the next bag goes to A, the fullest chunk left with room.
+    let next = dense.alloc(map, 1, 1, usage).unwrap();
+    assert!((a..a + chunk).contains(&next), "{next:#x}");
+    // A chunk that empties entirely is taken last: free all of A but one unit, then a
+    // third chunk's worth of bags fills A's holes before the frontier moves.
+    for unit in (1..CHUNK_UNITS).step_by(2) {
+        dense.free(map, a + unit * UNIT, 1, arena.decommit);
+    }
+    let frontier = dense.frontier_word().load(Ordering::Relaxed);
+    for _ in 0..CHUNK_UNITS - 1 {
+        let bag = dense.alloc(map, 1, 1, usage).unwrap();
+        assert!((a..a + chunk).contains(&bag), "{bag:#x} outside chunk A");
+    }
+    assert_eq!(dense.frontier_word().load(Ordering::Relaxed), frontier);
+}
+
+#[test]
+fn the_filler_never_takes_a_tag_left_inside_a_merged_span_for_a_head() {
+    // Retain 0, delay 0: every free is decommitted at once and merges with clean
+    // neighbours, the case that once left a head tag inside the merged span.
+    let arena = test_arena(1, 64 << 20, 0);
+    let map = arena.map();
+    let dense = arena.pool(0, Pool::Dense);
+    let usage = SpanUse::Bag(crate::size_class::class_of(64, 8).unwrap());
+    // Chunk 0: 64 one-unit spans. Chunk 1: a two-unit span, then 62 one-unit spans.
+    let mut ones: Vec<usize> = (0..CHUNK_UNITS)
+        .map(|_| dense.alloc(map, 1, 1, usage).unwrap())
+        .collect();
+    let pair = dense.alloc(map, 2, 1, usage).unwrap();
+    assert_eq!(pair, ones[0] + CHUNK_UNITS * UNIT);
+    ones.extend((0..CHUNK_UNITS - 2).map(|_| dense.alloc(map, 1, 1, usage).unwrap()));
+    // Half of chunk 0 and its last two units go; then the pair, which merges into one
+    // clean span with those two, headed in chunk 0 and running into chunk 1, where the
+    // pair's own head is now inside it. Chunk 1 is the fuller, so the filler looks there
+    // first.
+    let mut freed: Vec<usize> = ones[..CHUNK_UNITS / 2].to_vec();
+    freed.extend([ones[CHUNK_UNITS - 2], ones[CHUNK_UNITS - 1]]);
+    for &unit in &freed {
+        dense.free(map, unit, 1, arena.decommit);
+    }
+    dense.free(map, pair, 2, arena.decommit);
+    freed.extend([pair, pair + UNIT]);
+    assert_eq!(dense.dirty_bytes(), 0);
+    // Every free unit comes back exactly once, and nothing else.
+    let frontier = dense.frontier_word().load(Ordering::Relaxed);
+    let mut again: Vec<usize> = (0..freed.len())
+        .map(|_| dense.alloc(map, 1, 1, usage).unwrap())
+        .collect();
+    again.sort();
+    freed.sort();
+    assert_eq!(again, freed);
+    assert_eq!(dense.frontier_word().load(Ordering::Relaxed), frontier);
+    assert_eq!(dense.dirty_bytes(), 0);
+}
+
+#[test]
+fn a_full_pool_borrows_from_the_other_pool_of_its_node() {
+    let arena = test_arena(1, 64 << 20, usize::MAX);
+    let sparse = arena.pool(0, Pool::Sparse);
+    let pool_units = arena.pool_bytes() / UNIT;
+    let (first, _) = arena.alloc_span(0, pool_units, 1, SpanUse::Large).unwrap();
+    assert_eq!(first, sparse.start());
+    let (second, from) = arena.alloc_span(0, 4, 1, SpanUse::Large).unwrap();
+    assert_eq!(from, 0);
+    assert!(core::ptr::eq(
+        arena.pool_of(second),
+        arena.pool(0, Pool::Dense)
+    ));
+    assert_eq!(arena.steals(0), 0);
+}
+
+#[test]
+fn aligned_spans_are_aligned_in_absolute_terms_past_the_chunk_size() {
+    // A 4 GiB region: pools of 2 GiB, room for a 1 GiB alignment.
+    let arena = test_arena(1, 4 << 30, usize::MAX);
+    // Move the frontier off its chunk-aligned start first.
+    arena.alloc_span(0, 3, 1, SpanUse::Large).unwrap();
+    for shift in 21..=30 {
+        let align_units = (1usize << shift) / UNIT;
+        let (address, _) = arena.alloc_span(0, 1, align_units, SpanUse::Large).unwrap();
+        assert_eq!(
+            address % (1 << shift),
+            0,
+            "alignment 2^{shift}: {address:#x}"
+        );
+    }
+    // The slack in front of each block went back to the pool untouched: only the blocks'
+    // own units are committed.
+    assert_eq!(
+        arena.budget.charged.load(Ordering::Relaxed),
+        (3 + 10) * UNIT
+    );
+}
+
+#[test]
+fn commit_on_demand_arenas_commit_only_what_the_frontier_passed() {
+    let arena = test_arena_with(2, 64 << 20, usize::MAX, true);
+    let (a, _) = arena.alloc_span(0, 3, 1, SpanUse::Large).unwrap();
+    // SAFETY: the span was handed out, so it is committed and ours.
+    unsafe { (a as *mut u8).write_bytes(0x11, 3 * UNIT) };
+    assert_eq!(arena.tag_checked(a).map(|t| t.kind()), Some(Kind::Large));
+    // Past the first chunk nothing is readable yet, and the checked lookup says so.
+    let beyond = arena.pool(0, Pool::Sparse).start() + CHUNK_UNITS * UNIT;
+    assert_eq!(arena.tag_checked(beyond), None);
+    assert_eq!(arena.tag_checked(arena.region_start(1)), None);
+    // Growing past the chunk commits the next one.
+    assert!(arena.pool(0, Pool::Sparse).grow(arena.map(), a, 3, 100));
+    // SAFETY: the grown span is ours and committed.
+    unsafe { (a as *mut u8).add(99 * UNIT).write_bytes(0x22, UNIT) };
+    assert!(arena.tag_checked(beyond).is_some());
+}
+
+#[test]
+fn the_commit_limit_is_never_exceeded_and_frees_make_room() {
+    let arena = test_arena(2, 64 << 20, 0);
+    arena.budget.limit.store(10 * UNIT, Ordering::Relaxed);
+    let a = arena.alloc_span(0, 6, 1, SpanUse::Large).unwrap().0;
+    assert!(
+        arena.alloc_span(1, 5, 1, SpanUse::Large).is_none(),
+        "would exceed the limit"
+    );
+    let b = arena.alloc_span(1, 4, 1, SpanUse::Large).unwrap().0;
+    assert_eq!(arena.budget.charged.load(Ordering::Relaxed), 10 * UNIT);
+    assert!(
+        !arena.pool(0, Pool::Sparse).grow(arena.map(), a, 6, 7),
+        "growth is charged too"
+    );
+    // SAFETY: both spans were handed out above and hold nothing.
+    unsafe { arena.free_span(b, 4) };
+    // Retain budget 0 and delay 0: the freed span is decommitted and uncharged at once.
+    assert_eq!(arena.budget.charged.load(Ordering::Relaxed), 6 * UNIT);
+    assert!(arena.pool(0, Pool::Sparse).grow(arena.map(), a, 6, 10));
+    assert!(arena.budget.peak.load(Ordering::Relaxed) <= 10 * UNIT);
+}
+
+#[test]
+fn an_exhausted_region_merges_dirty_and_clean_free_spans_before_failing() {
+    let arena = test_arena(1, 64 << 20, usize::MAX);
+    // Fill the whole region (64 MiB = 2048 units) with 64-unit spans.
+    let spans: Vec<usize> = (0..32)
+        .map(|_| arena.alloc_span(0, 64, 1, SpanUse::Large).unwrap().0)
+        .collect();
+    assert!(
+        arena.alloc_span(0, 1, 1, SpanUse::Large).is_none(),
+        "region should be full"
+    );
+    let mut sorted = spans.clone();
+    sorted.sort();
+    // Two neighbours freed in different states: one decommitted (clean), one dirty. They
+    // do not coalesce, so neither piece alone holds 128 units.
+    // SAFETY: the spans were handed out above and hold nothing.
+    unsafe { arena.free_span(sorted[10], 64) };
+    arena.purge(true);
+    // SAFETY: as above.
+    unsafe { arena.free_span(sorted[11], 64) };
+    let (address, _) = arena
+        .alloc_span(0, 128, 1, SpanUse::Large)
+        .expect("the two free neighbours together must serve 128 units");
+    assert_eq!(address, sorted[10]);
+}
+
+#[test]
+fn aligned_spans_are_aligned() {
+    let arena = test_arena(1, 64 << 20, usize::MAX);
+    for align_units in [1, 2, 4, 32] {
+        let (address, _) = arena.alloc_span(0, 1, align_units, SpanUse::Large).unwrap();
+        assert_eq!(address % (align_units * UNIT), 0);
+    }
+}
+
+#[test]
+fn a_full_region_spills_to_the_nearest_node() {
+    let arena = test_arena(4, 64 << 20, usize::MAX);
+    // Fill node 1 (64 MiB = 2048 units) with 2 MiB spans.
+    for _ in 0..32 {
+        assert_eq!(arena.alloc_span(1, 64, 1, SpanUse::Large).unwrap().1, 1);
+    }
+    let (_, from) = arena.alloc_span(1, 64, 1, SpanUse::Large).unwrap();
+    assert!(
+        from == 0 || from == 2,
+        "spilled to node {from}, not a nearest one"
+    );
+    assert_eq!(arena.steals(1), 1);
+}
+
+#[test]
+fn free_memory_past_the_budget_is_decommitted() {
+    let arena = test_arena(1, 64 << 20, 1 << 20);
+    let region = arena.pool(0, Pool::Sparse);
+    let spans: Vec<usize> = (0..8)
+        .map(|_| arena.alloc_span(0, 32, 1, SpanUse::Large).unwrap().0)
+        .collect();
+    for &span in &spans {
+        // SAFETY: touching memory we were handed.
+        unsafe { (span as *mut u8).write_bytes(1, 32 * UNIT) };
+    }
+    let before = region.committed.load(Ordering::Relaxed);
+    assert_eq!(before, 8 * 32 * UNIT);
+    for &span in &spans {
+        // SAFETY: each span was handed out above and holds nothing live.
+        unsafe { arena.free_span(span, 32) };
+    }
+    // Delay 0: everything beyond the 1 MiB budget goes back at once.
+    assert!(region.dirty_bytes() <= 1 << 20);
+    assert!(region.committed.load(Ordering::Relaxed) <= 1 << 20);
+    assert!(region.decommitted.load(Ordering::Relaxed) >= before - (1 << 20));
+    arena.purge(true);
+    assert_eq!(region.committed.load(Ordering::Relaxed), 0);
+    assert_eq!(region.active.load(Ordering::Relaxed), 0);
+    // Decommitted memory reads as zero when handed out again.
+    let (again, _) = arena.alloc_span(0, 32, 1, SpanUse::Large).unwrap();
+    // SAFETY: reading memory we were handed.
+    assert_eq!(unsafe { *(again as *const u8) }, 0);
+}
+
+#[test]
+fn large_spans_grow_and_shrink_in_place() {
+    let arena = test_arena(1, 64 << 20, usize::MAX);
+    let map = arena.map();
+    let region = arena.pool(0, Pool::Sparse);
+    let (a, _) = arena.alloc_span(0, 4, 1, SpanUse::Large).unwrap();
+    // At the frontier: growth always succeeds, past the current chunk too.
+    assert!(region.grow(map, a, 4, 100));
+    assert_eq!(map.tag(a + 99 * UNIT).kind(), Kind::LargeBody);
+    let (b, _) = arena.alloc_span(0, 4, 1, SpanUse::Large).unwrap();
+    assert_eq!(b, a + 100 * UNIT, "the next span follows the grown one");
+    region.shrink(map, a, 100, 10, arena.decommit);
+    assert_eq!(map.tag(a + 10 * UNIT).kind(), Kind::Free);
+    assert!(region.grow(map, a, 10, 50), "grows into its own freed tail");
+    assert!(!region.grow(map, a, 50, 101), "b is in the way");
+}

@@ -1,0 +1,260 @@
+//! The process-wide instance: one arena, its node heaps, the thread heaps' attach hook, and the
+//! process hooks (thread exit, `fork`, the exit report). Created lazily at the first
+//! allocation, without allocating, and never torn down.
+//!
+//! [`Instance`] is the one door the faces use: the crate's `GlobalAlloc`, [`crate::raw`] (for
+//! the C library) and the statistics call its operations and never reach into a lower layer.
+//! Large objects take one path for every face ([`Instance::alloc_large`],
+//! [`Instance::free_large`]): the caller's thread heap, if it has one, runs its upkeep there.
+//!
+//! Start-up reads the options and the topology, reserves the arena, builds the node heaps,
+//! registers a `pthread` key whose destructor flushes a thread's caches when it exits, the
+//! `pthread_atfork` handlers that hold every allocator lock across `fork`, and (with
+//! `NODALLOC_STATS=1`) an `atexit` report. The crate's own thread heaps live in a
+//! `const`-initialised thread-local without a destructor, so reaching one is one TLS-relative
+//! address.
+
+mod start;
+
+use crate::node::{report, Misuse, NodeHeaps};
+use crate::os::topology::Topology;
+use crate::size_class::SizeClass;
+use crate::stats::Stats;
+use crate::thread::ThreadHeap;
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
+
+pub(crate) use start::attach_current_thread;
+
+static INSTANCE: AtomicPtr<NodeHeaps> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Threads whose heap is attached and not yet retired.
+static THREADS_LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Where the exit report goes: fd 2 unless a face saved a duplicate (a program may close
+/// stderr in its own exit handlers before ours runs).
+static STATS_FD: AtomicI32 = AtomicI32::new(2);
+
+/// A face that keeps thread heaps of its own (the C library) names the calling thread's heap
+/// here, so a statistics snapshot can publish that thread's counters first.
+static CURRENT_HEAP_HOOK: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static HEAP: UnsafeCell<ThreadHeap> =
+        const { UnsafeCell::new(ThreadHeap::with_attach_hook(Some(attach_current_thread))) };
+}
+
+/// Runs `f` on the calling thread's heap (the crate face's thread-local one).
+#[inline(always)]
+pub(crate) fn with_heap<R>(f: impl FnOnce(&mut ThreadHeap) -> R) -> R {
+    // SAFETY: the heap is only ever touched by its own thread, and nothing `f` calls re-enters
+    // the allocator (no internal path allocates), so this is the only live reference.
+    HEAP.with(|heap| f(unsafe { &mut *heap.get() }))
+}
+
+/// What a pointer is, for `free` and `malloc_usable_size` without a size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pointer {
+    /// A small object (at an object boundary) of `origin`'s region.
+    Small {
+        /// Its size class.
+        class: SizeClass,
+        /// The node whose region holds it.
+        origin: usize,
+    },
+    /// A large object of `bytes` usable bytes.
+    Large {
+        /// Bytes the program may use.
+        bytes: usize,
+    },
+    /// Not in nodalloc's heap at all (or nodalloc has not started).
+    Foreign,
+}
+
+/// The process's allocator: a handle on its node heaps (and through them its arena).
+#[derive(Clone, Copy)]
+pub(crate) struct Instance {
+    heaps: &'static NodeHeaps,
+}
+
+impl Instance {
+    /// The instance, creating it on first use. `None` if the arena cannot be reserved at all.
+    #[inline]
+    pub(crate) fn get() -> Option<Instance> {
+        match Instance::existing() {
+            Some(instance) => Some(instance),
+            None => start::create().map(|heaps| Instance { heaps }),
+        }
+    }
+
+    /// The instance if it exists, without creating it.
+    #[inline]
+    pub(crate) fn existing() -> Option<Instance> {
+        // SAFETY: INSTANCE only ever holds a leaked, fully built NodeHeaps.
+        unsafe { INSTANCE.load(Ordering::Acquire).as_ref() }.map(|heaps| Instance { heaps })
+    }
+
+    /// Usable nodes.
+    pub(crate) fn node_count(self) -> usize {
+        self.heaps.node_count()
+    }
+
+    /// The machine as the allocator saw it at start-up.
+    pub(crate) fn topology(self) -> &'static Topology {
+        self.heaps.topology()
+    }
+
+    /// The node whose region holds `address`, if nodalloc's heap holds it.
+    pub(crate) fn origin_of(self, address: usize) -> Option<usize> {
+        self.heaps.origin_of(address)
+    }
+
+    /// The node of the CPU the caller runs on (node 0 when it cannot be read): the home of a
+    /// call without a thread heap.
+    fn current_node(self) -> usize {
+        crate::os::current_cpu()
+            .map(|cpu| self.heaps.node_of_cpu(cpu))
+            .unwrap_or(0)
+    }
+
+    /// A small object straight from `node`'s bags, bypassing every cache (a thread without a
+    /// heap, or an allocation on a chosen node). Null when no memory is left.
+    pub(crate) fn alloc_single(self, node: Option<usize>, class: SizeClass) -> *mut u8 {
+        let node = node.unwrap_or_else(|| self.current_node());
+        self.heaps.alloc_single(node, class)
+    }
+
+    /// Takes back a small object of `class` from `origin` without a thread cache.
+    ///
+    /// # Safety
+    /// `object` is a live object of `class` from `origin`'s region that the caller gives up.
+    pub(crate) unsafe fn free_single(self, origin: usize, class: SizeClass, object: *mut u8) {
+        // SAFETY: forwarded contract.
+        unsafe { self.heaps.free_single(origin, class, object) }
+    }
+
+    /// A large object of `size` bytes at `align`, on the home node of `heap` (after its
+    /// slow-path upkeep) or, for a thread without a usable heap, on the node it runs on. Null
+    /// when no memory is left.
+    pub(crate) fn alloc_large(
+        self,
+        heap: Option<&mut ThreadHeap>,
+        size: usize,
+        align: usize,
+    ) -> *mut u8 {
+        let node = match heap {
+            Some(heap) if !heap.is_retired() => {
+                heap.run_attach_hook();
+                heap.check_home();
+                heap.upkeep();
+                heap.node()
+            }
+            _ => self.current_node(),
+        };
+        self.heaps.alloc_large(node, size, align)
+    }
+
+    /// A large object on `node` (which must exist), whatever the caller's node.
+    pub(crate) fn alloc_large_on(self, node: usize, size: usize, align: usize) -> *mut u8 {
+        self.heaps.alloc_large(node, size, align)
+    }
+
+    /// Frees a large object (aborting, naming it, if it is not a live one), then lets `heap`
+    /// run its upkeep.
+    pub(crate) fn free_large(self, heap: Option<&mut ThreadHeap>, object: *mut u8) {
+        self.heaps.free_large(object as usize);
+        if let Some(heap) = heap {
+            heap.upkeep();
+        }
+    }
+
+    /// True when a large object just returned by [`Self::alloc_large`] reads as zero.
+    ///
+    /// # Safety
+    /// `object` is a large object the caller has just received.
+    pub(crate) unsafe fn large_is_zeroed(self, object: *const u8) -> bool {
+        // SAFETY: forwarded contract.
+        unsafe { self.heaps.large_is_zeroed(object as usize) }
+    }
+
+    /// Resizes a large object in place; false (nothing changed) if it cannot.
+    pub(crate) fn resize_large_in_place(self, object: *mut u8, new_size: usize) -> bool {
+        self.heaps.resize_large_in_place(object as usize, new_size)
+    }
+
+    /// Classifies `ptr`, or names the misuse (inside the heap but not a live object's start).
+    pub(crate) fn classify(self, ptr: *const u8) -> Result<Pointer, Misuse> {
+        let address = ptr as usize;
+        let Some(origin) = self.heaps.origin_of(address) else {
+            return Ok(Pointer::Foreign);
+        };
+        if let Some(class) = self.heaps.small_class_at(address)? {
+            return Ok(Pointer::Small { class, origin });
+        }
+        self.heaps
+            .large_usable(address)
+            .map(|bytes| Pointer::Large { bytes })
+    }
+
+    /// Sets the hard limit on committed bytes (0: none).
+    pub(crate) fn set_limit(self, bytes: usize) {
+        self.heaps.set_limit(bytes);
+    }
+
+    /// Returns every cached object (the caller's thread's, every ring and inbox) to its bags and
+    /// every free page to the OS now.
+    pub(crate) fn purge(self, heap: &mut ThreadHeap) {
+        heap.flush();
+        self.heaps.flush_all();
+        self.heaps.purge();
+    }
+
+    /// A statistics snapshot, after publishing the calling thread's counters.
+    pub(crate) fn stats(self) -> Stats {
+        publish_current_thread();
+        self.heaps
+            .collect_stats(THREADS_LIVE.load(Ordering::Relaxed))
+    }
+}
+
+/// Publishes the calling thread's counters, wherever its heap lives.
+fn publish_current_thread() {
+    let hook = CURRENT_HEAP_HOOK.load(Ordering::Acquire);
+    if hook != 0 {
+        // SAFETY: only `set_current_heap_hook` stores here, always a fn of this type.
+        let hook: fn() -> *mut ThreadHeap = unsafe { core::mem::transmute(hook) };
+        // SAFETY: the hook returns null or the calling thread's own heap.
+        if let Some(heap) = unsafe { hook().as_mut() } {
+            heap.publish_all();
+        }
+    } else {
+        with_heap(|heap| heap.publish_all());
+    }
+}
+
+/// Tells snapshots how to find the calling thread's heap in a face that keeps its own.
+pub(crate) fn set_current_heap_hook(hook: fn() -> *mut ThreadHeap) {
+    CURRENT_HEAP_HOOK.store(hook as usize, Ordering::Release);
+}
+
+/// Sends the `NODALLOC_STATS=1` exit report to `fd` instead of 2.
+pub(crate) fn set_stats_fd(fd: i32) {
+    STATS_FD.store(fd, Ordering::Relaxed);
+}
+
+/// A fresh pooled thread heap for a face with its own thread-local pointer.
+pub(crate) fn take_pooled_heap() -> Option<&'static mut ThreadHeap> {
+    crate::thread::pool::take(attach_current_thread)
+}
+
+/// Retires a pooled heap and returns it to the pool; its thread must not use it again.
+pub(crate) fn recycle_heap(heap: &'static mut ThreadHeap) {
+    if crate::thread::pool::recycle(heap, attach_current_thread) {
+        THREADS_LIVE.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Reports a misuse the faces found: aborts naming the pointer.
+pub(crate) fn report_misuse(ptr: *const u8, misuse: Misuse) -> ! {
+    report(ptr as *mut u8, misuse)
+}

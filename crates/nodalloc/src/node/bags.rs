@@ -1,0 +1,353 @@
+//! The central bag lists of a node heap: batches carved from bags and taken back into them,
+//! the ring in front of them, the remote-free inbox, and the doubly linked partial-bag list
+//! (every touch of a bag descriptor happens under its class lock).
+
+use super::*;
+
+impl NodeHeaps {
+    /// A batch of free objects of `class` for a thread of `node`: from the ring, else carved from
+    /// the node's bags, else (own region exhausted) stolen from the nearest node that has some.
+    pub fn refill(&self, node: usize, class: SizeClass) -> Option<Batch> {
+        let heap = self.class(node, class);
+        if let Some(batch) = heap.ring_pop() {
+            heap.ring_touched.store(true, Ordering::Relaxed);
+            return Some(batch);
+        }
+        self.take_from_bags(node, class, class.batch())
+    }
+
+    /// Up to `want` objects from bags, own node first, then other nodes nearest first.
+    pub fn take_from_bags(&self, node: usize, class: SizeClass, want: usize) -> Option<Batch> {
+        if let Some(batch) = self.take_from_node_bags(node, class, want, &mut false) {
+            return Some(batch);
+        }
+        let mut order = [0u8; MAX_NODES];
+        let count = self.arena.topology.nearest_nodes(node, &mut order);
+        for &other in &order[..count] {
+            let other = other as usize;
+            let stolen = self
+                .class(other, class)
+                .ring_pop()
+                .or_else(|| self.take_from_node_bags(other, class, want, &mut false));
+            if stolen.is_some() {
+                self.node(node).steals.fetch_add(1, Ordering::Relaxed);
+                return stolen;
+            }
+        }
+        None
+    }
+
+    /// Objects from `node`'s own bags, carving a new bag from its own region if needed.
+    /// `head_zeroed` is set when the batch's head was carved from a bag whose memory read as
+    /// zero (so the object is zero but for its link word).
+    fn take_from_node_bags(
+        &self,
+        node: usize,
+        class: SizeClass,
+        want: usize,
+        head_zeroed: &mut bool,
+    ) -> Option<Batch> {
+        let heap = self.class(node, class);
+        let arena = self.arena;
+        let map = arena.map();
+        let size = class.size();
+        let capacity = class.capacity() as u32;
+        let secure = arena.is_secure();
+        let _guard = heap.lock.lock();
+        // SAFETY: the class lock is held for the rest of this function.
+        let partial = unsafe { &mut *heap.partial.get() };
+        let mut batch = Batch {
+            head: null_mut(),
+            tail: null_mut(),
+            count: 0,
+        };
+        while batch.count < want {
+            if partial.is_null() {
+                let Some(address) =
+                    arena.alloc_span_on(node, class.bag_units(), 1, SpanUse::Bag(class))
+                else {
+                    break;
+                };
+                heap.bags.fetch_add(1, Ordering::Relaxed);
+                *partial = map.meta(map.unit_of(address));
+                if secure {
+                    // SAFETY: the class lock is held and the bag is new, on no list but ours.
+                    unsafe { (**partial).freed_at = arena.bag_seed() };
+                }
+            }
+            let bag = *partial;
+            let start = map.address_of(map.unit_of_meta(bag));
+            // SAFETY: the class lock is held and `bag` is one of this class's bags.
+            unsafe {
+                while batch.count < want {
+                    *head_zeroed = false;
+                    let object = if !(*bag).free.is_null() {
+                        let object = (*bag).free;
+                        (*bag).free = arena.read_link(object, Expect::Class(class));
+                        object
+                    } else if (*bag).carved < capacity {
+                        *head_zeroed = !secure && (*bag).freed_at == BAG_ZEROED;
+                        let index = if secure {
+                            carve_order((*bag).carved, capacity, (*bag).freed_at)
+                        } else {
+                            (*bag).carved
+                        };
+                        let object = (start + index as usize * size) as *mut u8;
+                        (*bag).carved += 1;
+                        object
+                    } else if (*bag).aside.sweep.released != 0 {
+                        self.restore_granule(node, class, bag, start);
+                        continue;
+                    } else {
+                        break;
+                    };
+                    (*bag).live += 1;
+                    arena.write_link(object, batch.head);
+                    if batch.tail.is_null() {
+                        batch.tail = object;
+                    }
+                    batch.head = object;
+                    batch.count += 1;
+                }
+                if is_full(bag, capacity) {
+                    unlink(partial, bag);
+                }
+            }
+        }
+        heap.out_of_bags.fetch_add(batch.count, Ordering::Relaxed);
+        if batch.count == 0 {
+            None
+        } else {
+            Some(batch)
+        }
+    }
+
+    /// One object of `class` for the program, straight from the bags (a thread without a cache:
+    /// retired, detached, or `alloc_on_node`). Null when no memory is left.
+    pub fn alloc_single(&self, node: usize, class: SizeClass) -> *mut u8 {
+        let Some(batch) = self.take_from_bags(node, class, 1) else {
+            return null_mut();
+        };
+        self.hand_out_single(node, class, batch.head)
+    }
+
+    /// Counts one object taken straight from the bags as the program's (and marks it in the
+    /// allocation bitmap in secure mode).
+    fn hand_out_single(&self, node: usize, class: SizeClass, object: *mut u8) -> *mut u8 {
+        self.class(node, class)
+            .allocs
+            .fetch_add(1, Ordering::Relaxed);
+        if self.arena.is_secure() {
+            self.arena.note_allocated(object);
+        }
+        object
+    }
+
+    /// One object of `class` for `calloc`, straight from `node`'s own bags, and whether it is
+    /// known to read as zero but for its first word (carved for the first time from a bag whose
+    /// memory was untouched). `None` when the node's bags and region are exhausted.
+    pub fn alloc_single_zeroed(&self, node: usize, class: SizeClass) -> Option<(*mut u8, bool)> {
+        let mut zeroed = false;
+        let batch = self.take_from_node_bags(node, class, 1, &mut zeroed)?;
+        Some((self.hand_out_single(node, class, batch.head), zeroed))
+    }
+
+    /// Takes back one object of `class` from `origin`'s region that the program frees without a
+    /// thread cache, or reports the misuse.
+    ///
+    /// # Safety
+    /// `object` must be a live object of `class` that the caller gives up (checked, and
+    /// reported, in secure mode).
+    pub unsafe fn free_single(&self, origin: usize, class: SizeClass, object: *mut u8) {
+        if self.arena.is_secure() {
+            if let Err(refusal) = self.arena.note_freed(object, class) {
+                report(object, refusal.into());
+            }
+        }
+        self.class(origin, class)
+            .frees
+            .fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the object is ours now; make it a one-object chain.
+        unsafe { self.arena.write_link(object, null_mut()) };
+        if let Err((object, misuse)) = self.return_to_bags(origin, class, object) {
+            report(object, misuse);
+        }
+    }
+
+    /// Takes back a batch a thread of `node` drained: into the ring if it has room, else into
+    /// the bags. Every object must be of `class` and from `node`'s region.
+    pub fn release(&self, node: usize, class: SizeClass, batch: Batch) {
+        let heap = self.class(node, class);
+        let cap = (RING_BYTES / (class.batch() * class.size())).clamp(2, RING_SLOTS);
+        heap.ring_touched.store(true, Ordering::Relaxed);
+        if let Err(batch) = heap.ring_push(batch, cap) {
+            if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head) {
+                report(object, misuse);
+            }
+        }
+    }
+
+    /// Returns a null-terminated chain of `class` objects of `node`'s region to their bags,
+    /// releasing bags that fall empty. Stops at the first object that is not a live object of
+    /// this class (an invalid or double free) and reports it.
+    pub fn return_to_bags(
+        &self,
+        node: usize,
+        class: SizeClass,
+        chain: *mut u8,
+    ) -> Result<(), (*mut u8, Misuse)> {
+        let heap = self.class(node, class);
+        let map = self.arena.map();
+        let size = class.size();
+        let capacity = class.capacity() as u32;
+        // The node's next upkeep deadline dates the returns for the sweep.
+        let stamp = self.node(node).next_upkeep.load(Ordering::Relaxed).max(1);
+        let _guard = heap.lock.lock();
+        // SAFETY: the class lock is held for the rest of this function.
+        let partial = unsafe { &mut *heap.partial.get() };
+        let mut object = chain;
+        while !object.is_null() {
+            // SAFETY: chains given to us are linked through first words of free objects.
+            let next = unsafe { self.arena.read_link(object, Expect::Class(class)) };
+            let address = object as usize;
+            if self.arena.origin_of(address) != Some(node) {
+                return Err((object, Misuse::InvalidPointer));
+            }
+            let Some(tag) = self.arena.tag_checked(address) else {
+                return Err((object, Misuse::InvalidPointer));
+            };
+            if !tag.is_bag() || tag.class() != class {
+                return Err((object, Misuse::InvalidPointer));
+            }
+            let first = map.unit_of(address) - tag.offset_units();
+            let start = map.address_of(first);
+            if (address - start) % size != 0 {
+                return Err((object, Misuse::InvalidPointer));
+            }
+            let bag = map.meta(first);
+            // SAFETY: the class lock is held and the tag says `bag` is a bag of this class.
+            unsafe {
+                // Secure mode carves in a random order, so the count says nothing about which
+                // objects were carved (and the allocation bitmap vouched for this one).
+                if !self.arena.is_secure() && (address - start) / size >= (*bag).carved as usize {
+                    return Err((object, Misuse::InvalidPointer));
+                }
+                if (*bag).live == 0 {
+                    return Err((object, Misuse::DoubleFree));
+                }
+                let was_full = is_full(bag, capacity);
+                self.arena.write_link(object, (*bag).free);
+                (*bag).free = object;
+                (*bag).live -= 1;
+                (*bag).aside.sweep.returned_at = stamp;
+                heap.out_of_bags.fetch_sub(1, Ordering::Relaxed);
+                if (*bag).live == 0 {
+                    if !was_full {
+                        unlink(partial, bag);
+                    }
+                    heap.bags.fetch_sub(1, Ordering::Relaxed);
+                    self.forget_released(node, class, bag);
+                    // SAFETY: no object of the bag is out any more.
+                    self.arena.free_span(start, (*bag).units);
+                } else if was_full {
+                    push_front(partial, bag);
+                }
+            }
+            object = next;
+        }
+        heap.to_sweep.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Hands a chain of objects of `origin`'s region to that node's inbox.
+    ///
+    /// # Safety
+    /// A well-formed chain of freed objects from `origin`'s region, owned by the caller.
+    pub unsafe fn send_remote(&self, origin: usize, head: *mut u8, tail: *mut u8, count: usize) {
+        let heap = self.node(origin);
+        heap.remote_frees.fetch_add(count as u64, Ordering::Relaxed);
+        let arena = self.arena;
+        // SAFETY: forwarded contract; the link written is `tail`'s, in the arena's encoding.
+        unsafe {
+            heap.inbox
+                .push_chain_with(head, tail, |tail, next| arena.write_link(tail, next))
+        };
+    }
+
+    /// Sorts `node`'s inbox back into its bags. Cheap when the inbox is empty.
+    pub fn drain_inbox(&self, node: usize) {
+        let heap = self.node(node);
+        if heap.inbox.is_empty_hint() {
+            return;
+        }
+        let mut object = heap.inbox.take_all();
+        // Group by class so each class lock is taken once.
+        let mut chains = [null_mut::<u8>(); NUM_CLASSES];
+        while !object.is_null() {
+            // SAFETY: inbox chains are linked through first words of freed objects.
+            let next = unsafe { self.arena.read_link(object, Expect::Node(node)) };
+            let tag = match self.arena.tag_checked(object as usize) {
+                Some(tag) if tag.is_bag() => tag,
+                _ => report(object, Misuse::InvalidPointer),
+            };
+            let class = tag.class().index();
+            // SAFETY: as above; we own the object now.
+            unsafe { self.arena.write_link(object, chains[class]) };
+            chains[class] = object;
+            object = next;
+        }
+        for (class, &chain) in chains.iter().enumerate() {
+            if !chain.is_null() {
+                if let Err((object, misuse)) =
+                    self.return_to_bags(node, SizeClass(class as u8), chain)
+                {
+                    report(object, misuse);
+                }
+            }
+        }
+    }
+}
+
+/// # Safety
+/// The class lock owning the list is held and `bag` is on it.
+unsafe fn unlink(list: &mut *mut UnitMeta, bag: *mut UnitMeta) {
+    // SAFETY: forwarded contract; links are only touched under that lock.
+    unsafe {
+        if (*bag).prev.is_null() {
+            *list = (*bag).next;
+        } else {
+            (*(*bag).prev).next = (*bag).next;
+        }
+        if !(*bag).next.is_null() {
+            (*(*bag).next).prev = (*bag).prev;
+        }
+        (*bag).next = null_mut();
+        (*bag).prev = null_mut();
+    }
+}
+
+/// # Safety
+/// The class lock owning the list is held and `bag` is on no list.
+unsafe fn push_front(list: &mut *mut UnitMeta, bag: *mut UnitMeta) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        (*bag).prev = null_mut();
+        (*bag).next = *list;
+        if !(*list).is_null() {
+            (**list).prev = bag;
+        }
+        *list = bag;
+    }
+}
+
+/// True when `bag` has nothing left to hand out: no free object listed, none uncarved and none
+/// in a released granule. Full bags are on no list.
+///
+/// # Safety
+/// The class lock owning `bag` is held.
+unsafe fn is_full(bag: *mut UnitMeta, capacity: u32) -> bool {
+    // SAFETY: forwarded contract.
+    unsafe {
+        (*bag).free.is_null() && (*bag).carved == capacity && (*bag).aside.sweep.released == 0
+    }
+}

@@ -1,0 +1,130 @@
+//! What the thread layer needs from below, in the node layer's terms: the view of a home
+//! region the free fast path compares against, links in the arena's encoding, secure mode's
+//! allocation bitmap, and the counters thread heaps publish. The thread layer reaches the arena
+//! only through these.
+
+use super::{Misuse, NodeHeaps};
+use crate::arena::secure::Expect;
+use crate::arena::Pool;
+use crate::size_class::SizeClass;
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+/// A page-map tag, read on the C face's free fast path.
+pub(crate) use crate::arena::pagemap::Tag;
+/// Objects of classes above this size span pages (the sparse pool): `calloc` of them can skip
+/// clearing memory that was never touched.
+pub(crate) use crate::arena::DENSE_OBJECT_MAX;
+
+/// Where a node's small objects live, cached in a thread heap so its free fast paths need no
+/// pointer chase: `(p - region_base) >> region_shift == 0` for an address of the node's region;
+/// below the dense pool's frontier, or inside the sparse pool's reached part, the page map's tag
+/// (at `tags[(p - arena_base) >> UNIT_SHIFT]`) is committed and says what `p` is.
+#[derive(Clone, Copy)]
+pub(crate) struct HomeView {
+    pub(crate) region_base: usize,
+    pub(crate) region_shift: u32,
+    pub(crate) arena_base: usize,
+    pub(crate) tags: *const AtomicU32,
+    pub(crate) dense_frontier: *const AtomicUsize,
+    pub(crate) sparse_start: usize,
+    pub(crate) sparse_frontier: *const AtomicUsize,
+}
+
+impl HomeView {
+    /// A view no address matches (secure mode, a retired or detached heap).
+    pub(crate) const NONE: HomeView = HomeView {
+        region_base: 0,
+        region_shift: 0,
+        arena_base: 0,
+        tags: core::ptr::null(),
+        dense_frontier: core::ptr::null(),
+        sparse_start: 0,
+        sparse_frontier: core::ptr::null(),
+    };
+}
+
+impl NodeHeaps {
+    /// The view of `node`'s region for a thread heap homed there (never matching in secure
+    /// mode, whose frees all take the checked slow path).
+    pub(crate) fn home_view(&self, node: usize) -> HomeView {
+        let arena = self.arena;
+        if arena.is_secure() {
+            return HomeView::NONE;
+        }
+        HomeView {
+            region_base: arena.region_start(node),
+            region_shift: arena.region_shift(),
+            arena_base: arena.base(),
+            tags: arena.map().tags(),
+            dense_frontier: arena.pool(node, Pool::Dense).frontier_word(),
+            sparse_start: arena.pool(node, Pool::Sparse).start(),
+            sparse_frontier: arena.pool(node, Pool::Sparse).frontier_word(),
+        }
+    }
+
+    /// Secure mode: links encoded and checked, objects tracked in the allocation bitmap.
+    #[inline]
+    pub(crate) fn is_secure(&self) -> bool {
+        self.arena.is_secure()
+    }
+
+    /// Usable nodes.
+    #[inline]
+    pub(crate) fn node_count(&self) -> usize {
+        self.arena.node_count()
+    }
+
+    /// The node of `cpu` (node 0 for a CPU the topology does not know).
+    pub(crate) fn node_of_cpu(&self, cpu: usize) -> usize {
+        self.arena.topology.node_of_cpu(cpu)
+    }
+
+    /// The node whose region holds `address`, if any.
+    #[inline]
+    pub(crate) fn origin_of(&self, address: usize) -> Option<usize> {
+        self.arena.origin_of(address)
+    }
+
+    /// The link of a free object of `class`, checked in secure mode.
+    ///
+    /// # Safety
+    /// `object` is a free object of `class` that the caller owns.
+    #[inline]
+    pub(crate) unsafe fn read_link(&self, object: *mut u8, class: SizeClass) -> *mut u8 {
+        // SAFETY: forwarded contract.
+        unsafe { self.arena.read_link(object, Expect::Class(class)) }
+    }
+
+    /// Sets the link of a free object the caller owns (encoded in secure mode).
+    ///
+    /// # Safety
+    /// `object` is a free object of at least one word that the caller owns.
+    #[inline]
+    pub(crate) unsafe fn write_link(&self, object: *mut u8, next: *mut u8) {
+        // SAFETY: forwarded contract.
+        unsafe { self.arena.write_link(object, next) }
+    }
+
+    /// Secure mode: marks `object` as the program's in the allocation bitmap.
+    pub(crate) fn note_allocated(&self, object: *mut u8) {
+        self.arena.note_allocated(object)
+    }
+
+    /// Secure mode: clears `object`'s bit, or names the misuse (not an object of `class`, or
+    /// not allocated: a double free).
+    pub(crate) fn note_freed(&self, object: *mut u8, class: SizeClass) -> Result<(), Misuse> {
+        self.arena.note_freed(object, class).map_err(Misuse::from)
+    }
+
+    /// How often a thread runs its upkeep (the decommit delay, clamped).
+    pub(crate) fn upkeep_period(&self) -> u64 {
+        super::upkeep_period(self.arena.decommit.delay_ns)
+    }
+
+    /// Adds a thread's published counts of `class` on `node`.
+    pub(crate) fn publish_counts(&self, node: usize, class: SizeClass, allocs: u32, frees: u32) {
+        let central = self.class(node, class);
+        central.allocs.fetch_add(allocs as u64, Ordering::Relaxed);
+        central.frees.fetch_add(frees as u64, Ordering::Relaxed);
+    }
+}

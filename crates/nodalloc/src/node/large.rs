@@ -1,0 +1,215 @@
+//! Large objects (above the biggest size class): page spans of a node region, with in-place
+//! resizing and, in secure mode, a guard page after the usable bytes.
+
+use super::*;
+
+impl NodeHeaps {
+    /// A large object (a span of whole units) for `node`, spilling to the nearest node when
+    /// its region is exhausted. Null when no region can serve.
+    pub fn alloc_large(&self, node: usize, size: usize, align: usize) -> *mut u8 {
+        // Heuristic overcommit refuses one request larger than RAM plus swap; so do we, or a
+        // program probing with a huge malloc would get memory it can never touch.
+        let topology = &self.arena.topology;
+        if topology.overcommit_mode() == crate::os::topology::OvercommitMode::Heuristic
+            && topology.memory_total() > 0
+            && size as u64 > topology.memory_total()
+        {
+            return null_mut();
+        }
+        // Zero bytes at a large alignment still need a unique address: one unit. Secure mode
+        // adds at least a page of guard after the usable bytes.
+        let secure = self.arena.is_secure();
+        let layout = if secure {
+            guarded_layout(size)
+        } else {
+            size.max(1)
+                .checked_add(UNIT - 1)
+                .map(|s| (0, s >> UNIT_SHIFT))
+        };
+        let Some((usable, units)) = layout else {
+            return null_mut();
+        };
+        let align_units = (align >> UNIT_SHIFT).max(1);
+        if units > self.arena.pool_bytes() >> UNIT_SHIFT || align_units > units.max(1) << 20 {
+            return null_mut();
+        }
+        match self
+            .arena
+            .alloc_span(node, units, align_units, SpanUse::Large)
+        {
+            Some((address, from)) => {
+                if secure {
+                    // SAFETY: the span was just handed to us, whole and without a guard. A
+                    // refused guard (the kernel's mapping limit) leaves the span unguarded.
+                    unsafe { self.arena.guard_large(address, usable, units) };
+                }
+                let heap = self.node(from);
+                heap.large_allocs.fetch_add(1, Ordering::Relaxed);
+                heap.large_bytes
+                    .fetch_add(units << UNIT_SHIFT, Ordering::Relaxed);
+                address as *mut u8
+            }
+            None => null_mut(),
+        }
+    }
+
+    /// True when the large object at `address`, just allocated, is known to read as zero.
+    ///
+    /// # Safety
+    /// `address` must be a large object the caller has just received from `alloc_large`.
+    pub unsafe fn large_is_zeroed(&self, address: usize) -> bool {
+        let map = self.arena.map();
+        // SAFETY: the caller owns the live span, whose descriptor nobody else writes.
+        unsafe { (*map.meta(map.unit_of(address))).live == crate::arena::region::ZEROED }
+    }
+
+    /// Bytes usable in the large object at `address`, or the misuse if it is not one.
+    pub fn large_units(&self, address: usize) -> Result<usize, Misuse> {
+        let map = self.arena.map();
+        if address & (UNIT - 1) != 0 {
+            return Err(Misuse::InvalidPointer);
+        }
+        let Some(tag) = self.arena.tag_checked(address) else {
+            return Err(Misuse::InvalidPointer);
+        };
+        match tag.kind() {
+            // SAFETY: a Large tag means the unit heads a live large span whose descriptor holds
+            // its length; the caller owns the object, so nobody frees it concurrently.
+            Kind::Large => Ok(unsafe { (*map.meta(map.unit_of(address))).units }),
+            Kind::Free | Kind::FreeTail | Kind::Unused => Err(Misuse::DoubleFree),
+            _ => Err(Misuse::InvalidPointer),
+        }
+    }
+
+    /// Bytes the program may use in the large object at `address` (its span, less the guard in
+    /// secure mode), or the misuse if it is not one.
+    pub fn large_usable(&self, address: usize) -> Result<usize, Misuse> {
+        let units = self.large_units(address)?;
+        // SAFETY: `address` heads a live large span of `units` units (checked above) that the
+        // caller owns.
+        Ok(unsafe { self.arena.large_usable(address, units) })
+    }
+
+    /// Frees a large object, or reports misuse.
+    pub fn free_large(&self, address: usize) {
+        match self.large_units(address) {
+            Ok(units) => {
+                if self.arena.is_secure() {
+                    // SAFETY: a live large span of `units` units that the caller gives up.
+                    unsafe { self.arena.unguard_large(address, units) };
+                }
+                let node = self
+                    .arena
+                    .origin_of(address)
+                    .expect("checked by large_units");
+                let heap = self.node(node);
+                heap.large_frees.fetch_add(1, Ordering::Relaxed);
+                heap.large_bytes
+                    .fetch_sub(units << UNIT_SHIFT, Ordering::Relaxed);
+                // SAFETY: `address` heads a live large span of `units` units that the caller
+                // gives up.
+                unsafe { self.arena.free_span(address, units) };
+            }
+            Err(misuse) => report(address as *mut u8, misuse),
+        }
+    }
+
+    /// Resizes a large object in place (growing into free space after it, or shrinking).
+    /// Returns false, changing nothing, if it cannot.
+    pub fn resize_large_in_place(&self, address: usize, new_size: usize) -> bool {
+        let Ok(units) = self.large_units(address) else {
+            return false;
+        };
+        if self.arena.is_secure() {
+            return self.resize_guarded_in_place(address, units, new_size);
+        }
+        let Some(new_units) = new_size
+            .max(1)
+            .checked_add(UNIT - 1)
+            .map(|s| s >> UNIT_SHIFT)
+        else {
+            return false;
+        };
+        self.resize_span(address, units, new_units)
+    }
+
+    /// Resizes the live large span at `address` from `units` to `new_units` in place (shrink,
+    /// or grow into free units after it), keeping the node's large-byte count. False when it
+    /// cannot grow there.
+    fn resize_span(&self, address: usize, units: usize, new_units: usize) -> bool {
+        let node = self
+            .arena
+            .origin_of(address)
+            .expect("checked by large_units");
+        let region = self.arena.pool_of(address);
+        let heap = self.node(node);
+        if new_units < units {
+            region.shrink(
+                self.arena.map(),
+                address,
+                units,
+                new_units,
+                self.arena.decommit,
+            );
+            heap.large_bytes
+                .fetch_sub((units - new_units) << UNIT_SHIFT, Ordering::Relaxed);
+            true
+        } else if new_units > units {
+            let grown = new_units <= self.arena.pool_bytes() >> UNIT_SHIFT
+                && region.grow(self.arena.map(), address, units, new_units);
+            if grown {
+                heap.large_bytes
+                    .fetch_add((new_units - units) << UNIT_SHIFT, Ordering::Relaxed);
+            }
+            grown
+        } else {
+            true
+        }
+    }
+
+    /// [`Self::resize_large_in_place`] in secure mode: the guard comes off, the span is resized
+    /// as usual, and a new guard goes on after the new usable end (or the old one back on when
+    /// the span cannot grow).
+    fn resize_guarded_in_place(&self, address: usize, units: usize, new_size: usize) -> bool {
+        let Some((new_usable, new_units)) = guarded_layout(new_size) else {
+            return false;
+        };
+        // SAFETY: `address` heads a live large span of `units` units (checked by the caller)
+        // that the caller owns.
+        let old_usable = unsafe { self.arena.large_usable(address, units) };
+        if new_units == units && new_usable == old_usable {
+            return true;
+        }
+        // SAFETY: as above.
+        unsafe { self.arena.unguard_large(address, units) };
+        let resized = self.resize_span(address, units, new_units);
+        let (usable, units) = if resized {
+            (new_usable, new_units)
+        } else {
+            (old_usable, units)
+        };
+        if usable < units << UNIT_SHIFT {
+            // SAFETY: the span is ours, live, of `units` units, and has no guard now.
+            unsafe { self.arena.guard_large(address, usable, units) };
+        }
+        resized
+    }
+
+    #[cfg(test)]
+    /// Bytes usable at `address` (the class size or the span length), for any live object.
+    pub fn usable_size(&self, address: usize) -> Result<usize, Misuse> {
+        let Some(tag) = self.arena.tag_checked(address) else {
+            return Err(Misuse::InvalidPointer);
+        };
+        let map = self.arena.map();
+        if tag.is_bag() {
+            let start = map.address_of(map.unit_of(address) - tag.offset_units());
+            let size = tag.class().size();
+            if (address - start) % size != 0 {
+                return Err(Misuse::InvalidPointer);
+            }
+            return Ok(size);
+        }
+        self.large_usable(address)
+    }
+}

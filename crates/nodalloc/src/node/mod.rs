@@ -1,0 +1,249 @@
+//! The middle layer: one **node heap** per node, shared by that node's threads.
+//!
+//! Per size class a node heap has a [`TransferRing`] of batches (threads hand whole batches to
+//! each other with one CAS), and under it the **central bag lists**: the bags of this node's
+//! region that still have free or never-carved objects, behind the class lock. Batches are broken
+//! up into bags only when the ring overflows or underflows. A bag that falls empty goes back to
+//! the region (and eventually to the OS); whole free pages inside bags still in use go back to
+//! the OS through the sweep (`node/sweep.rs`).
+//!
+//! Each node heap also has a remote-free [`Inbox`]: threads of other nodes push chains of this
+//! node's objects there; a thread of this node sorts them back into bags on its slow path. So an
+//! object always returns to its origin node and is never reused by another node's thread.
+//!
+//! A bag always belongs to the node heap of the region that holds it. When a node's region is
+//! exhausted, a thread of that node takes objects from the nearest other node heap (a steal),
+//! and frees them later through that node's inbox.
+//!
+//! Every link between free objects is written and read through the arena
+//! ([`Arena::write_link`], [`Arena::read_link`]), which encodes and checks it in secure mode.
+//! Secure mode also randomises the carving order of new bags, keeps the allocation bitmap for
+//! objects handed out without a thread cache, and puts a guard after every large object.
+//!
+//! Layer: calls `arena`; used by `thread` and the faces.
+
+use crate::arena::pagemap::{Kind, UnitMeta};
+use crate::arena::region::{SpanUse, BAG_ZEROED};
+use crate::arena::secure::{carve_order, guarded_layout, Expect, Refusal};
+use crate::arena::Arena;
+pub(crate) use crate::arena::{region::DecommitPolicy, ArenaConfig};
+use crate::ds::inbox::Inbox;
+use crate::ds::ring::{TransferRing, RING_SLOTS};
+use crate::ds::spinlock::SpinLock;
+use crate::os::topology::Topology;
+use crate::os::{self, topology::MAX_NODES};
+use crate::size_class::{SizeClass, NUM_CLASSES, UNIT, UNIT_SHIFT};
+use core::cell::UnsafeCell;
+use core::ptr::null_mut;
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+mod bags;
+mod front;
+mod large;
+mod stats;
+mod sweep;
+mod upkeep;
+
+pub(crate) use crate::ds::ring::Batch;
+pub(crate) use front::{HomeView, Tag, DENSE_OBJECT_MAX};
+pub(crate) use upkeep::upkeep_period;
+
+/// Bytes of objects a class's transfer ring may hold per node. More would keep bags alive (and
+/// memory committed) for objects nobody asked for; less would send producer/consumer pairs to the
+/// bag lock too often.
+const RING_BYTES: usize = 128 << 10;
+
+/// Per class, per node: the transfer ring and the central bag lists.
+pub struct ClassHeap {
+    ring: TransferRing,
+    lock: SpinLock,
+    /// Bags with a free or uncarved object, linked through their descriptors (class lock).
+    partial: UnsafeCell<*mut UnitMeta>,
+    /// Objects handed to (and returned by) programs, as published by thread heaps.
+    pub allocs: AtomicU64,
+    pub frees: AtomicU64,
+    /// Bags currently carved for this class on this node.
+    pub bags: AtomicUsize,
+    /// Objects taken out of this node's bags and not yet returned: held by the program, or
+    /// cached (thread caches, the ring, inboxes). Written under the class lock.
+    pub out_of_bags: AtomicUsize,
+    /// Objects in the transfer ring (updated after each push and pop, so a hint).
+    pub in_ring: AtomicUsize,
+    /// Set by every ring push and pop, cleared by upkeep: a ring left untouched for a whole
+    /// upkeep period is drained into its bags so idle batches stop pinning memory.
+    ring_touched: AtomicBool,
+    /// Set when objects come back to the bags, cleared by a sweep that leaves no bag waiting:
+    /// upkeep skips (and does not even lock) classes with nothing to sweep.
+    to_sweep: AtomicBool,
+}
+
+impl ClassHeap {
+    fn ring_pop(&self) -> Option<Batch> {
+        let batch = self.ring.pop()?;
+        self.in_ring.fetch_sub(batch.count, Ordering::Relaxed);
+        Some(batch)
+    }
+
+    fn ring_push(&self, batch: Batch, cap: usize) -> Result<(), Batch> {
+        let count = batch.count;
+        self.ring.push(batch, cap)?;
+        self.in_ring.fetch_add(count, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// One node's heap.
+pub struct NodeHeap {
+    inbox: Inbox,
+    /// Monotonic ns before which no upkeep pass runs on this node.
+    next_upkeep: AtomicU64,
+    /// Objects that arrived from other nodes' threads.
+    pub remote_frees: AtomicU64,
+    /// Batches or objects this node's threads took from other nodes' heaps.
+    pub steals: AtomicU64,
+    pub large_allocs: AtomicU64,
+    pub large_frees: AtomicU64,
+    pub large_bytes: AtomicUsize,
+    /// Bytes of granules inside live bags currently given back to the OS by the sweep.
+    pub released_in_bags: AtomicUsize,
+    classes: [ClassHeap; NUM_CLASSES],
+}
+
+// SAFETY: the UnsafeCell fields are only touched with the class lock held.
+unsafe impl Sync for NodeHeap {}
+
+/// The middle layer of one allocator instance: the arena and its node heaps.
+pub struct NodeHeaps {
+    pub arena: &'static Arena,
+    heaps: *const NodeHeap,
+}
+
+// SAFETY: node heaps are Sync and live as long as the arena; the pointer is never written.
+unsafe impl Sync for NodeHeaps {}
+// SAFETY: as for Sync.
+unsafe impl Send for NodeHeaps {}
+
+/// Why a pointer was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Misuse {
+    InvalidPointer,
+    DoubleFree,
+}
+
+impl From<Refusal> for Misuse {
+    fn from(refusal: Refusal) -> Misuse {
+        match refusal {
+            Refusal::NotAnObject => Misuse::InvalidPointer,
+            Refusal::NotAllocated => Misuse::DoubleFree,
+        }
+    }
+}
+
+impl NodeHeaps {
+    /// Reserves the arena for `topology` (which it copies) and builds its node heaps: the
+    /// instance's start-up. `None` if the address space or the mapping cannot be had.
+    pub(crate) fn start(topology: &Topology, config: &ArenaConfig) -> Option<&'static NodeHeaps> {
+        NodeHeaps::create(Arena::create(topology, config)?)
+    }
+
+    /// The machine as the arena saw it.
+    pub(crate) fn topology(&self) -> &'static Topology {
+        &self.arena.topology
+    }
+
+    /// Sets the hard limit on committed bytes (0: none).
+    pub(crate) fn set_limit(&self, bytes: usize) {
+        self.arena.budget.limit.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Decommits every free span now, whatever the delay (after [`Self::flush_all`]).
+    pub(crate) fn purge(&self) {
+        self.arena.purge(true);
+    }
+
+    /// The class of the small object starting at `address`; `None` for an address the page
+    /// map does not give to a bag (a large object, or nothing), the misuse for an address
+    /// inside a bag that is not an object's start.
+    pub(crate) fn small_class_at(&self, address: usize) -> Result<Option<SizeClass>, Misuse> {
+        let tag = self
+            .arena
+            .tag_checked(address)
+            .ok_or(Misuse::InvalidPointer)?;
+        if !tag.is_bag() {
+            return Ok(None);
+        }
+        let map = self.arena.map();
+        let start = map.address_of(map.unit_of(address) - tag.offset_units());
+        if !tag.class().is_object_start(address - start) {
+            return Err(Misuse::InvalidPointer);
+        }
+        Ok(Some(tag.class()))
+    }
+
+    /// Builds the node heaps of `arena` in a fresh mapping. `None` if the mapping fails. `None` if the mapping fails.
+    pub fn create(arena: &'static Arena) -> Option<&'static NodeHeaps> {
+        let nodes = arena.node_count();
+        let bytes =
+            core::mem::size_of::<NodeHeaps>() + 64 + nodes * core::mem::size_of::<NodeHeap>();
+        let memory = os::reserve(bytes)?;
+        let this = memory as *mut NodeHeaps;
+        let heaps_offset = (core::mem::size_of::<NodeHeaps>() + 63) & !63;
+        // SAFETY: a fresh zeroed mapping of `bytes`, exclusively ours; all-zero is a valid
+        // NodeHeap (empty rings and inbox, unlocked locks, empty lists, zero counters), so only
+        // the pages of classes in use are ever touched.
+        unsafe {
+            let heaps = memory.add(heaps_offset) as *const NodeHeap;
+            this.write(NodeHeaps { arena, heaps });
+            Some(&*this)
+        }
+    }
+
+    #[inline(always)]
+    pub fn node(&self, node: usize) -> &NodeHeap {
+        debug_assert!(node < self.arena.node_count());
+        // SAFETY: `heaps` holds `node_count` node heaps (see `create`).
+        unsafe { &*self.heaps.add(node) }
+    }
+
+    #[inline(always)]
+    pub fn class(&self, node: usize, class: SizeClass) -> &ClassHeap {
+        &self.node(node).classes[class.index()]
+    }
+}
+
+impl NodeHeaps {
+    /// Takes every lock of the instance, node heaps first, then span locks (fork `prepare`).
+    /// The order matches the only nesting the allocator has: class lock, then span lock.
+    pub fn lock_all(&self) {
+        for node in 0..self.arena.node_count() {
+            for class in &self.node(node).classes {
+                class.lock.acquire();
+            }
+        }
+        self.arena.lock_all();
+    }
+
+    pub fn unlock_all(&self) {
+        self.arena.unlock_all();
+        for node in 0..self.arena.node_count() {
+            for class in &self.node(node).classes {
+                class.lock.release();
+            }
+        }
+    }
+}
+
+/// Aborts with a message naming the pointer: continuing would corrupt the heap.
+#[cold]
+pub fn report(object: *mut u8, misuse: Misuse) -> ! {
+    os::fatal(|w| {
+        match misuse {
+            Misuse::InvalidPointer => w.str("free(): invalid pointer "),
+            Misuse::DoubleFree => w.str("free(): double free of "),
+        };
+        w.hex(object as usize);
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,252 @@
+use super::*;
+use crate::arena::tests::test_arena;
+use crate::ds::{next_of, set_next};
+use crate::size_class::class_of;
+use std::sync::atomic::AtomicU8;
+
+/// The protection of the page holding `address`, from `/proc/self/maps` (`rw-p`, `---p`).
+fn protection(address: usize) -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    for line in maps.lines() {
+        let (range, rest) = line.split_once(' ').unwrap();
+        let (start, end) = range.split_once('-').unwrap();
+        let start = usize::from_str_radix(start, 16).unwrap();
+        let end = usize::from_str_radix(end, 16).unwrap();
+        if (start..end).contains(&address) {
+            return rest[..4].to_string();
+        }
+    }
+    panic!("{address:#x} is not mapped");
+}
+
+#[test]
+fn secure_large_objects_end_at_a_guard_that_follows_resizes_and_goes_with_the_free() {
+    let heaps = NodeHeaps::create(crate::arena::tests::test_arena_secure(1, false)).unwrap();
+    let page = crate::os::PAGE_SIZE;
+    let size = (300 << 10) + 100;
+    let p = heaps.alloc_large(0, size, 8) as usize;
+    let usable = heaps.large_usable(p).unwrap();
+    assert_eq!(usable, (300 << 10) + page);
+    assert_eq!(protection(p + usable - 1), "rw-p");
+    assert_eq!(protection(p + usable), "---p");
+    assert_eq!(heaps.usable_size(p), Ok(usable));
+    // Grow (at the frontier, so in place), shrink by a unit, move the guard within the same
+    // units, shrink by many.
+    for new_size in [
+        2 << 20,
+        (2 << 20) - 3 * page,
+        (2 << 20) - 5 * page,
+        100 << 10,
+    ] {
+        assert!(
+            heaps.resize_large_in_place(p, new_size),
+            "resize to {new_size}"
+        );
+        let usable = heaps.large_usable(p).unwrap();
+        assert_eq!(usable, new_size.next_multiple_of(page));
+        // SAFETY: the object is ours and `usable` bytes long.
+        unsafe { (p as *mut u8).write_bytes(1, usable) };
+        assert_eq!(
+            protection(p + usable),
+            "---p",
+            "after a resize to {new_size}"
+        );
+    }
+    let units = heaps.large_units(p).unwrap();
+    heaps.free_large(p);
+    assert_eq!(protection(p + (units << UNIT_SHIFT) - 1), "rw-p");
+    // The span is reused whole by the next request, guard and all in its new place.
+    let q = heaps.alloc_large(0, units << UNIT_SHIFT, 8) as usize;
+    assert_eq!(protection(q + heaps.large_usable(q).unwrap()), "---p");
+    assert_eq!(heaps.arena.budget.charged.load(Ordering::Relaxed), {
+        heaps.arena.usage(0).committed
+    });
+}
+
+#[test]
+fn only_first_carves_from_untouched_bags_are_known_zero() {
+    // Retain budget unlimited: freed bags stay dirty (committed, contents kept).
+    let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
+    let class = class_of(100_000, 8).unwrap();
+    let (first, zeroed) = heaps.alloc_single_zeroed(0, class).unwrap();
+    assert!(zeroed, "a fresh bag's first object");
+    // SAFETY: the object is ours, `class.size()` bytes.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(first, class.size()) };
+    assert!(bytes[8..].iter().all(|&b| b == 0));
+    bytes.fill(0xA5);
+    // Freed back into its bag's free list, then handed out again: not known zero.
+    // SAFETY: a live object of `class` from node 0, given up.
+    unsafe { heaps.free_single(0, class, first) };
+    let mut seen = Vec::new();
+    loop {
+        let (object, zeroed) = heaps.alloc_single_zeroed(0, class).unwrap();
+        seen.push(object);
+        if object == first {
+            assert!(!zeroed, "a reused object was reported zero");
+            break;
+        }
+        assert!(seen.len() < 64, "the freed object never came back");
+    }
+    for object in seen {
+        // SAFETY: each was handed out above and is given up once.
+        unsafe { heaps.free_single(0, class, object) };
+    }
+    // The bag falls empty, goes back to the pool dirty, and a new bag over the same memory
+    // is not known zero either.
+    let (again, zeroed) = heaps.alloc_single_zeroed(0, class).unwrap();
+    // SAFETY: as above.
+    if unsafe { *again.add(8) } == 0xA5 {
+        assert!(!zeroed, "a bag over dirty memory was reported zero");
+    }
+}
+
+#[test]
+fn secure_bags_carve_in_a_random_order_and_hand_each_object_out_once() {
+    let heaps = NodeHeaps::create(crate::arena::tests::test_arena_secure(1, false)).unwrap();
+    let class = class_of(256, 8).unwrap();
+    let batch = heaps.take_from_bags(0, class, class.capacity()).unwrap();
+    let mut objects = Vec::new();
+    let mut object = batch.head;
+    while !object.is_null() {
+        objects.push(object as usize);
+        // SAFETY: walking the batch we were handed (links are encoded in secure mode).
+        object = unsafe { heaps.arena.read_link(object, Expect::Class(class)) };
+    }
+    assert_eq!(objects.len(), class.capacity());
+    let ascending = objects.windows(2).filter(|w| w[1] == w[0] + 256).count();
+    let descending = objects.windows(2).filter(|w| w[0] == w[1] + 256).count();
+    assert!(
+        ascending + descending < 16,
+        "{ascending} + {descending} neighbours"
+    );
+    let mut sorted = objects.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), objects.len(), "an object was carved twice");
+    heaps.return_to_bags(0, class, batch.head).unwrap();
+    assert_eq!(heaps.class(0, class).bags.load(Ordering::Relaxed), 0);
+}
+
+/// Bag hand-over under contention: four threads take batches of `class` from the same
+/// node's bags and return them (through the ring and straight to the bags) in random order,
+/// so bags are carved, fill, empty and go back to the region concurrently; with `sweep`, a
+/// fifth thread sweeps every bag in a loop meanwhile. Every object handed out is marked in a
+/// shared table and filled with its owner's byte, checked before it goes back: a second
+/// hand-out of a live object, a loss, or a live object changed (a page released under it)
+/// fails the test.
+pub(in crate::node) fn hand_over_under_contention(class: SizeClass, sweep: bool) {
+    let heaps = NodeHeaps::create(test_arena(1, 64 << 20, 0)).unwrap();
+    let size = class.size();
+    let base = heaps.arena.base();
+    let slots = (64usize << 20) / size;
+    let owners: &'static [AtomicU8] = Box::leak((0..slots).map(|_| AtomicU8::new(0)).collect());
+    let slot_of = move |object: *mut u8| (object as usize - base) / size;
+    let done: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    let sweeper = sweep.then(|| {
+        std::thread::spawn(move || {
+            let mut sweeps = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                heaps.flush_all();
+                sweeps += 1;
+            }
+            sweeps
+        })
+    });
+    let rounds = ((4 << 20) / size).clamp(2000, 20_000);
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let byte = t as u8 + 1;
+                let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ t;
+                let mut held: Vec<*mut u8> = Vec::new();
+                for round in 0..rounds {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    if rng % 3 != 0 || held.is_empty() {
+                        let want = 1 + (rng % 100) as usize;
+                        let batch = heaps.take_from_bags(0, class, want).expect("memory");
+                        let mut object = batch.head;
+                        let mut count = 0;
+                        while !object.is_null() {
+                            let previous = owners[slot_of(object)].swap(1, Ordering::Relaxed);
+                            assert_eq!(previous, 0, "object {object:p} handed out twice");
+                            held.push(object);
+                            // SAFETY: walking a batch we own.
+                            let next = unsafe { next_of(object) };
+                            // SAFETY: the object is ours, `size` bytes.
+                            unsafe { object.write_bytes(byte, size) };
+                            object = next;
+                            count += 1;
+                        }
+                        assert_eq!(count, batch.count);
+                    } else {
+                        let give = 1 + (rng as usize / 7) % held.len();
+                        let mut chain: *mut u8 = null_mut();
+                        let mut tail: *mut u8 = null_mut();
+                        for _ in 0..give {
+                            let index = (rng as usize / 3) % held.len();
+                            let object = held.swap_remove(index);
+                            // SAFETY: a live object of ours, `size` bytes.
+                            let bytes = unsafe { std::slice::from_raw_parts(object, size) };
+                            assert!(
+                                bytes.iter().all(|&b| b == byte),
+                                "object {object:p} changed while live"
+                            );
+                            owners[slot_of(object)].store(0, Ordering::Relaxed);
+                            // SAFETY: we own the object; link it into our chain.
+                            unsafe { set_next(object, chain) };
+                            if tail.is_null() {
+                                tail = object;
+                            }
+                            chain = object;
+                        }
+                        if round % 2 == 0 {
+                            heaps.release(
+                                0,
+                                class,
+                                Batch {
+                                    head: chain,
+                                    tail,
+                                    count: give,
+                                },
+                            );
+                        } else {
+                            heaps
+                                .return_to_bags(0, class, chain)
+                                .expect("valid objects");
+                        }
+                    }
+                }
+                for &object in &held {
+                    owners[slot_of(object)].store(0, Ordering::Relaxed);
+                    // SAFETY: we own the object; a one-object chain.
+                    unsafe { set_next(object, null_mut()) };
+                    heaps
+                        .return_to_bags(0, class, object)
+                        .expect("valid objects");
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    if let Some(sweeper) = sweeper {
+        assert!(sweeper.join().unwrap() > 0);
+    }
+    heaps.flush_all();
+    assert_eq!(
+        heaps.class(0, class).bags.load(Ordering::Relaxed),
+        0,
+        "a bag was lost or kept"
+    );
+    assert_eq!(heaps.node(0).released_in_bags.load(Ordering::Relaxed), 0);
+    assert_eq!(heaps.arena.usage(0).active, 0);
+}
+
+#[test]
+fn bags_hand_objects_to_one_owner_at_a_time_under_contention() {
+    hand_over_under_contention(class_of(96, 8).unwrap(), false);
+}

@@ -1,0 +1,81 @@
+//! Upkeep of the node heaps: the periodic pass (rings nobody touched drained into their bags,
+//! the inbox sorted, the sweep, the region's due decommits) and the forced flush of `purge`.
+
+use super::*;
+
+impl NodeHeaps {
+    /// Periodic upkeep of `node`, run from thread slow paths at most once per decommit delay:
+    /// drains rings nobody touched since the last pass, sorts the inbox, and lets the region
+    /// decommit what is due. One thread runs it at a time; the others skip.
+    ///
+    /// A node whose own threads have not run it for a whole extra period (a node without CPUs,
+    /// or one whose threads are gone) gets its upkeep from whichever thread notices, so objects
+    /// freed to its inbox do not stay there forever.
+    pub fn upkeep(&self, node: usize, now: u64) {
+        let period = upkeep_period(self.arena.decommit.delay_ns);
+        self.upkeep_node(node, now, 0);
+        for other in 0..self.arena.node_count() {
+            if other != node {
+                self.upkeep_node(other, now, period);
+            }
+        }
+    }
+
+    /// Runs `node`'s upkeep if it is due by more than `grace` ns.
+    fn upkeep_node(&self, node: usize, now: u64, grace: u64) {
+        let heap = self.node(node);
+        let due = heap.next_upkeep.load(Ordering::Relaxed);
+        if now < due.saturating_add(grace) {
+            return;
+        }
+        let next = now + upkeep_period(self.arena.decommit.delay_ns);
+        if heap
+            .next_upkeep
+            .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        self.drain_inbox(node);
+        for class in 0..NUM_CLASSES {
+            let class = SizeClass(class as u8);
+            let central = self.class(node, class);
+            if central.ring.len_hint() == 0 {
+                continue;
+            }
+            if central.ring_touched.swap(false, Ordering::Relaxed) {
+                continue;
+            }
+            while let Some(batch) = central.ring_pop() {
+                if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head) {
+                    report(object, misuse);
+                }
+            }
+        }
+        self.sweep_node(node, due, false);
+        self.arena.purge_node(node, false);
+    }
+
+    /// Empties every ring and inbox of every node into the bags and sweeps every bag (for
+    /// `purge`).
+    pub fn flush_all(&self) {
+        for node in 0..self.arena.node_count() {
+            self.drain_inbox(node);
+            for class in 0..NUM_CLASSES {
+                let class = SizeClass(class as u8);
+                while let Some(batch) = self.class(node, class).ring_pop() {
+                    if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head) {
+                        report(object, misuse);
+                    }
+                }
+            }
+            self.sweep_node(node, u64::MAX, true);
+        }
+    }
+}
+
+/// How often a node's upkeep runs: every decommit delay, but at least every 100 ms (idle caches
+/// go back to their bags on this beat) and at most every millisecond.
+pub(crate) fn upkeep_period(delay_ns: u64) -> u64 {
+    delay_ns.clamp(1_000_000, 100_000_000)
+}

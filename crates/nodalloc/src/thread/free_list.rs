@@ -1,0 +1,205 @@
+//! A thread heap's list of free objects of one size class, with the bookkeeping that lets a
+//! drain move the least recently used batch in one splice.
+//!
+//! The list is singly linked through the objects' first words, newest first. It keeps its count,
+//! its tail (the least recently freed object) and an `nth` marker: when a push brings the count
+//! to `batch + 1`, `nth` is set to the head, so exactly `batch` objects lie behind it — the
+//! oldest ones. When the count reaches the cache limit, [`FreeList::cut_oldest`] hands the part
+//! behind `nth` to the node heap without walking the list (NUMAlloc's LRU drain). A pop that
+//! brings the count down to `batch` has consumed `nth`, so the marker is re-armed.
+//!
+//! `mark` folds both thresholds into the one compare a push makes: it is `rest` while `nth` is
+//! unarmed and `limit` once it is armed. Only the owning thread touches a list.
+
+use crate::node::Batch;
+use crate::size_class::SizeClass;
+use core::ptr::null_mut;
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub(crate) struct FreeList {
+    /// The newest free object (null when empty; always null in secure mode).
+    pub(super) head: *mut u8,
+    tail: *mut u8,
+    nth: *mut u8,
+    count: u32,
+    /// The count at which a push must take the slow path: `rest` (arm `nth`) or the limit.
+    mark: u32,
+    /// `mark` while `nth` is unarmed: `batch + 1`, or 1 for a class threads do not cache (its
+    /// every free takes the slow path).
+    rest: u32,
+    batch: u32,
+    limit: u32,
+    /// Objects handed out and taken back since the counts were last published.
+    allocs: u32,
+    frees: u32,
+    /// Secure mode: the list's head (links encoded), while `head` stays null for the fast path.
+    pub(super) secure_head: *mut u8,
+}
+
+impl FreeList {
+    pub(super) const EMPTY: FreeList = FreeList {
+        head: null_mut(),
+        tail: null_mut(),
+        nth: null_mut(),
+        count: 0,
+        mark: 0,
+        rest: 0,
+        batch: 0,
+        limit: 0,
+        allocs: 0,
+        frees: 0,
+        secure_head: null_mut(),
+    };
+
+    /// Sets the batch and the limit of `class` (at attach; the list keeps its objects).
+    pub(super) fn configure(&mut self, class: SizeClass) {
+        self.batch = class.batch() as u32;
+        self.limit = class.cache_limit() as u32;
+        self.rest = if self.limit == 0 { 1 } else { self.batch + 1 };
+        self.mark = self.rest;
+    }
+
+    /// Objects in the list.
+    pub(super) fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// The least recently freed object.
+    #[cfg(test)]
+    pub(super) fn tail(&self) -> *mut u8 {
+        self.tail
+    }
+
+    /// True for a class threads do not cache beyond one parked object.
+    pub(super) fn is_uncached(&self) -> bool {
+        self.limit == 0
+    }
+
+    /// Books a pop whose new head the caller has already installed.
+    #[inline(always)]
+    pub(super) fn popped(&mut self) {
+        self.count -= 1;
+        self.allocs = self.allocs.wrapping_add(1);
+        // Popping the object `nth` pointed to re-arms the marker for the next push.
+        if self.count == self.batch {
+            self.mark = self.rest;
+        }
+    }
+
+    /// Makes `object`, already linked to the old head, the list's head. True when the count
+    /// has reached `mark`: the caller must take [`FreeList::arm_or_cut`]'s slow path.
+    #[inline(always)]
+    pub(super) fn push(&mut self, object: *mut u8) -> bool {
+        if self.count == 0 {
+            self.tail = object;
+        }
+        self.head = object;
+        self.booked_push()
+    }
+
+    /// As [`FreeList::push`], for secure mode's encoded list.
+    pub(super) fn push_secure(&mut self, object: *mut u8) -> bool {
+        if self.count == 0 {
+            self.tail = object;
+        }
+        self.secure_head = object;
+        self.booked_push()
+    }
+
+    #[inline(always)]
+    fn booked_push(&mut self) -> bool {
+        self.count += 1;
+        self.frees = self.frees.wrapping_add(1);
+        self.count >= self.mark
+    }
+
+    /// The slow half of a push that reached `mark`: arms `nth` at `batch + 1`, and at the limit
+    /// cuts the oldest `batch` objects off (returned). `read_link`/`write_link` read and write
+    /// a link in the arena's encoding (checked in secure mode).
+    pub(super) fn arm_or_cut(
+        &mut self,
+        secure: bool,
+        read_link: impl FnOnce(*mut u8) -> *mut u8,
+        write_link: impl FnOnce(*mut u8, *mut u8),
+    ) -> Option<Batch> {
+        if self.mark == self.batch + 1 && self.count == self.batch + 1 {
+            self.nth = if secure { self.secure_head } else { self.head };
+            self.mark = self.limit;
+        }
+        if self.count < self.limit {
+            return None;
+        }
+        debug_assert!(!self.nth.is_null());
+        let nth = self.nth;
+        // `nth` is a cached object with exactly `batch` objects behind it (see module docs).
+        let batch = Batch {
+            head: read_link(nth),
+            tail: self.tail,
+            count: self.batch as usize,
+        };
+        write_link(nth, null_mut());
+        self.tail = nth;
+        self.count -= self.batch;
+        self.nth = null_mut();
+        self.mark = self.rest;
+        Some(batch)
+    }
+
+    /// Installs a refill as the whole (empty) list: in `head`, or `secure_head` in secure mode.
+    pub(super) fn install(&mut self, batch: Batch, secure: bool) {
+        debug_assert!(self.head.is_null() && self.secure_head.is_null() && self.count == 0);
+        if secure {
+            self.secure_head = batch.head;
+        } else {
+            self.head = batch.head;
+        }
+        self.tail = batch.tail;
+        self.count = batch.count as u32;
+        self.nth = null_mut();
+        self.mark = self.rest;
+    }
+
+    /// Keeps only the head (`kept`, linked first), returning the rest; for parking.
+    pub(super) fn keep_only_head(&mut self, rest: *mut u8) -> Batch {
+        let kept = self.head;
+        let batch = Batch {
+            head: rest,
+            tail: self.tail,
+            count: self.count as usize - 1,
+        };
+        self.tail = kept;
+        self.count = 1;
+        batch
+    }
+
+    /// Empties the list (unarmed, as after a refill of nothing) and returns what it held:
+    /// the `secure_head` chain in secure mode, else the `head` chain.
+    pub(super) fn take_all(&mut self, secure: bool) -> Batch {
+        let batch = Batch {
+            head: if secure { self.secure_head } else { self.head },
+            tail: self.tail,
+            count: self.count as usize,
+        };
+        self.head = null_mut();
+        self.secure_head = null_mut();
+        self.tail = null_mut();
+        self.nth = null_mut();
+        self.count = 0;
+        self.mark = self.rest;
+        batch
+    }
+
+    /// True when nothing was handed out or taken back since the last publication.
+    pub(super) fn is_idle(&self) -> bool {
+        self.allocs == 0 && self.frees == 0
+    }
+
+    /// The alloc and free counts since the last publication, reset to zero.
+    pub(super) fn take_counts(&mut self) -> (u32, u32) {
+        let counts = (self.allocs, self.frees);
+        self.allocs = 0;
+        self.frees = 0;
+        counts
+    }
+}

@@ -1,0 +1,312 @@
+//! The front: a **thread heap** per thread, touched by its thread only, so its fast paths use no
+//! atomic and no lock.
+//!
+//! Per size class a [`FreeList`] (`free_list.rs`: the LRU drain's bookkeeping). The fast paths
+//! are here: [`ThreadHeap::alloc_cached`] pops, [`ThreadHeap::free`] pushes an object of the
+//! home node, and [`ThreadHeap::home_class_of`] finds the class of an unsized pointer of the
+//! home node through the page map (the C face's `free`). Everything else is a named slow path:
+//! `slow.rs` (refills, drains, parking, remote frees through the per-node [`Outbox`]es),
+//! `secure.rs` (secure mode), `upkeep.rs` (the periodic pass, re-homing, flush and retirement).
+//!
+//! **Secure mode** keeps the fast paths out of play rather than slowing them: the list heads they
+//! read stay null and the home view never matches, so every call reaches a slow path, which
+//! keeps the objects in `secure_head` lists whose links are encoded and checked, marks each
+//! object in the allocation bitmap when it is handed out, and refuses a free whose bit is clear
+//! (a double free). With secure mode off, nothing on a fast path changes.
+//!
+//! Frees of another node's objects go to that node's outbox and travel to its inbox as one
+//! chain. At thread exit everything cached goes home; afterwards the heap is *retired* and serves
+//! any late call (from other thread-local destructors) directly from the node heaps.
+//!
+//! Layer: calls `node` only (through its facade); used by the process-wide instance and the
+//! faces.
+
+mod free_list;
+mod outbox;
+pub(crate) mod pool;
+mod secure;
+mod slow;
+mod upkeep;
+
+#[cfg(test)]
+mod tests;
+
+use crate::ds::{next_of, set_next};
+use crate::node::{HomeView, NodeHeaps, Tag};
+use crate::os::cpuset::CpuSet;
+use crate::os::topology::MAX_NODES;
+use crate::size_class::{SizeClass, NUM_CLASSES, UNIT_SHIFT};
+use core::ptr::null_mut;
+use core::sync::atomic::Ordering;
+use free_list::FreeList;
+use outbox::Outbox;
+
+/// Where a thread heap is in its life.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum HeapState {
+    /// No allocation yet: the first slow path binds the thread and attaches the heap.
+    Fresh,
+    /// Attached to a node: caches in use.
+    Active,
+    /// Flushed at thread exit; late calls bypass the caches.
+    Retired,
+}
+
+/// A thread's heap: per-class caches of free objects, outboxes for other nodes' objects, and
+/// what the free fast path needs to recognise objects of the home node. Its thread alone uses
+/// it; faces reach it through a thread-local pointer.
+pub struct ThreadHeap {
+    /// The home region and, for `free` without a size, the page map (see [`HomeView`]). Never
+    /// matching until the heap is attached, once retired, and in secure mode.
+    home: HomeView,
+    state: HeapState,
+    /// Secure mode (the arena's): every call takes the slow paths, which check everything.
+    secure: bool,
+    node: usize,
+    heaps: *const NodeHeaps,
+    lists: [FreeList; NUM_CLASSES],
+    outboxes: [Outbox; MAX_NODES],
+    outbox_mask: u32,
+    /// The one object of a class above `MAX_CACHED` this thread keeps (the last it freed, if
+    /// not handed out again since), and its class: such classes are not cached beyond it.
+    parked: *mut u8,
+    parked_class: SizeClass,
+    /// Monotonic ns of the next upkeep pass (idle classes flushed, node upkeep); see `upkeep`.
+    next_upkeep: u64,
+    /// Input to the attach hook: bind from the process's start-up mask rather than the thread's
+    /// current one (set only when the thread is known to have inherited nodalloc's own mask).
+    bind_from_process_mask: bool,
+    /// The affinity nodalloc set on this thread, if it set one (output of the attach hook).
+    bound_mask: Option<CpuSet>,
+    /// Taken from the pool of a face that keeps its own thread-local pointer (the C library);
+    /// such heaps are retired by that face, not by the crate's exit key.
+    pooled: bool,
+    /// Link in the pool of free heaps.
+    pool_next: *mut ThreadHeap,
+    /// Several nodes: slow paths sample the CPU and the heap re-homes when the thread runs on
+    /// another node (unbound and moved by the scheduler, or re-pinned by the program).
+    follow_cpu: bool,
+    /// Called on the first slow path of a fresh heap to attach it (the instance binds the
+    /// thread and homes the heap); returns false when no heap can be had.
+    attach_hook: Option<fn(&mut ThreadHeap) -> bool>,
+}
+
+impl ThreadHeap {
+    /// A fresh heap that attaches through `attach_hook` on its first slow path.
+    pub(crate) const fn with_attach_hook(
+        attach_hook: Option<fn(&mut ThreadHeap) -> bool>,
+    ) -> ThreadHeap {
+        ThreadHeap {
+            attach_hook,
+            home: HomeView::NONE,
+            state: HeapState::Fresh,
+            secure: false,
+            node: 0,
+            heaps: core::ptr::null(),
+            lists: [FreeList::EMPTY; NUM_CLASSES],
+            outboxes: [Outbox::EMPTY; MAX_NODES],
+            outbox_mask: 0,
+            parked: null_mut(),
+            parked_class: SizeClass(0),
+            next_upkeep: 0,
+            bind_from_process_mask: false,
+            bound_mask: None,
+            pooled: false,
+            pool_next: null_mut(),
+            follow_cpu: false,
+        }
+    }
+
+    /// Runs the attach hook once; true if the heap is attached afterwards.
+    pub fn run_attach_hook(&mut self) -> bool {
+        if self.state != HeapState::Fresh {
+            return self.state == HeapState::Active;
+        }
+        match self.attach_hook {
+            Some(hook) => hook(self) && self.state == HeapState::Active,
+            None => false,
+        }
+    }
+
+    /// Attaches the heap to an allocator instance, homed on `node`.
+    pub(crate) fn attach(&mut self, heaps: &'static NodeHeaps, node: usize) {
+        self.heaps = heaps;
+        self.node = node;
+        self.home = heaps.home_view(node);
+        self.secure = heaps.is_secure();
+        for (index, list) in self.lists.iter_mut().enumerate() {
+            list.configure(SizeClass(index as u8));
+        }
+        self.state = HeapState::Active;
+    }
+
+    /// The home node.
+    pub fn node(&self) -> usize {
+        self.node
+    }
+
+    pub(crate) fn state(&self) -> HeapState {
+        self.state
+    }
+
+    /// True once the heap was retired (its thread exited): calls bypass its caches.
+    pub fn is_retired(&self) -> bool {
+        self.state == HeapState::Retired
+    }
+
+    pub(crate) fn heaps(&self) -> Option<&'static NodeHeaps> {
+        // SAFETY: `heaps` is null or points to a leaked ('static) NodeHeaps set by `attach`.
+        unsafe { self.heaps.as_ref() }
+    }
+
+    /// The class's free list, without a bounds check on the fast paths.
+    #[inline(always)]
+    fn list(&mut self, class: SizeClass) -> &mut FreeList {
+        debug_assert!(class.index() < NUM_CLASSES);
+        // SAFETY: a SizeClass is always below NUM_CLASSES (its invariant), the array's length.
+        unsafe { self.lists.get_unchecked_mut(class.index()) }
+    }
+
+    /// Pops a cached object, or null when the list is empty (then call [`Self::alloc_slow`]).
+    #[inline(always)]
+    pub fn alloc_cached(&mut self, class: SizeClass) -> *mut u8 {
+        let list = self.list(class);
+        let object = list.head;
+        if !object.is_null() {
+            // SAFETY: cached objects are free, ours, and linked through their first word.
+            list.head = unsafe { next_of(object) };
+            list.popped();
+        }
+        object
+    }
+
+    /// Pushes an object of `class` freed by this thread. Objects of other nodes (and anything
+    /// outside the home region) take the slow path.
+    ///
+    /// # Safety
+    /// `object` must be a live object of `class` that the caller gives up.
+    #[inline(always)]
+    pub unsafe fn free(&mut self, object: *mut u8, class: SizeClass) {
+        if (object as usize).wrapping_sub(self.home.region_base) >> self.home.region_shift != 0 {
+            // SAFETY: forwarded contract.
+            return unsafe { self.free_slow(object, class) };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.free_local(object, class) }
+    }
+
+    /// The class of `object` if it is a small object of this thread's node at an object
+    /// boundary, found through the page map; `None`, touching nothing, for anything else
+    /// (other nodes, large objects, foreign or invalid pointers, a heap not attached, secure
+    /// mode), which the caller's slow path sorts out. Three loads: a frontier, a tag, and the
+    /// class's geometry.
+    #[inline(always)]
+    pub fn home_class_of(&self, object: *const u8) -> Option<SizeClass> {
+        let home = &self.home;
+        let address = object as usize;
+        if address.wrapping_sub(home.region_base) >> home.region_shift != 0 {
+            return None;
+        }
+        // SAFETY: attached (the region check passed), so both frontiers point into the arena.
+        if address >= unsafe { &*home.dense_frontier }.load(Ordering::Acquire)
+            && (address < home.sparse_start
+                // SAFETY: as above.
+                || address >= unsafe { &*home.sparse_frontier }.load(Ordering::Acquire))
+        {
+            // Past the dense pool's frontier and outside the sparse pool's reached part.
+            return None;
+        }
+        let unit = (address - home.arena_base) >> UNIT_SHIFT;
+        // SAFETY: the address is below its pool's frontier, so its tag exists and is committed.
+        let tag = Tag(unsafe { &*home.tags.add(unit) }.load(Ordering::Relaxed));
+        if !tag.is_bag() {
+            return None;
+        }
+        let class = tag.class();
+        let bag_start = home.arena_base + ((unit - tag.offset_units()) << UNIT_SHIFT);
+        if !class.is_object_start(address - bag_start) {
+            return None;
+        }
+        Some(class)
+    }
+
+    /// True when a small object of `origin` freed now would go to this heap's cache (attached,
+    /// not secure, homed on `origin`): what [`Self::free_local`] requires besides ownership.
+    pub fn caches_node(&self, origin: usize) -> bool {
+        self.state == HeapState::Active && !self.secure && origin == self.node
+    }
+
+    /// Pushes an object of this thread's node onto its class's list.
+    ///
+    /// # Safety
+    /// `object` is a live object of `class` that the caller gives up, and of this heap's node
+    /// ([`Self::home_class_of`] found it, or [`Self::caches_node`] holds for its origin).
+    #[inline(always)]
+    pub unsafe fn free_local(&mut self, object: *mut u8, class: SizeClass) {
+        let list = self.list(class);
+        // SAFETY: the object is ours now and at least 8 bytes (every class is).
+        unsafe { set_next(object, list.head) };
+        if list.push(object) {
+            // The list, not the class, goes to the slow path: the class is then dead after the
+            // list's address is known, which keeps a register free on the C face's `free`.
+            let list: *const FreeList = list;
+            self.free_mark_of(list);
+        }
+    }
+
+    /// [`Self::free_mark`] for the class whose list is `list` (one of this heap's lists).
+    #[cold]
+    #[inline(never)]
+    fn free_mark_of(&mut self, list: *const FreeList) {
+        // SAFETY: `list` points into `self.lists` (the caller took it from there).
+        let index = unsafe { list.offset_from(self.lists.as_ptr()) } as usize;
+        self.free_mark(SizeClass(index as u8));
+    }
+
+    /// True when `object` is in this thread's cache of `class` (a bounded walk: two batches);
+    /// how a face confirms a suspected double free.
+    #[cold]
+    pub fn holds(&self, class: SizeClass, object: *mut u8) -> bool {
+        let mut cursor = self.lists[class.index()].head;
+        while !cursor.is_null() {
+            if cursor == object {
+                return true;
+            }
+            // SAFETY: walking our own free list.
+            cursor = unsafe { next_of(cursor) };
+        }
+        false
+    }
+
+    #[cfg(test)]
+    /// Objects currently cached, per class (for tests and diagnostics).
+    pub(crate) fn cached(&self, class: SizeClass) -> usize {
+        self.lists[class.index()].len()
+    }
+
+    /// Asks the attach hook to bind from the process's start-up mask: the thread is known to
+    /// have inherited the mask nodalloc set on its creator.
+    pub fn bind_from_process_mask(&mut self, yes: bool) {
+        self.bind_from_process_mask = yes;
+    }
+
+    pub(crate) fn binds_from_process_mask(&self) -> bool {
+        self.bind_from_process_mask
+    }
+
+    /// The affinity nodalloc set on this thread when it bound it, if it did.
+    pub fn bound_mask(&self) -> Option<&CpuSet> {
+        self.bound_mask.as_ref()
+    }
+
+    /// Records the binding the attach hook made, and whether the heap follows the thread's CPU.
+    pub(crate) fn set_binding(&mut self, mask: Option<CpuSet>, follow_cpu: bool) {
+        self.bound_mask = mask;
+        self.follow_cpu = follow_cpu;
+    }
+
+    /// True for a heap of a face's pool (retired by that face).
+    pub(crate) fn is_pooled(&self) -> bool {
+        self.pooled
+    }
+}

@@ -1,0 +1,235 @@
+//! The thread heap's slow paths: a refill from the node heap, the drain of a list's oldest
+//! batch, parking for classes threads do not cache, and frees that leave the home node (the
+//! per-node outboxes). All `#[cold]` or reached only from cold paths.
+
+use super::{HeapState, ThreadHeap};
+use crate::ds::{next_of, set_next};
+use crate::node::{report, Misuse, NodeHeaps, DENSE_OBJECT_MAX};
+use crate::size_class::SizeClass;
+use core::ptr::null_mut;
+use core::sync::atomic::Ordering;
+
+impl ThreadHeap {
+    /// An object of `class` whose first `bytes` bytes read as zero (`calloc`, `alloc_zeroed`).
+    /// For classes that span pages (the sparse pool), a cache miss takes one object straight
+    /// from the bags: if it is carved there for the first time from untouched memory, only its
+    /// link word needs clearing, so a program that callocs big blocks and touches their heads
+    /// pays for the pages it touches. Null when no memory is left.
+    pub fn alloc_zeroed(&mut self, class: SizeClass, bytes: usize) -> *mut u8 {
+        debug_assert!(bytes <= class.size());
+        let mut object = self.alloc_cached(class);
+        let mut clear = bytes;
+        if object.is_null()
+            && class.size() > DENSE_OBJECT_MAX
+            && self.state == HeapState::Active
+            && !self.secure
+        {
+            if let Some((fresh, zeroed)) = self
+                .heaps()
+                .and_then(|heaps| heaps.alloc_single_zeroed(self.node, class))
+            {
+                object = fresh;
+                if zeroed {
+                    clear = bytes.min(2 * core::mem::size_of::<usize>());
+                }
+            }
+        }
+        if object.is_null() {
+            object = self.alloc_slow(class);
+        }
+        if !object.is_null() {
+            // SAFETY: the object holds `class.size() >= bytes` bytes and is the caller's now.
+            unsafe { object.write_bytes(0, clear) };
+        }
+        object
+    }
+
+    /// The refill path: a batch from the node heap (or a direct allocation once retired).
+    #[cold]
+    #[inline(never)]
+    pub fn alloc_slow(&mut self, class: SizeClass) -> *mut u8 {
+        if self.state == HeapState::Fresh && !self.run_attach_hook() {
+            return null_mut();
+        }
+        let Some(heaps) = self.heaps() else {
+            return null_mut();
+        };
+        if self.state == HeapState::Retired {
+            return heaps.alloc_single(self.node, class);
+        }
+        if self.secure {
+            return self.secure_alloc(heaps, class);
+        }
+        if !self.refill(heaps, class) {
+            return null_mut();
+        }
+        let object = self.alloc_cached(class);
+        debug_assert!(!object.is_null());
+        object
+    }
+
+    /// The upkeep due on a refill, then a batch from the node heap installed as the class's
+    /// (empty) list. False when none was left.
+    pub(super) fn refill(&mut self, heaps: &'static NodeHeaps, class: SizeClass) -> bool {
+        self.check_home();
+        self.flush_outboxes();
+        heaps.drain_inbox(self.node);
+        self.upkeep();
+        self.publish(class);
+        let Some(batch) = heaps.refill(self.node, class) else {
+            return false;
+        };
+        let secure = self.secure;
+        self.lists[class.index()].install(batch, secure);
+        true
+    }
+
+    /// A push reached its list's mark: arms `nth`, or drains the least recently used batch to
+    /// the node heap.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn free_mark(&mut self, class: SizeClass) {
+        let Some(heaps) = self.heaps() else { return };
+        let secure = self.secure;
+        let list = &mut self.lists[class.index()];
+        if list.is_uncached() {
+            return self.park(heaps, class);
+        }
+        let cut = list.arm_or_cut(
+            secure,
+            // SAFETY: `nth` is a cached object of this class, ours.
+            |nth| unsafe { heaps.read_link(nth, class) },
+            // SAFETY: as above; cutting the list after `nth`.
+            |nth, next| unsafe { heaps.write_link(nth, next) },
+        );
+        let Some(batch) = cut else { return };
+        self.publish(class);
+        heaps.release(self.node, class, batch);
+        // Upkeep last: it may re-home the heap, and the batch belongs to the node it left.
+        self.upkeep();
+    }
+
+    /// A free of a class threads do not cache (above `MAX_CACHED`) has just pushed its object:
+    /// that object stays as the thread's one parked object (so an immediate second free of it
+    /// is still found in the cache, and a thread that frees and re-allocates one big size
+    /// keeps its fast path), and the object parked before it, if still there, goes to the node
+    /// heap. Secure mode parks nothing (its bitmap catches double frees).
+    fn park(&mut self, heaps: &'static NodeHeaps, class: SizeClass) {
+        let list = &mut self.lists[class.index()];
+        let kept = if self.secure { null_mut() } else { list.head };
+        // Everything in the list but `kept`: the older object when the previous park was of
+        // this class too (the list holds at most two then), or the whole list in secure mode.
+        let leaving = if kept.is_null() {
+            Some((class, list.take_all(self.secure)))
+        } else if list.len() > 1 {
+            // SAFETY: `kept` is a cached object of this list, linked through its first word.
+            let rest = unsafe { next_of(kept) };
+            // SAFETY: as above; `kept` becomes the whole list.
+            unsafe { set_next(kept, null_mut()) };
+            Some((class, list.keep_only_head(rest)))
+        } else {
+            None
+        };
+        // The previous park of another class, if the thread has not allocated it since.
+        let previous = core::mem::replace(&mut self.parked, kept);
+        let previous_class = core::mem::replace(&mut self.parked_class, class);
+        let stale = if !previous.is_null()
+            && previous_class != class
+            && self.lists[previous_class.index()].head == previous
+        {
+            let list = &mut self.lists[previous_class.index()];
+            debug_assert_eq!(list.len(), 1);
+            Some((previous_class, list.take_all(false)))
+        } else {
+            None
+        };
+        for (class, batch) in [leaving, stale].into_iter().flatten() {
+            self.publish(class);
+            heaps.release(self.node, class, batch);
+        }
+        // Upkeep last, as in `free_mark`.
+        self.upkeep();
+    }
+
+    /// A free that failed the home-region check: the heap is not attached yet, retired, in
+    /// secure mode, or the object belongs to another node.
+    ///
+    /// # Safety
+    /// As for [`Self::free`].
+    #[cold]
+    #[inline(never)]
+    pub unsafe fn free_slow(&mut self, object: *mut u8, class: SizeClass) {
+        if self.state == HeapState::Fresh {
+            if !self.run_attach_hook() {
+                report(object, Misuse::InvalidPointer);
+            }
+            // SAFETY: forwarded contract; the heap is attached now, so this cannot loop.
+            return unsafe { self.free(object, class) };
+        }
+        let Some(heaps) = self.heaps() else {
+            report(object, Misuse::InvalidPointer)
+        };
+        let Some(origin) = heaps.origin_of(object as usize) else {
+            report(object, Misuse::InvalidPointer)
+        };
+        if self.state == HeapState::Retired {
+            // SAFETY: forwarded contract.
+            return unsafe { heaps.free_single(origin, class, object) };
+        }
+        if self.secure {
+            // SAFETY: forwarded contract.
+            return unsafe { self.secure_free(heaps, origin, object, class) };
+        }
+        if origin == self.node {
+            // The region check of `free` is this very test, so this is unreachable once
+            // attached; pushing locally keeps the object even if that ever changed.
+            // SAFETY: forwarded contract.
+            return unsafe { self.free_local(object, class) };
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.send_to_outbox(heaps, origin, object, class) }
+    }
+
+    /// Queues a freed object of another node for that node's inbox.
+    ///
+    /// # Safety
+    /// As for [`Self::free`], and `origin` is the object's node, not this heap's.
+    pub(super) unsafe fn send_to_outbox(
+        &mut self,
+        heaps: &'static NodeHeaps,
+        origin: usize,
+        object: *mut u8,
+        class: SizeClass,
+    ) {
+        heaps
+            .class(origin, class)
+            .frees
+            .fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the object is ours now.
+        let full = self.outboxes[origin].push(object, |object, next| unsafe {
+            heaps.write_link(object, next)
+        });
+        self.outbox_mask |= 1 << origin;
+        if full {
+            self.flush_outbox(origin);
+        }
+    }
+
+    fn flush_outbox(&mut self, origin: usize) {
+        self.outbox_mask &= !(1 << origin);
+        if let Some(chain) = self.outboxes[origin].take() {
+            if let Some(heaps) = self.heaps() {
+                // SAFETY: the outbox is a well-formed chain of freed objects of `origin`.
+                unsafe { heaps.send_remote(origin, chain.head, chain.tail, chain.count) };
+            }
+        }
+    }
+
+    /// Hands every outbox's chain to its node.
+    pub(crate) fn flush_outboxes(&mut self) {
+        while self.outbox_mask != 0 {
+            let origin = self.outbox_mask.trailing_zeros() as usize;
+            self.flush_outbox(origin);
+        }
+    }
+}

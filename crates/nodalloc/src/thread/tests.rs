@@ -1,0 +1,374 @@
+use super::*;
+use crate::arena::tests::test_arena;
+use crate::size_class::class_of;
+
+fn allocate(heap: &mut ThreadHeap, class: SizeClass) -> *mut u8 {
+    let p = heap.alloc_cached(class);
+    if p.is_null() {
+        heap.alloc_slow(class)
+    } else {
+        p
+    }
+}
+
+/// One step of a xorshift generator, for the random operation sequences below.
+fn xorshift(state: &mut u64) {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+}
+
+fn heaps(nodes: usize) -> &'static NodeHeaps {
+    NodeHeaps::create(test_arena(nodes, 64 << 20, 0)).unwrap()
+}
+
+/// A drain or a park whose upkeep re-homes the thread (it migrated to another node) still
+/// gives the objects it cut from the list back to their own node, not the new home: the
+/// node heap refuses foreign objects and aborts naming one.
+#[test]
+fn a_drain_that_re_homes_the_thread_returns_its_batch_to_the_old_node() {
+    use crate::os::cpuset::CpuSet;
+    let heaps = heaps(2);
+    // Pin this test thread where it runs, and home its heap on the other node.
+    let cpu = crate::os::current_cpu().unwrap();
+    let mut set = CpuSet::new();
+    set.insert(cpu);
+    crate::os::set_thread_affinity(&set).unwrap();
+    let here = heaps
+        .arena
+        .topology
+        .node_of_cpu(crate::os::current_cpu().unwrap());
+    let away = 1 - here;
+    for size in [64, 128 << 10] {
+        let class = class_of(size, 8).unwrap();
+        // Frees before upkeep is due: up to one below the drain (or one parked object).
+        let quiet = class.cache_limit().saturating_sub(1).max(1);
+        let want = quiet + 2 * class.batch().max(1) + 2;
+        let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
+        heap.attach(heaps, away);
+        heap.follow_cpu = true;
+        heap.next_upkeep = u64::MAX;
+        let mut objects = Vec::new();
+        while objects.len() < want {
+            let batch = heaps
+                .take_from_bags(away, class, want - objects.len())
+                .unwrap();
+            let mut object = batch.head;
+            while !object.is_null() {
+                objects.push(object);
+                // SAFETY: walking the batch we were handed.
+                object = unsafe { next_of(object) };
+            }
+        }
+        for (index, &object) in objects.iter().enumerate() {
+            if index == quiet {
+                // From here on, the next drain or park runs its upkeep, which re-homes.
+                heap.next_upkeep = 0;
+            }
+            // SAFETY: each object is live, of `class`, and freed once.
+            unsafe { heap.free(object, class) };
+        }
+        assert_eq!(
+            heap.node(),
+            here,
+            "{size} B: the heap did not follow the thread"
+        );
+        heap.flush();
+        heaps.flush_all();
+        assert_eq!(
+            heaps.class(away, class).out_of_bags.load(Ordering::Relaxed),
+            0,
+            "{size} B: objects are missing from their node's bags"
+        );
+    }
+    crate::os::set_thread_affinity(heaps.arena.topology.process_cpus()).unwrap();
+}
+
+#[test]
+fn cache_stays_within_its_limit_and_drains_the_oldest_batch() {
+    let heaps = heaps(1);
+    let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
+    heap.attach(heaps, 0);
+    let class = class_of(64, 8).unwrap();
+    let n = 10 * class.cache_limit();
+    let objects: Vec<*mut u8> = (0..n).map(|_| allocate(&mut heap, class)).collect();
+    let first_freed = objects[0];
+    for &object in &objects {
+        // SAFETY: each object was allocated above and is freed once.
+        unsafe { heap.free(object, class) };
+        assert!(heap.cached(class) <= class.cache_limit());
+    }
+    assert!(heap.cached(class) >= class.batch());
+    // The least recently freed objects left; the most recent stay (LIFO reuse).
+    let again = heap.alloc_cached(class);
+    assert_eq!(again, objects[n - 1]);
+    let mut cached = Vec::new();
+    while heap.cached(class) > 0 {
+        cached.push(heap.alloc_cached(class));
+    }
+    assert!(
+        !cached.contains(&first_freed),
+        "the oldest object should have been drained"
+    );
+}
+
+#[test]
+fn nth_marker_survives_pops_below_the_batch() {
+    let heaps = heaps(1);
+    let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
+    heap.attach(heaps, 0);
+    let class = class_of(16, 8).unwrap();
+    let batch = class.batch();
+    let mut live: Vec<*mut u8> = Vec::new();
+    let mut rng = 12345u64;
+    // Random push/pop sequences: the list must stay consistent (count = walk length).
+    for _ in 0..20_000 {
+        xorshift(&mut rng);
+        if rng % 3 == 0 && !live.is_empty() {
+            let object = live.swap_remove((rng as usize / 3) % live.len());
+            // SAFETY: allocated below, freed once.
+            unsafe { heap.free(object, class) };
+        } else {
+            let mut object = heap.alloc_cached(class);
+            if object.is_null() {
+                object = heap.alloc_slow(class);
+            }
+            assert!(!live.contains(&object), "an object was handed out twice");
+            live.push(object);
+        }
+        let list = &heap.lists[class.index()];
+        assert!(list.len() <= 2 * batch);
+    }
+    let list = &heap.lists[class.index()];
+    let mut walked = 0;
+    let mut object = list.head;
+    let mut last = null_mut();
+    while !object.is_null() {
+        last = object;
+        // SAFETY: walking our own free list.
+        object = unsafe { next_of(object) };
+        walked += 1;
+    }
+    assert_eq!(walked, list.len());
+    if walked > 0 {
+        assert_eq!(last, list.tail());
+    }
+}
+
+#[test]
+fn remote_frees_go_home_and_are_never_reused_by_the_freeing_node() {
+    let heaps = heaps(2);
+    let mut home = Box::new(ThreadHeap::with_attach_hook(None));
+    let mut remote = Box::new(ThreadHeap::with_attach_hook(None));
+    home.attach(heaps, 0);
+    remote.attach(heaps, 1);
+    let class = class_of(128, 8).unwrap();
+    let objects: Vec<*mut u8> = (0..1000)
+        .map(|_| {
+            let p = home.alloc_cached(class);
+            if p.is_null() {
+                home.alloc_slow(class)
+            } else {
+                p
+            }
+        })
+        .collect();
+    for &object in &objects {
+        assert_eq!(heaps.arena.origin_of(object as usize), Some(0));
+        // SAFETY: allocated above, freed once, by the other node's thread.
+        unsafe { remote.free(object, class) };
+    }
+    remote.flush_outboxes();
+    assert_eq!(heaps.node(0).remote_frees.load(Ordering::Relaxed), 1000);
+    // Node 1's thread allocates: it must never get one of node 0's objects back.
+    for _ in 0..2000 {
+        let mut p = remote.alloc_cached(class);
+        if p.is_null() {
+            p = remote.alloc_slow(class);
+        }
+        assert_eq!(heaps.arena.origin_of(p as usize), Some(1));
+        assert!(!objects.contains(&p));
+    }
+    // Node 0's thread gets them back (after its inbox is sorted on its slow path).
+    let mut reused = 0;
+    for _ in 0..3000 {
+        let mut p = home.alloc_cached(class);
+        if p.is_null() {
+            p = home.alloc_slow(class);
+        }
+        if objects.contains(&p) {
+            reused += 1;
+        }
+    }
+    assert_eq!(reused, 1000);
+}
+
+#[test]
+fn frees_to_a_node_without_threads_are_sorted_by_other_nodes_upkeep() {
+    let heaps = heaps(2);
+    let class = class_of(256, 8).unwrap();
+    // Objects placed on node 1, as alloc_on_node does; no thread ever lives there.
+    let batch = heaps.take_from_bags(1, class, 32).unwrap();
+    let mut objects = Vec::new();
+    let mut object = batch.head;
+    while !object.is_null() {
+        objects.push(object);
+        // SAFETY: walking the batch we were handed.
+        object = unsafe { next_of(object) };
+    }
+    assert_eq!(heaps.class(1, class).bags.load(Ordering::Relaxed), 1);
+    let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
+    heap.attach(heaps, 0);
+    for &object in &objects {
+        // SAFETY: each object is live and freed once.
+        unsafe { heap.free(object, class) };
+    }
+    heap.flush_outboxes();
+    // Node 1's maintenance is overdue after two periods (1 ms each in test arenas).
+    for _ in 0..3 {
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        heap.upkeep();
+    }
+    assert_eq!(
+        heaps.class(1, class).bags.load(Ordering::Relaxed),
+        0,
+        "node 1's bag was never emptied"
+    );
+}
+
+/// Secure mode: the fast paths see nothing (list heads stay null, the region check never
+/// matches), every object is handed out once at a time, and frees of another node's objects
+/// travel home as encoded chains and are reused there.
+#[test]
+fn secure_heaps_keep_the_fast_paths_empty_and_send_remote_frees_home() {
+    let heaps = NodeHeaps::create(crate::arena::tests::test_arena_secure(2, true)).unwrap();
+    let mut home = Box::new(ThreadHeap::with_attach_hook(None));
+    let mut remote = Box::new(ThreadHeap::with_attach_hook(None));
+    home.attach(heaps, 0);
+    remote.attach(heaps, 1);
+    let class = class_of(96, 8).unwrap();
+    let mut live: Vec<*mut u8> = Vec::new();
+    let mut rng = 99u64;
+    for _ in 0..20_000 {
+        xorshift(&mut rng);
+        if rng % 3 == 0 && !live.is_empty() {
+            let object = live.swap_remove((rng as usize / 3) % live.len());
+            // SAFETY: allocated below, freed once.
+            unsafe { home.free(object, class) };
+        } else {
+            assert!(home.alloc_cached(class).is_null(), "the fast path served");
+            let object = home.alloc_slow(class);
+            assert!(!live.contains(&object), "an object was handed out twice");
+            live.push(object);
+        }
+        assert!(home.lists[class.index()].head.is_null());
+    }
+    // Everything still live is freed by the other node's thread: home through the inbox.
+    let sent = live.len();
+    for &object in &live {
+        // SAFETY: allocated above, freed once.
+        unsafe { remote.free(object, class) };
+    }
+    remote.flush_outboxes();
+    heaps.drain_inbox(0);
+    let mut reused = 0;
+    for _ in 0..4 * sent {
+        let object = home.alloc_slow(class);
+        assert_eq!(heaps.arena.origin_of(object as usize), Some(0));
+        if live.contains(&object) {
+            reused += 1;
+        }
+    }
+    assert_eq!(
+        reused, sent,
+        "every object freed remotely came back to its node"
+    );
+}
+
+#[test]
+fn retired_heap_serves_late_calls_without_caching() {
+    let heaps = heaps(1);
+    let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
+    heap.attach(heaps, 0);
+    let class = class_of(32, 8).unwrap();
+    let p = heap.alloc_slow(class);
+    heap.retire();
+    assert_eq!(heap.state, HeapState::Retired);
+    let q = heap.alloc_slow(class);
+    assert!(!q.is_null() && q != p);
+    // SAFETY: both allocated above, freed once.
+    unsafe {
+        heap.free(p, class);
+        heap.free(q, class);
+    }
+    assert_eq!(heap.cached(class), 0);
+    // Every bag of the class fell empty and went back: nothing is carved.
+    assert_eq!(heaps.class(0, class).bags.load(Ordering::Relaxed), 0);
+}
+
+/// Classes above `MAX_CACHED`: a thread keeps only the last such object it freed (its
+/// "parked" object); the one parked before goes to the node's ring, where any thread of
+/// the node finds it. The statistics say where the bytes sit.
+#[test]
+fn big_classes_park_one_object_per_thread_and_the_statistics_show_where_bytes_sit() {
+    use crate::size_class::MAX_CACHED;
+    let heaps = heaps(1);
+    let mut first = Box::new(ThreadHeap::with_attach_hook(None));
+    let mut second = Box::new(ThreadHeap::with_attach_hook(None));
+    first.attach(heaps, 0);
+    second.attach(heaps, 0);
+
+    let small = class_of(64, 8).unwrap();
+    let p = allocate(&mut first, small);
+    first.publish_all();
+    let figures = heaps.collect_stats(2).classes()[small.index()];
+    assert_eq!(figures.bags, 1);
+    assert_eq!(figures.cached, (small.batch() - 1) * 64);
+    assert_eq!(figures.free_in_bags, small.bag_bytes() - small.batch() * 64);
+    assert_eq!(figures.in_rings, 0);
+    // SAFETY: allocated above, freed once.
+    unsafe { first.free(p, small) };
+    first.flush();
+    let figures = heaps.collect_stats(2).classes()[small.index()];
+    assert_eq!(
+        (figures.bags, figures.cached, figures.free_in_bags),
+        (0, 0, 0)
+    );
+
+    let big = class_of(MAX_CACHED + 1, 8).unwrap();
+    let other = class_of(4 * MAX_CACHED, 8).unwrap();
+    assert_eq!(big.cache_limit(), 0);
+    assert_ne!(big, other);
+    let a = allocate(&mut first, big);
+    let b = allocate(&mut first, big);
+    assert!(!a.is_null() && !b.is_null() && a != b);
+    // SAFETY: allocated above, freed once each.
+    unsafe {
+        first.free(a, big);
+        first.free(b, big);
+    }
+    assert_eq!(first.cached(big), 1, "only the last freed object stays");
+    let figures = heaps.collect_stats(2).classes()[big.index()];
+    assert_eq!(figures.in_rings, big.size());
+    assert_eq!(figures.cached, 2 * big.size());
+    // The other thread of the node gets the one that left; this thread its parked one.
+    let bags = figures.bags;
+    assert_eq!(allocate(&mut second, big), a);
+    assert_eq!(
+        first.alloc_cached(big),
+        b,
+        "the parked object is a fast-path hit"
+    );
+    assert_eq!(heaps.collect_stats(2).classes()[big.index()].bags, bags);
+    // Parking an object of another big class sends the previous one to the ring.
+    let c = allocate(&mut first, other);
+    // SAFETY: allocated above, freed once each.
+    unsafe {
+        first.free(b, big);
+        first.free(c, other);
+    }
+    assert_eq!((first.cached(big), first.cached(other)), (0, 1));
+    assert_eq!(allocate(&mut second, big), b);
+    // SAFETY: allocated above, freed once.
+    unsafe { second.free(a, big) };
+}

@@ -1,0 +1,113 @@
+//! The thread heap's share of upkeep, run from its slow paths: idle classes flushed, counters
+//! published, the node heap's own upkeep, re-homing when the thread moved to another node, and
+//! the flush and retirement at thread exit.
+
+use super::{HeapState, ThreadHeap};
+use crate::node::{report, HomeView, NodeHeaps};
+use crate::size_class::{SizeClass, NUM_CLASSES};
+
+impl ThreadHeap {
+    /// Runs at most once per upkeep period, from slow paths: returns the caches of classes
+    /// this thread has not used since the previous pass (so a phase's leftovers do not pin bags
+    /// forever), then lets the node heap run its own upkeep.
+    pub fn upkeep(&mut self) {
+        let Some(heaps) = self.heaps() else { return };
+        if self.state != HeapState::Active {
+            return;
+        }
+        let now = crate::os::monotonic_ns();
+        if now < self.next_upkeep {
+            return;
+        }
+        self.next_upkeep = now + heaps.upkeep_period();
+        for index in 0..NUM_CLASSES {
+            let list = &self.lists[index];
+            if list.is_idle() && list.len() > 0 {
+                self.return_list(heaps, index);
+            }
+        }
+        self.publish_all();
+        self.flush_outboxes();
+        heaps.upkeep(self.node, now);
+        self.check_home();
+    }
+
+    /// Re-homes the heap if the thread now runs on another node (see `follow_cpu`). Cheap: one
+    /// `sched_getcpu` (a vDSO or rseq read).
+    pub fn check_home(&mut self) {
+        if self.follow_cpu && self.state == HeapState::Active {
+            if let Some(heaps) = self.heaps() {
+                self.rehome(heaps);
+            }
+        }
+    }
+
+    /// Moves the heap to the node of the CPU the thread runs on now, returning every cached
+    /// object to its old node first (objects never change node). A thread nodalloc bound only
+    /// runs outside its home when the program re-pinned it; from then on the mask is the
+    /// program's, not nodalloc's.
+    fn rehome(&mut self, heaps: &'static NodeHeaps) {
+        let Some(cpu) = crate::os::current_cpu() else {
+            return;
+        };
+        let node = heaps.node_of_cpu(cpu);
+        if node != self.node && node < heaps.node_count() {
+            self.flush();
+            self.attach(heaps, node);
+            self.bound_mask = None;
+        }
+    }
+
+    /// Publishes the class's alloc/free counts to its node heap's statistics.
+    pub(super) fn publish(&mut self, class: SizeClass) {
+        let heaps = self.heaps();
+        let list = &mut self.lists[class.index()];
+        if list.is_idle() {
+            return;
+        }
+        let (allocs, frees) = list.take_counts();
+        if let Some(heaps) = heaps {
+            heaps.publish_counts(self.node, class, allocs, frees);
+        }
+    }
+
+    /// Publishes every class's counts (before a statistics snapshot).
+    pub(crate) fn publish_all(&mut self) {
+        for class in 0..NUM_CLASSES {
+            self.publish(SizeClass(class as u8));
+        }
+    }
+
+    /// Returns every cached object to its bags and every outbox to its node; the heap stays
+    /// usable (used by `purge` and by re-homing).
+    pub(crate) fn flush(&mut self) {
+        self.publish_all();
+        self.flush_outboxes();
+        let Some(heaps) = self.heaps() else { return };
+        for index in 0..NUM_CLASSES {
+            self.return_list(heaps, index);
+        }
+    }
+
+    /// Empties one class's list into its bags.
+    fn return_list(&mut self, heaps: &NodeHeaps, index: usize) {
+        let chain = self.lists[index].take_all(self.secure).head;
+        if !chain.is_null() {
+            if let Err((object, misuse)) =
+                heaps.return_to_bags(self.node, SizeClass(index as u8), chain)
+            {
+                report(object, misuse);
+            }
+        }
+    }
+
+    /// Thread exit: flush everything and serve later calls without caching.
+    pub(crate) fn retire(&mut self) {
+        if self.state == HeapState::Active {
+            self.flush();
+            self.state = HeapState::Retired;
+            // Every free now fails the region check and takes the slow path.
+            self.home = HomeView::NONE;
+        }
+    }
+}

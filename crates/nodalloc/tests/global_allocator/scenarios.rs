@@ -1,0 +1,418 @@
+//! The child-process scenarios of `global_allocator.rs` (each runs in a child with the
+//! environment its test sets: a simulated topology, a limit, an address-space cap) and the
+//! cross-thread stress they share.
+
+use super::common::*;
+use super::GLOBAL;
+use std::alloc::{GlobalAlloc, Layout};
+use std::sync::mpsc;
+
+/// The `repin` scenario.
+pub fn repin() {
+    // Default interleave on two simulated nodes (node 0 = CPU 0, node 1 = CPU 1).
+    let affinity = || {
+        // SAFETY: a zeroed cpu_set_t is valid; the kernel fills it.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set);
+            (libc::CPU_ISSET(0, &set), libc::CPU_ISSET(1, &set))
+        }
+    };
+    let pin = |cpu: usize| {
+        // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            assert_eq!(
+                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
+                0
+            );
+        }
+    };
+    // Workers are bound by the policy; one re-pinned by the program re-homes at once.
+    for worker in 0..4 {
+        std::thread::spawn(move || {
+            let first = Box::new([1u8; 64]);
+            let home = nodalloc::node_of(first.as_ptr()).unwrap();
+            let other = 1 - home;
+            pin(other);
+            let objects: Vec<Box<[u8; 64]>> = (0..200).map(|_| Box::new([2; 64])).collect();
+            let large = vec![3u8; 1 << 20];
+            assert_eq!(
+                nodalloc::current_node(),
+                other,
+                "worker {worker} kept its old home"
+            );
+            assert!(objects
+                .iter()
+                .all(|o| nodalloc::node_of(o.as_ptr()) == Some(other)));
+            assert_eq!(nodalloc::node_of(large.as_ptr()), Some(other));
+        })
+        .join()
+        .unwrap();
+    }
+    // A program that narrows itself to one node's CPUs: no thread it creates runs
+    // outside that mask, whichever node the policy would give it.
+    std::thread::spawn(move || {
+        pin(0);
+        let children: Vec<_> = (0..4)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let _touch = Box::new([0u8; 64]);
+                    affinity()
+                })
+            })
+            .collect();
+        for child in children {
+            assert_eq!(
+                child.join().unwrap(),
+                (true, false),
+                "a child's mask was widened"
+            );
+        }
+    })
+    .join()
+    .unwrap();
+    eprintln!("repin ok");
+}
+
+/// The `rehome` scenario.
+pub fn rehome() {
+    // Two simulated nodes on two CPUs: node 0 is CPU 0, node 1 is CPU 1.
+    let pin = |cpu: usize| {
+        // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            assert_eq!(
+                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
+                0
+            );
+        }
+    };
+    let churn = || {
+        let objects: Vec<Box<[u8; 64]>> = (0..5000).map(|_| Box::new([1; 64])).collect();
+        drop(objects);
+    };
+    std::thread::spawn(move || {
+        pin(1);
+        churn();
+        assert_eq!(nodalloc::current_node(), 1);
+        let early = Box::new([9u8; 64]);
+        assert_eq!(nodalloc::node_of(early.as_ptr()), Some(1));
+        pin(0);
+        for _ in 0..10 {
+            std::thread::sleep(std::time::Duration::from_millis(15));
+            churn();
+        }
+        assert_eq!(
+            nodalloc::current_node(),
+            0,
+            "the heap did not follow the thread"
+        );
+        let late = Box::new([9u8; 64]);
+        assert_eq!(nodalloc::node_of(late.as_ptr()), Some(0));
+        drop(early);
+        eprintln!("rehome ok");
+    })
+    .join()
+    .unwrap();
+}
+
+/// The `small-address-space` scenario.
+pub fn small_address_space() {
+    // Under `ulimit -v 2G` the 1 TiB default reservation cannot exist: the arena must
+    // have shrunk to fit, and still serve a churn of every size range (a bounded live
+    // set of about 64 MiB, 512 MiB allocated in all, on four threads).
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut rng = Rng(0x1234_5678 ^ (t + 1));
+                let mut live: Vec<(usize, Layout)> = Vec::with_capacity(256);
+                let mut total = 0usize;
+                while total < 128 << 20 {
+                    let size = rng.size();
+                    let layout = Layout::from_size_align(size, 8).unwrap();
+                    // SAFETY: a valid layout.
+                    let p = unsafe { GLOBAL.alloc(layout) };
+                    assert!(!p.is_null(), "alloc of {size} B failed under RLIMIT_AS");
+                    fill(p, size.min(512));
+                    live.push((p as usize, layout));
+                    total += size;
+                    if live.iter().map(|(_, l)| l.size()).sum::<usize>() > 16 << 20 {
+                        let (p, layout) = live.swap_remove(0);
+                        check(p as *const u8, layout.size().min(512));
+                        // SAFETY: allocated above with this layout.
+                        unsafe { GLOBAL.dealloc(p as *mut u8, layout) };
+                    }
+                }
+                for (p, layout) in live {
+                    // SAFETY: allocated above with this layout.
+                    unsafe { GLOBAL.dealloc(p as *mut u8, layout) };
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    eprintln!("small address space ok");
+}
+
+/// The `fork` scenario.
+pub fn fork() {
+    // Busy threads allocate and free across threads while the main thread forks; every
+    // child must be able to allocate (no allocator lock left held) and exit 0.
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static STOP: AtomicBool = AtomicBool::new(false);
+    let workers: Vec<_> = (0..4)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut kept: Vec<Vec<u8>> = Vec::new();
+                let mut i = 0usize;
+                while !STOP.load(Ordering::Relaxed) {
+                    kept.push(vec![t as u8; 16 + (i * 37) % 5000]);
+                    if kept.len() > 100 {
+                        kept.drain(..50);
+                    }
+                    if i % 64 == 0 {
+                        let big = vec![1u8; 400_000];
+                        assert_eq!(big[399_999], 1);
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    for round in 0..200 {
+        // SAFETY: fork in a multi-threaded process; the child only allocates through
+        // nodalloc (no other locks) and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let mut objects: Vec<Box<[u8; 100]>> = Vec::new();
+            for i in 0..1000 {
+                objects.push(Box::new([i as u8; 100]));
+            }
+            let large = vec![7u8; 1 << 20];
+            let ok = objects.iter().enumerate().all(|(i, o)| o[99] == i as u8)
+                && large[12345] == 7;
+            // SAFETY: leaving the child without running the parent's atexit handlers.
+            unsafe { libc::_exit(if ok { 0 } else { 3 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child {round} failed: {status}"
+        );
+    }
+    STOP.store(true, Ordering::Relaxed);
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    eprintln!("fork ok");
+}
+
+/// The `limit` scenario.
+pub fn limit() {
+    const LIMIT: usize = 64 << 20;
+    const THREADS: usize = 8;
+    // Reserved before any thread meets the limit: std aborts the process when its own
+    // allocation fails, and a growing Vec would.
+    let vectors: Vec<Vec<(usize, Layout)>> =
+        (0..THREADS).map(|_| Vec::with_capacity(100_000)).collect();
+    // So is the vector the main thread collects them in: joining one thread frees none
+    // of the others' blocks, so the heap may still be at the limit while it fills.
+    let mut all = Vec::with_capacity(THREADS);
+    // Every thread is spawned (which allocates) before any of them starts filling.
+    let start = std::sync::Arc::new(std::sync::Barrier::new(THREADS));
+    let threads: Vec<_> = vectors
+        .into_iter()
+        .enumerate()
+        .map(|(t, mut held)| {
+            let start = start.clone();
+            std::thread::spawn(move || {
+                start.wait();
+                let mut refused = 0;
+                for i in 0..100_000usize {
+                    let size = if i % 10 == 0 {
+                        300_000
+                    } else {
+                        64 + (i * 31 + t) % 8000
+                    };
+                    let layout = Layout::from_size_align(size, 8).unwrap();
+                    // SAFETY: a valid layout.
+                    let p = unsafe { GLOBAL.alloc(layout) };
+                    if p.is_null() {
+                        refused += 1;
+                        if refused > 50 {
+                            break;
+                        }
+                        continue;
+                    }
+                    // SAFETY: we own `size` bytes at `p`.
+                    unsafe { p.write_bytes(t as u8, size) };
+                    held.push((p as usize, layout));
+                }
+                (held, refused)
+            })
+        })
+        .collect();
+    for (t, handle) in threads.into_iter().enumerate() {
+        let (held, refused) = handle.join().unwrap();
+        assert!(refused > 0, "a thread never met the limit");
+        all.push((t, held));
+    }
+    let stats = nodalloc::stats();
+    assert_eq!(stats.limit, LIMIT);
+    assert!(
+        stats.peak_committed <= LIMIT,
+        "peak {} over the limit",
+        stats.peak_committed
+    );
+    let granted: usize = all
+        .iter()
+        .flat_map(|(_, held)| held.iter().map(|(_, layout)| layout.size()))
+        .sum();
+    assert!(
+        granted > LIMIT / 2,
+        "only {granted} bytes granted under the limit"
+    );
+    for (t, held) in all {
+        for (p, layout) in held {
+            // SAFETY: allocated above with this layout and still live.
+            let bytes =
+                unsafe { std::slice::from_raw_parts(p as *const u8, layout.size()) };
+            assert!(
+                bytes.iter().all(|&b| b == t as u8),
+                "a block lost its contents"
+            );
+            // SAFETY: allocated above with this layout.
+            unsafe { GLOBAL.dealloc(p as *mut u8, layout) };
+        }
+    }
+    // No purge: the frees alone make room, for every thread at once (the freed spans
+    // are still committed and the heap is fragmented by the bags left in caches).
+    let again: Vec<_> = (0..THREADS)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for size in [1 << 20, 2 << 20, 3 << 20, 4 << 20] {
+                    let layout = Layout::from_size_align(size, 8).unwrap();
+                    // SAFETY: a valid layout.
+                    let p = unsafe { GLOBAL.alloc(layout) };
+                    assert!(
+                        !p.is_null(),
+                        "thread {t}: no room for {size} B after the frees"
+                    );
+                    // SAFETY: we own `size` bytes at `p`; freed once.
+                    unsafe {
+                        p.write_bytes(1, size);
+                        GLOBAL.dealloc(p, layout);
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in again {
+        thread.join().unwrap();
+    }
+    let layout = Layout::from_size_align(LIMIT / 2, 8).unwrap();
+    // SAFETY: a valid layout; after the frees there is room again.
+    let p = unsafe { GLOBAL.alloc(layout) };
+    assert!(
+        !p.is_null(),
+        "no room for half the limit after freeing everything"
+    );
+    // SAFETY: allocated above.
+    unsafe { GLOBAL.dealloc(p, layout) };
+    let peak = nodalloc::stats().peak_committed;
+    assert!(peak <= LIMIT, "peak {peak} over the limit");
+    eprintln!("limit ok: {THREADS} threads, peak {peak}");
+}
+
+/// `threads` threads allocate random sizes, fill them, pass half to a neighbour thread that
+/// checks and frees them, and free the rest themselves. Ends with balanced statistics.
+pub fn stress(threads: usize, ops: usize) {
+    // Spread the workers over every node, not the harness thread's one.
+    use_every_cpu();
+    let before = nodalloc::stats();
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads)
+        .map(|_| mpsc::channel::<(usize, usize)>())
+        .unzip();
+    let mut handles = Vec::new();
+    for (t, receiver) in receivers.into_iter().enumerate() {
+        let next = senders[(t + 1) % threads].clone();
+        handles.push(std::thread::spawn(move || {
+            let mut rng = Rng(0x9E3779B97F4A7C15 ^ (t as u64 + 1));
+            let mut live: Vec<(usize, usize)> = Vec::new();
+            for _ in 0..ops {
+                let size = rng.size();
+                let layout = Layout::from_size_align(size, 8).unwrap();
+                // SAFETY: a valid non-zero layout.
+                let p = unsafe { GLOBAL.alloc(layout) };
+                assert!(!p.is_null());
+                fill(p, size.min(512));
+                if rng.next() % 2 == 0 {
+                    next.send((p as usize, size)).unwrap();
+                } else {
+                    live.push((p as usize, size));
+                }
+                if live.len() > 64 {
+                    let (p, size) = live.swap_remove((rng.next() % 64) as usize);
+                    check(p as *const u8, size.min(512));
+                    // SAFETY: allocated above with this layout, freed once.
+                    unsafe {
+                        GLOBAL.dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap())
+                    };
+                }
+                while let Ok((p, size)) = receiver.try_recv() {
+                    check(p as *const u8, size.min(512));
+                    // SAFETY: allocated by another thread with this layout, handed to us.
+                    unsafe {
+                        GLOBAL.dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap())
+                    };
+                }
+            }
+            drop(next);
+            for (p, size) in live {
+                check(p as *const u8, size.min(512));
+                // SAFETY: allocated above with this layout, freed once.
+                unsafe { GLOBAL.dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap()) };
+            }
+            receiver
+        }));
+    }
+    drop(senders);
+    let receivers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for receiver in receivers {
+        while let Ok((p, size)) = receiver.try_recv() {
+            check(p as *const u8, size.min(512));
+            // SAFETY: allocated by a worker with this layout, never freed.
+            unsafe { GLOBAL.dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap()) };
+        }
+    }
+    let after = nodalloc::stats();
+    let allocs = after.allocs - before.allocs;
+    let frees = after.frees - before.frees;
+    assert!(allocs >= (threads * ops) as u64, "allocs {allocs}");
+    // The stress itself is balanced; std may have a few objects of its own in flight.
+    assert!(
+        allocs.abs_diff(frees) < 1000,
+        "allocs {allocs} frees {frees}"
+    );
+    let topology = nodalloc::topology().unwrap();
+    if topology.node_count() > 1 {
+        assert!(
+            after.remote_frees > before.remote_frees,
+            "no cross-node frees on {} nodes",
+            topology.node_count()
+        );
+    }
+    eprintln!(
+        "stress ok: {} nodes, {allocs} allocs, {} remote frees",
+        topology.node_count(),
+        after.remote_frees
+    );
+}
