@@ -4,11 +4,11 @@
 //! `include/nodalloc.h`. The face only translates: sizes and alignments are checked and mapped
 //! to the core crate's operations, errors become `errno`.
 //!
-//! Each thread's heap pointer lives in an initial-exec TLS slot (see [`tls`]): one `fs`-relative
+//! Each thread's heap pointer lives in an initial-exec TLS slot (see `tls.rs`): one `fs`-relative
 //! load, no `__tls_get_addr` call. A null slot means "no heap yet" (the first call creates one);
-//! [`RETIRED`] means the thread has exited its heap and later calls (from other thread-exit
+//! `RETIRED` means the thread has exited its heap and later calls (from other thread-exit
 //! destructors) go to the node heaps directly.
-#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(missing_docs)]
 
 mod foreign;
 mod screen;

@@ -15,10 +15,25 @@
 //! [`NodAlloc::alloc_on_node`], [`topology`] (what the allocator saw), [`purge`] and
 //! [`options`] (every `NODALLOC_*` environment option with its default).
 //!
-//! Layers, bottom up (see `docs/DESIGN.md`): [`os`] (syscalls, `/sys`, options) → [`arena`]
-//! (regions, spans, page map) → [`node`] (node heaps) → [`thread`] (thread heaps) → the faces
-//! (this file's `GlobalAlloc`; the C ABI lives in its own crate).
-#![deny(unsafe_op_in_unsafe_fn)]
+//! Where your data lives, and what the allocator holds:
+//!
+//! ```
+//! let data = vec![0u64; 1 << 16];
+//! // The node whose memory holds it (Some for anything nodalloc handed out).
+//! let node = nodalloc::node_of(data.as_ptr() as *const u8);
+//! let stats = nodalloc::stats();
+//! println!("data on node {node:?}; {} bytes live", stats.allocated);
+//! ```
+//!
+//! Configuration is by environment (`NODALLOC_BIND`, `NODALLOC_LIMIT`, `NODALLOC_STATS`, …),
+//! read once at the first allocation; [`options`] lists every one. The same allocator serves
+//! any C program as `libnodalloc.so` (the `nodalloc-ffi` crate).
+//!
+//! Inside, layers bottom up (see `docs/DESIGN.md`), all private: `os` (syscalls, `/sys`,
+//! options) → `arena` (regions, spans, page map) → `node` (node heaps) → `thread` (thread
+//! heaps) → `instance` (the process-wide allocator) → the faces (this file's `GlobalAlloc`;
+//! [`raw`] for the C library).
+#![deny(missing_docs)]
 
 #[cfg(not(loom))]
 mod arena;
@@ -65,6 +80,7 @@ mod face {
     pub struct NodAlloc;
 
     impl NodAlloc {
+        /// The allocator handle; `const`, so it can initialise a `static`.
         pub const fn new() -> Self {
             NodAlloc
         }
@@ -72,6 +88,16 @@ mod face {
         /// Allocates memory on `node` (an index into [`topology`]'s usable nodes), whatever the
         /// calling thread's node; the only way to place data on a node without CPUs. Null when
         /// the node does not exist or no memory is left. Free it like any other allocation.
+        ///
+        /// ```
+        /// use std::alloc::{GlobalAlloc, Layout};
+        /// let allocator = nodalloc::NodAlloc::new();
+        /// let layout = Layout::from_size_align(4096, 64).unwrap();
+        /// let block = allocator.alloc_on_node(layout, 0);
+        /// assert_eq!(nodalloc::node_of(block), Some(0));
+        /// // SAFETY: allocated above with this layout, freed once.
+        /// unsafe { allocator.dealloc(block, layout) };
+        /// ```
         pub fn alloc_on_node(&self, layout: Layout, node: usize) -> *mut u8 {
             let Some(instance) = Instance::get() else {
                 return null_mut();
@@ -152,7 +178,7 @@ mod face {
             let fresh = class_of(layout.size(), layout.align()).is_none()
                 && !ptr.is_null()
                 // SAFETY: `ptr` is a large object we just allocated.
-                && Instance::existing().is_some_and(|instance| unsafe { instance.large_is_zeroed(ptr) });
+                && Instance::existing().is_some_and(|instance| unsafe { instance.large_is_zeroed(ptr as usize) });
             if !ptr.is_null() && !fresh {
                 // SAFETY: `ptr` holds at least `layout.size()` writable bytes.
                 unsafe { ptr.write_bytes(0, layout.size()) };
@@ -232,6 +258,12 @@ mod face {
 
     /// Sets a hard limit on committed heap bytes (0 removes it). Allocations that would pass it
     /// return null; frees make room again. Fails only when the heap cannot be created.
+    ///
+    /// ```
+    /// assert!(nodalloc::set_limit(1 << 30)); // at most 1 GiB committed from now on
+    /// assert_eq!(nodalloc::stats().limit, 1 << 30);
+    /// nodalloc::set_limit(0); // no limit
+    /// ```
     pub fn set_limit(bytes: usize) -> bool {
         match Instance::get() {
             Some(instance) => {
@@ -243,6 +275,10 @@ mod face {
     }
 
     /// Every `NODALLOC_*` option: name, default and meaning.
+    ///
+    /// ```
+    /// assert!(nodalloc::options().iter().any(|option| option.name == "NODALLOC_LIMIT"));
+    /// ```
     pub fn options() -> &'static [OptionSpec] {
         OPTIONS
     }

@@ -65,7 +65,7 @@ pub fn large_is_zeroed(ptr: *const u8) -> bool {
     match Instance::existing() {
         // SAFETY: the caller just received `ptr` as a large object (checked to be in the heap).
         Some(instance) if instance.origin_of(ptr as usize).is_some() => unsafe {
-            instance.large_is_zeroed(ptr)
+            instance.large_is_zeroed(ptr as usize)
         },
         _ => false,
     }

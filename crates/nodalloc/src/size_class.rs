@@ -33,20 +33,24 @@ const LOOKUP_MAX: usize = 1024;
 pub struct SizeClass(pub(crate) u8);
 
 impl SizeClass {
+    /// The class's index in per-class tables.
     #[inline(always)]
     pub fn index(self) -> usize {
         self.0 as usize
     }
 
+    /// Bytes per object.
     #[inline(always)]
     pub fn size(self) -> usize {
         CLASS_SIZES[self.index()] as usize
     }
 
+    /// 32 KiB units per bag.
     pub fn bag_units(self) -> usize {
         BAG_UNITS[self.index()] as usize
     }
 
+    /// Bytes per bag.
     pub fn bag_bytes(self) -> usize {
         self.bag_units() << UNIT_SHIFT
     }
@@ -131,7 +135,7 @@ static LOOKUP: [u8; LOOKUP_MAX / 8 + 1] = {
     table
 };
 
-static BAG_UNITS: [u8; NUM_CLASSES] = {
+const BAG_UNITS_TABLE: [u8; NUM_CLASSES] = {
     let mut units = [0u8; NUM_CLASSES];
     let mut i = 0;
     while i < NUM_CLASSES {
@@ -157,12 +161,15 @@ static BAG_UNITS: [u8; NUM_CLASSES] = {
     units
 };
 
+/// The table in memory once, for the run-time lookups (a `const` would be copied into each use).
+static BAG_UNITS: [u8; NUM_CLASSES] = BAG_UNITS_TABLE;
+
 /// The most objects any bag holds.
 pub const MAX_CAPACITY: usize = {
     let mut most = 0;
     let mut i = 0;
     while i < NUM_CLASSES {
-        let objects = (BAG_UNITS[i] as usize * UNIT) / class_size_of(i);
+        let objects = (BAG_UNITS_TABLE[i] as usize * UNIT) / class_size_of(i);
         if objects > most {
             most = objects;
         }

@@ -10,12 +10,14 @@ use crate::os::topology::MAX_NODES;
 use crate::os::Writer;
 use crate::size_class::NUM_CLASSES;
 
+/// One size class's figures, summed over the nodes.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ClassStats {
     /// Bytes per object.
     pub size: usize,
-    /// Objects handed out and freed so far (all nodes).
+    /// Objects handed out so far (all nodes).
     pub allocs: u64,
+    /// Objects freed so far (all nodes).
     pub frees: u64,
     /// Bags currently carved for the class (all nodes).
     pub bags: usize,
@@ -28,6 +30,7 @@ pub struct ClassStats {
     pub in_rings: usize,
 }
 
+/// One node's figures.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NodeStats {
     /// Bytes of live objects allocated by this node's threads (class sizes; large spans whole).
@@ -47,7 +50,9 @@ pub struct NodeStats {
     pub remote_frees: u64,
     /// Times this node's threads took objects or spans from another node.
     pub steals: u64,
+    /// Large objects allocated from this node's region so far.
     pub large_allocs: u64,
+    /// Large objects of this node's region freed so far.
     pub large_frees: u64,
     /// Bytes of bags in the node's dense pool (objects up to 4 KiB), the memory that may sit on
     /// transparent huge pages.
@@ -71,23 +76,33 @@ impl NodeStats {
 /// A snapshot of the whole allocator.
 #[derive(Clone, Copy, Debug)]
 pub struct Stats {
+    /// Bytes of live objects (see [`NodeStats::allocated`]), all nodes.
     pub allocated: usize,
+    /// Bytes of bags and large spans handed out, all nodes.
     pub active: usize,
+    /// Bytes committed (in use or free but still resident), all nodes.
     pub committed: usize,
+    /// Bytes of address space the regions' frontiers have passed, all nodes.
     pub mapped: usize,
+    /// Bytes given back to the OS so far, all nodes.
     pub decommitted: usize,
     /// See [`NodeStats::released_in_bags`].
     pub released_in_bags: usize,
     /// Bytes of the heap on transparent huge pages (see [`NodeStats::huge_pages`]).
     pub huge_pages: usize,
+    /// Objects freed by a thread of another node than theirs (sent home), all nodes.
     pub remote_frees: u64,
+    /// Batches or objects threads took from other nodes' heaps, all nodes.
     pub steals: u64,
-    /// Objects (small and large) allocated and freed so far.
+    /// Objects (small and large) allocated so far.
     pub allocs: u64,
+    /// Objects (small and large) freed so far.
     pub frees: u64,
+    /// Threads with a live heap.
     pub threads: usize,
-    /// The hard limit on committed bytes (0: none) and the most ever committed under it.
+    /// The hard limit on committed bytes (0: none).
     pub limit: usize,
+    /// The most ever committed at once.
     pub peak_committed: usize,
     pub(crate) node_count: usize,
     pub(crate) simulated: bool,
@@ -119,6 +134,7 @@ impl Stats {
         }
     }
 
+    /// Usable nodes.
     pub fn node_count(&self) -> usize {
         self.node_count
     }

@@ -114,11 +114,8 @@ fn run(ops: &[Op]) {
                 let kept = block.layout.size().min(size);
                 for i in positions(block.layout.size()).filter(|&i| i < kept) {
                     // SAFETY: `q` holds at least `kept` bytes.
-                    assert_eq!(
-                        unsafe { *q.add(i) },
-                        byte(block.seed, i),
-                        "realloc lost byte {i}"
-                    );
+                    let value = unsafe { *q.add(i) };
+                    assert_eq!(value, byte(block.seed, i), "realloc lost byte {i}");
                 }
                 overlap_free(&live, q as usize, size);
                 seed = seed.wrapping_add(1);

@@ -206,10 +206,8 @@ fn arm(round: usize, seed: usize) {
     });
     let key = LATE_KEY.load(Ordering::Relaxed) as libc::pthread_key_t;
     // SAFETY: `key` is a live key; the destructor takes the box back.
-    assert_eq!(
-        unsafe { libc::pthread_setspecific(key, Box::into_raw(late) as *const libc::c_void) },
-        0
-    );
+    let set = unsafe { libc::pthread_setspecific(key, Box::into_raw(late) as *const libc::c_void) };
+    assert_eq!(set, 0);
 }
 
 /// A thread_local! value whose Drop allocates. std runs these (through glibc's
@@ -242,10 +240,8 @@ fn late_destructors() {
     let _first = Box::new(1u64);
     let mut key: libc::pthread_key_t = 0;
     // SAFETY: writes a new key; the destructor is an extern "C" fn living for the process.
-    assert_eq!(
-        unsafe { libc::pthread_key_create(&mut key, Some(late_key_destructor)) },
-        0
-    );
+    let created = unsafe { libc::pthread_key_create(&mut key, Some(late_key_destructor)) };
+    assert_eq!(created, 0);
     LATE_KEY.store(key as usize, Ordering::Relaxed);
     THREADS_BEFORE.store(nodalloc::stats().threads, Ordering::Relaxed);
     const THREADS: usize = 4;

@@ -38,7 +38,11 @@ impl Arena {
         }
     }
 
-    pub(super) fn try_create(topology: &Topology, config: &ArenaConfig, shift: u32) -> Option<&'static Arena> {
+    pub(super) fn try_create(
+        topology: &Topology,
+        config: &ArenaConfig,
+        shift: u32,
+    ) -> Option<&'static Arena> {
         let nodes = topology.node_count();
         let region = 1usize << shift;
         let total = region.checked_mul(nodes)?;

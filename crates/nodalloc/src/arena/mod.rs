@@ -23,9 +23,9 @@
 //! An arena is created once for the process (the global allocator's) or once per test, lives in
 //! its own metadata mapping and is never moved. Layer: calls only `os`; used by `node`.
 
+mod create;
 pub mod pagemap;
 pub mod region;
-mod create;
 pub mod secure;
 
 use crate::os::{

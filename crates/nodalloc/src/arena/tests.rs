@@ -184,13 +184,9 @@ fn a_partly_decommitted_chunk_leaves_huge_pages_until_it_is_wholly_free() {
     // SAFETY: handed out above and ours.
     unsafe { (t as *mut u8).write_bytes(1, 3 * chunk) };
     let decommit = arena.decommit;
-    arena.pool(0, Pool::Sparse).shrink(
-        arena.map(),
-        t,
-        3 * CHUNK_UNITS,
-        CHUNK_UNITS / 2,
-        decommit,
-    );
+    arena
+        .pool(0, Pool::Sparse)
+        .shrink(arena.map(), t, 3 * CHUNK_UNITS, CHUNK_UNITS / 2, decommit);
     let flags = vm_flags(t);
     assert!(flags.iter().any(|flag| flag == "nh"), "flags {flags:?}");
     for whole in [t + chunk, t + 2 * chunk] {

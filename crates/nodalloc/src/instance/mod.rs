@@ -172,9 +172,9 @@ impl Instance {
     ///
     /// # Safety
     /// `object` is a large object the caller has just received.
-    pub(crate) unsafe fn large_is_zeroed(self, object: *const u8) -> bool {
+    pub(crate) unsafe fn large_is_zeroed(self, address: usize) -> bool {
         // SAFETY: forwarded contract.
-        unsafe { self.heaps.large_is_zeroed(object as usize) }
+        unsafe { self.heaps.large_is_zeroed(address) }
     }
 
     /// Resizes a large object in place; false (nothing changed) if it cannot.

@@ -126,7 +126,9 @@ unsafe impl Send for NodeHeaps {}
 /// Why a pointer was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Misuse {
+    /// Not the start of a live object nodalloc handed out.
     InvalidPointer,
+    /// An object already free.
     DoubleFree,
 }
 

@@ -9,6 +9,7 @@ const CPU_WORDS: usize = MAX_CPUS / 64;
 /// Node mask words handed to `mbind`; the kernel supports at most 1024 nodes.
 pub const MAX_NODE_WORDS: usize = 16;
 
+/// A set of CPU numbers (a `cpu_set_t` of up to 1024 CPUs), built without allocating.
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[repr(C)]
 pub struct CpuSet {
@@ -28,30 +29,36 @@ impl core::fmt::Debug for CpuSet {
 }
 
 impl CpuSet {
+    /// The empty set.
     pub const fn new() -> Self {
         CpuSet {
             words: [0; CPU_WORDS],
         }
     }
 
+    /// Adds `cpu` (ignored past the set's capacity).
     pub fn insert(&mut self, cpu: usize) {
         if cpu < MAX_CPUS {
             self.words[cpu / 64] |= 1 << (cpu % 64);
         }
     }
 
+    /// True when `cpu` is in the set.
     pub fn contains(&self, cpu: usize) -> bool {
         cpu < MAX_CPUS && self.words[cpu / 64] & (1 << (cpu % 64)) != 0
     }
 
+    /// How many CPUs the set holds.
     pub fn count(&self) -> usize {
         self.words.iter().map(|w| w.count_ones() as usize).sum()
     }
 
+    /// True when the set holds no CPU.
     pub fn is_empty(&self) -> bool {
         self.words.iter().all(|&w| w == 0)
     }
 
+    /// The CPUs in both sets.
     pub fn intersection(&self, other: &CpuSet) -> CpuSet {
         let mut result = CpuSet::new();
         for (i, word) in result.words.iter_mut().enumerate() {
@@ -60,6 +67,7 @@ impl CpuSet {
         result
     }
 
+    /// True when every CPU of this set is in `other`.
     pub fn is_subset_of(&self, other: &CpuSet) -> bool {
         self.words
             .iter()
@@ -72,6 +80,7 @@ impl CpuSet {
         self.iter().nth(n)
     }
 
+    /// The CPUs in increasing order.
     pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         (0..MAX_CPUS).filter(move |&cpu| self.contains(cpu))
     }

@@ -12,8 +12,11 @@ use core::ffi::CStr;
 /// One documented option.
 #[derive(Debug, Clone, Copy)]
 pub struct OptionSpec {
+    /// The environment variable.
     pub name: &'static str,
+    /// Its default, as written in the documentation.
     pub default: &'static str,
+    /// What it does.
     pub meaning: &'static str,
 }
 

@@ -17,26 +17,38 @@ pub const MAX_NODES: usize = 32;
 /// arena). `RLIMIT_AS` must leave room for one per node; see [`Topology::fit_address_space`].
 pub const MIN_REGION_BYTES: u64 = 64 << 20;
 
+/// The transparent-huge-page mode (`/sys/kernel/mm/transparent_hugepage/enabled`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ThpMode {
+    /// Huge pages wherever the kernel can.
     Always,
+    /// Huge pages only where a program asks (`MADV_HUGEPAGE`).
     Madvise,
+    /// No transparent huge pages.
     Never,
+    /// Not readable (no `/sys`, or THP not built in).
     Unknown,
 }
 
+/// The kernel's overcommit policy (`/proc/sys/vm/overcommit_memory`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OvercommitMode {
+    /// 0: obviously impossible requests fail.
     Heuristic,
+    /// 1: every request succeeds.
     Always,
+    /// 2: commit charge is capped (`CommitLimit`); nodalloc commits on demand.
     Never,
 }
 
+/// One usable NUMA node.
 #[derive(Clone, Copy)]
 pub struct NodeInfo {
     /// The kernel's node number (`nodeN`); usable nodes are indexed densely from 0 instead.
     pub os_id: usize,
+    /// The CPUs of the node this process may use.
     pub cpus: CpuSet,
+    /// The node's memory (`MemTotal` of its `meminfo`).
     pub memory_bytes: u64,
 }
 
@@ -317,10 +329,12 @@ impl Topology {
         true
     }
 
+    /// Usable nodes.
     pub fn node_count(&self) -> usize {
         self.node_count
     }
 
+    /// The usable node `node` (dense index from 0).
     pub fn node(&self, node: usize) -> &NodeInfo {
         &self.nodes[node]
     }
@@ -344,18 +358,22 @@ impl Topology {
         &self.process_cpus
     }
 
+    /// True when `NODALLOC_SIMULATE_NODES` made the topology up.
     pub fn is_simulated(&self) -> bool {
         self.simulated
     }
 
+    /// The transparent-huge-page mode at start-up.
     pub fn thp_mode(&self) -> ThpMode {
         self.thp
     }
 
+    /// The overcommit policy at start-up.
     pub fn overcommit_mode(&self) -> OvercommitMode {
         self.overcommit
     }
 
+    /// The `RLIMIT_AS` soft limit in bytes, if one is set.
     pub fn address_space_limit(&self) -> Option<u64> {
         self.address_space_limit
     }

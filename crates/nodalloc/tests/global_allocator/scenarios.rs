@@ -195,8 +195,7 @@ pub fn fork() {
                 objects.push(Box::new([i as u8; 100]));
             }
             let large = vec![7u8; 1 << 20];
-            let ok = objects.iter().enumerate().all(|(i, o)| o[99] == i as u8)
-                && large[12345] == 7;
+            let ok = objects.iter().enumerate().all(|(i, o)| o[99] == i as u8) && large[12345] == 7;
             // SAFETY: leaving the child without running the parent's atexit handlers.
             unsafe { libc::_exit(if ok { 0 } else { 3 }) };
         }
@@ -283,8 +282,7 @@ pub fn limit() {
     for (t, held) in all {
         for (p, layout) in held {
             // SAFETY: allocated above with this layout and still live.
-            let bytes =
-                unsafe { std::slice::from_raw_parts(p as *const u8, layout.size()) };
+            let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, layout.size()) };
             assert!(
                 bytes.iter().all(|&b| b == t as u8),
                 "a block lost its contents"

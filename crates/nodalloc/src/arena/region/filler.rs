@@ -61,9 +61,9 @@ impl Region {
         while unit < first + CHUNK_UNITS {
             let tag = map.tag(map.address_of(unit));
             let meta = map.meta(unit);
-            // SAFETY: the span lock is held; a Free tag heads a free span whose descriptor
-            // records its length, and a bag or large span's first unit records its length.
             let length = match tag.kind() {
+                // SAFETY: the span lock is held; a Free tag heads a free span whose descriptor
+                // records its length, and a bag or large span's first unit records its length.
                 Kind::Free | Kind::Bag | Kind::Large => unsafe { (*meta).units },
                 _ => 1,
             };
@@ -81,7 +81,13 @@ impl Region {
 
     /// Adds (or removes) `units` in-use units starting at `address` to the filler's counts of
     /// the chunks they lie in, moving each chunk to the list of its new count.
-    pub(super) fn count_used(&self, state: &mut PoolState, address: usize, units: usize, add: bool) {
+    pub(super) fn count_used(
+        &self,
+        state: &mut PoolState,
+        address: usize,
+        units: usize,
+        add: bool,
+    ) {
         if self.chunk_nodes.is_null() {
             return;
         }

@@ -14,7 +14,13 @@ impl Region {
     /// resident page (its default `max_ptes_none` is 511), would fill decommitted pages back in
     /// with zeros, and RSS would creep up for as long as the program runs. Only chunks the
     /// decommit touched can change state, so the work is proportional to the decommit.
-    pub(super) fn settle_huge_pages(&self, address: usize, bytes: usize, merged: usize, merged_bytes: usize) {
+    pub(super) fn settle_huge_pages(
+        &self,
+        address: usize,
+        bytes: usize,
+        merged: usize,
+        merged_bytes: usize,
+    ) {
         let first = (address & !(CHUNK_BYTES - 1)).max(self.huge_from);
         let end = (address + bytes).next_multiple_of(CHUNK_BYTES);
         let mut run_start = 0;

@@ -460,6 +460,4 @@ impl Region {
     pub fn unlock_after_fork(&self) {
         self.lock.release();
     }
-
 }
-

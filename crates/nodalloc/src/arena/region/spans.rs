@@ -329,7 +329,12 @@ impl Region {
 
 /// Where in a free span `[start, start + span_units)` an aligned request of `units` fits:
 /// the offset in units, preferring the span's start.
-pub(super) fn fit(start: usize, span_units: usize, units: usize, align_units: usize) -> Option<usize> {
+pub(super) fn fit(
+    start: usize,
+    span_units: usize,
+    units: usize,
+    align_units: usize,
+) -> Option<usize> {
     if span_units < units {
         return None;
     }
