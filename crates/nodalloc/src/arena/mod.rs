@@ -184,7 +184,10 @@ impl Arena {
 
     /// `node`'s pool of kind `pool`.
     pub fn pool(&self, node: usize, pool: Pool) -> &Region {
-        assert!(node < self.node_count);
+        os::invariant(
+            node < self.node_count,
+            "a pool of a node that does not exist",
+        );
         // SAFETY: `pools` holds two initialised pools per node (see `try_create`).
         unsafe { &*self.pools.add(2 * node + pool as usize) }
     }
@@ -192,7 +195,7 @@ impl Arena {
     /// The pool whose range holds `address`, which must be inside the arena.
     #[inline]
     pub fn pool_of(&self, address: usize) -> &Region {
-        assert!(self.contains(address));
+        os::invariant(self.contains(address), "a pool looked up outside the arena");
         let index = (address - self.base) >> (self.region_shift - 1);
         // SAFETY: inside the arena, so `index` is below `2 * node_count` (see `try_create`).
         unsafe { &*self.pools.add(index) }

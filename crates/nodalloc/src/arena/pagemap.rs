@@ -98,37 +98,103 @@ pub struct UnitMeta {
     /// Links: the class's partial-bag list, or a free-span size bucket.
     pub next: *mut UnitMeta,
     pub prev: *mut UnitMeta,
-    /// Bag: its own free objects (returned from thread heaps).
-    pub free: *mut u8,
-    /// Bag: objects carved from it so far (the rest is still untouched memory). Large object
-    /// (secure mode): its usable pages, after which its guard starts; 0 for no guard.
-    pub carved: u32,
-    /// Bag: objects out of the bag (in use, or cached in a thread heap or transfer ring).
-    pub live: u32,
-    /// Free span: its place on the age list. Bag: what the sweep knows of it.
-    pub aside: Aside,
-    /// Free span: when it was freed, in monotonic ns; 0 for a decommitted ("clean") span.
-    /// Bag (secure mode): the seed of its random carving order.
-    pub freed_at: u64,
+    /// The fields of what the unit heads. Its tag says which: a bag ([`Kind::Bag`]), a large
+    /// object ([`Kind::Large`]) or a free span ([`Kind::Free`]). The region writes the role
+    /// whole each time a span changes hands, so no field is ever read in another role's sense.
+    pub role: Role,
 }
 
-/// The two words a free span and a bag use differently (all-zero is valid for both).
+/// The role-specific part of a [`UnitMeta`] (all-zero is valid for every role).
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub union Aside {
-    /// Free span (span lock).
-    pub age: AgeLinks,
-    /// Bag (class lock).
-    pub sweep: BagSweep,
+pub union Role {
+    /// A bag (class lock).
+    pub bag: BagState,
+    /// A large object (its owner).
+    pub large: LargeState,
+    /// A free span (span lock).
+    pub free: FreeState,
 }
 
-impl Aside {
-    pub const NONE: Aside = Aside {
-        sweep: BagSweep {
-            released: 0,
-            returned_at: 0,
-        },
-    };
+impl Role {
+    /// A bag just handed out: nothing carved, nothing out; `zeroed` when its memory reads as zero.
+    pub const fn new_bag(zeroed: bool) -> Role {
+        Role {
+            bag: BagState {
+                free: core::ptr::null_mut(),
+                carved: 0,
+                live: 0,
+                sweep: BagSweep {
+                    released: 0,
+                    returned_at: 0,
+                },
+                seed: 0,
+                zeroed,
+            },
+        }
+    }
+
+    /// A large object just handed out, without a guard.
+    pub const fn new_large(zeroed: bool) -> Role {
+        Role {
+            large: LargeState {
+                guard_pages: 0,
+                zeroed,
+            },
+        }
+    }
+
+    /// A free span, dirty since `freed_at` (monotonic ns), or clean when `freed_at` is 0.
+    pub const fn new_free(freed_at: u64) -> Role {
+        Role {
+            free: FreeState {
+                age: AgeLinks {
+                    older: core::ptr::null_mut(),
+                    newer: core::ptr::null_mut(),
+                },
+                freed_at,
+            },
+        }
+    }
+}
+
+/// A bag's own state.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct BagState {
+    /// Its free objects (returned from thread heaps), linked in the arena's encoding.
+    pub free: *mut u8,
+    /// Objects carved from it so far (the rest is still untouched memory).
+    pub carved: u32,
+    /// Objects out of the bag (in use, or cached in a thread heap or transfer ring).
+    pub live: u32,
+    /// What the sweep knows of it.
+    pub sweep: BagSweep,
+    /// Secure mode: the key of its random carving order.
+    pub seed: u32,
+    /// Its memory read as zero when it was handed out (fresh or decommitted), so an object
+    /// carved from it for the first time is zero but for the link word carving wrote.
+    pub zeroed: bool,
+}
+
+/// A large object's own state.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct LargeState {
+    /// Secure mode: its usable pages, after which its guard starts; 0 for no guard.
+    pub guard_pages: u32,
+    /// Its memory read as zero when it was handed out, so `calloc` need not clear it.
+    pub zeroed: bool,
+}
+
+/// A free span's own state.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct FreeState {
+    /// Its place on the age list (dirty spans only).
+    pub age: AgeLinks,
+    /// When it was freed, in monotonic ns; 0 for a decommitted ("clean") span.
+    pub freed_at: u64,
 }
 
 /// A dirty free span's neighbours on the age list of committed free spans, oldest first.
@@ -145,10 +211,12 @@ pub struct BagSweep {
     /// Bit `g`: granule `g` of the bag was given back to the OS and the objects that start in it
     /// are free and off the bag's free list.
     pub released: u64,
-    /// The node's maintenance deadline when an object last came back to the bag; 0 when the bag
-    /// has had no return since its last sweep.
+    /// The node's upkeep deadline when an object last came back to the bag; 0 when the bag has
+    /// had no return since its last sweep.
     pub returned_at: u64,
 }
+
+const _: () = assert!(core::mem::size_of::<UnitMeta>() == 64);
 
 /// The two parallel arrays, indexed by unit number.
 pub struct PageMap {
@@ -229,7 +297,7 @@ impl PageMap {
     }
 
     pub fn set_tag(&self, unit: usize, tag: Tag) {
-        assert!(unit < self.units);
+        crate::os::invariant(unit < self.units, "a tag past the page map");
         // SAFETY: bounds checked above. Release: whoever later reads this tag for an object of
         // the unit got the object through a lock or queue that orders after this store anyway.
         unsafe { &*self.tags.add(unit) }.store(tag.0, Ordering::Release);

@@ -58,8 +58,11 @@ pub fn mix(mut x: u64) -> u64 {
 /// The object to carve `index`-th from a bag of `capacity` objects, in the order `seed` picks:
 /// a bijection of `0..capacity`. Three rounds of add-key, multiply by an odd number and xor-shift,
 /// each a bijection of `bits`-bit numbers, then cycle-walking back into `0..capacity` (fewer than
-/// two rounds on average, since `capacity > 2^(bits - 1)`).
-pub fn carve_order(index: u32, capacity: u32, seed: u64) -> u32 {
+/// two rounds on average, since `capacity > 2^(bits - 1)`). The 32-bit seed is spread over 64
+/// bits first (a bijective mix), so each round's key draws on all of it; a round uses at most 11
+/// bits of key (bags hold at most 2048 objects), so 32 bits lose nothing.
+pub fn carve_order(index: u32, capacity: u32, seed: u32) -> u32 {
+    let seed = mix(u64::from(seed));
     debug_assert!(index < capacity);
     if capacity <= 1 {
         return 0;
@@ -196,8 +199,8 @@ impl Arena {
     }
 
     /// A fresh seed for a bag's carving order (secure mode).
-    pub fn bag_seed(&self) -> u64 {
-        mix(self.seeds.fetch_add(SEED_STEP, Ordering::Relaxed))
+    pub fn bag_seed(&self) -> u32 {
+        mix(self.seeds.fetch_add(SEED_STEP, Ordering::Relaxed)) as u32
     }
 
     /// Makes the span of the large object at `address` inaccessible past `usable` bytes and
@@ -214,7 +217,12 @@ impl Arena {
             return false;
         }
         // SAFETY: the caller owns the live span, whose descriptor nobody else writes.
-        unsafe { (*self.map.meta(self.map.unit_of(address))).carved = (usable / PAGE_SIZE) as u32 };
+        unsafe {
+            (*self.map.meta(self.map.unit_of(address)))
+                .role
+                .large
+                .guard_pages = (usable / PAGE_SIZE) as u32
+        };
         true
     }
 
@@ -224,7 +232,12 @@ impl Arena {
     /// `address` must head a live large span of `units` units that nobody frees concurrently.
     pub unsafe fn large_usable(&self, address: usize, units: usize) -> usize {
         // SAFETY: as stated; the descriptor of a live span changes only under its owner.
-        let pages = unsafe { (*self.map.meta(self.map.unit_of(address))).carved } as usize;
+        let pages = unsafe {
+            (*self.map.meta(self.map.unit_of(address)))
+                .role
+                .large
+                .guard_pages
+        } as usize;
         if pages == 0 {
             units << UNIT_SHIFT
         } else {
@@ -254,7 +267,12 @@ impl Arena {
             });
         }
         // SAFETY: the caller owns the span and its descriptor.
-        unsafe { (*self.map.meta(self.map.unit_of(address))).carved = 0 };
+        unsafe {
+            (*self.map.meta(self.map.unit_of(address)))
+                .role
+                .large
+                .guard_pages = 0
+        };
     }
 }
 
@@ -284,7 +302,7 @@ mod tests {
     fn carve_order_is_a_permutation_for_every_capacity() {
         let mut seen = vec![false; 4096];
         for capacity in (1..=4096u32).step_by(7).chain([2, 3, 4, 64, 4095, 4096]) {
-            for seed in [0, 1, 0xdead_beef_u64, u64::MAX] {
+            for seed in [0, 1, 0xdead_beef_u32, u32::MAX] {
                 seen[..capacity as usize].fill(false);
                 for index in 0..capacity {
                     let object = carve_order(index, capacity, seed) as usize;
@@ -307,7 +325,7 @@ mod tests {
                 .map(|i| carve_order(i, 512, seed))
                 .collect::<Vec<_>>()
         };
-        let (a, b) = (order(mix(1)), order(mix(2)));
+        let (a, b) = (order(mix(1) as u32), order(mix(2) as u32));
         assert_ne!(a, b);
         let ascending = a.windows(2).filter(|w| w[1] == w[0] + 1).count();
         assert!(

@@ -72,7 +72,7 @@ impl NodeHeaps {
                 *partial = map.meta(map.unit_of(address));
                 if secure {
                     // SAFETY: the class lock is held and the bag is new, on no list but ours.
-                    unsafe { (**partial).freed_at = arena.bag_seed() };
+                    unsafe { (**partial).role.bag.seed = arena.bag_seed() };
                 }
             }
             let bag = *partial;
@@ -81,27 +81,27 @@ impl NodeHeaps {
             unsafe {
                 while batch.count < want {
                     *head_zeroed = false;
-                    let object = if !(*bag).free.is_null() {
-                        let object = (*bag).free;
-                        (*bag).free = arena.read_link(object, Expect::Class(class));
+                    let object = if !(*bag).role.bag.free.is_null() {
+                        let object = (*bag).role.bag.free;
+                        (*bag).role.bag.free = arena.read_link(object, Expect::Class(class));
                         object
-                    } else if (*bag).carved < capacity {
-                        *head_zeroed = !secure && (*bag).freed_at == BAG_ZEROED;
+                    } else if (*bag).role.bag.carved < capacity {
+                        *head_zeroed = !secure && (*bag).role.bag.zeroed;
                         let index = if secure {
-                            carve_order((*bag).carved, capacity, (*bag).freed_at)
+                            carve_order((*bag).role.bag.carved, capacity, (*bag).role.bag.seed)
                         } else {
-                            (*bag).carved
+                            (*bag).role.bag.carved
                         };
                         let object = (start + index as usize * size) as *mut u8;
-                        (*bag).carved += 1;
+                        (*bag).role.bag.carved += 1;
                         object
-                    } else if (*bag).aside.sweep.released != 0 {
+                    } else if (*bag).role.bag.sweep.released != 0 {
                         self.restore_granule(node, class, bag, start);
                         continue;
                     } else {
                         break;
                     };
-                    (*bag).live += 1;
+                    (*bag).role.bag.live += 1;
                     arena.write_link(object, batch.head);
                     if batch.tail.is_null() {
                         batch.tail = object;
@@ -229,19 +229,21 @@ impl NodeHeaps {
             unsafe {
                 // Secure mode carves in a random order, so the count says nothing about which
                 // objects were carved (and the allocation bitmap vouched for this one).
-                if !self.arena.is_secure() && (address - start) / size >= (*bag).carved as usize {
+                if !self.arena.is_secure()
+                    && (address - start) / size >= (*bag).role.bag.carved as usize
+                {
                     return Err((object, Misuse::InvalidPointer));
                 }
-                if (*bag).live == 0 {
+                if (*bag).role.bag.live == 0 {
                     return Err((object, Misuse::DoubleFree));
                 }
                 let was_full = is_full(bag, capacity);
-                self.arena.write_link(object, (*bag).free);
-                (*bag).free = object;
-                (*bag).live -= 1;
-                (*bag).aside.sweep.returned_at = stamp;
+                self.arena.write_link(object, (*bag).role.bag.free);
+                (*bag).role.bag.free = object;
+                (*bag).role.bag.live -= 1;
+                (*bag).role.bag.sweep.returned_at = stamp;
                 heap.out_of_bags.fetch_sub(1, Ordering::Relaxed);
-                if (*bag).live == 0 {
+                if (*bag).role.bag.live == 0 {
                     if !was_full {
                         unlink(partial, bag);
                     }
@@ -348,6 +350,8 @@ unsafe fn push_front(list: &mut *mut UnitMeta, bag: *mut UnitMeta) {
 unsafe fn is_full(bag: *mut UnitMeta, capacity: u32) -> bool {
     // SAFETY: forwarded contract.
     unsafe {
-        (*bag).free.is_null() && (*bag).carved == capacity && (*bag).aside.sweep.released == 0
+        (*bag).role.bag.free.is_null()
+            && (*bag).role.bag.carved == capacity
+            && (*bag).role.bag.sweep.released == 0
     }
 }

@@ -60,7 +60,7 @@ impl NodeHeaps {
     pub unsafe fn large_is_zeroed(&self, address: usize) -> bool {
         let map = self.arena.map();
         // SAFETY: the caller owns the live span, whose descriptor nobody else writes.
-        unsafe { (*map.meta(map.unit_of(address))).live == crate::arena::region::ZEROED }
+        unsafe { (*map.meta(map.unit_of(address))).role.large.zeroed }
     }
 
     /// Bytes usable in the large object at `address`, or the misuse if it is not one.
@@ -98,10 +98,10 @@ impl NodeHeaps {
                     // SAFETY: a live large span of `units` units that the caller gives up.
                     unsafe { self.arena.unguard_large(address, units) };
                 }
-                let node = self
-                    .arena
-                    .origin_of(address)
-                    .expect("checked by large_units");
+                let Some(node) = self.arena.origin_of(address) else {
+                    // `large_units` found a large span there, which only the arena holds.
+                    report(address as *mut u8, Misuse::InvalidPointer)
+                };
                 let heap = self.node(node);
                 heap.large_frees.fetch_add(1, Ordering::Relaxed);
                 heap.large_bytes
@@ -137,10 +137,10 @@ impl NodeHeaps {
     /// or grow into free units after it), keeping the node's large-byte count. False when it
     /// cannot grow there.
     fn resize_span(&self, address: usize, units: usize, new_units: usize) -> bool {
-        let node = self
-            .arena
-            .origin_of(address)
-            .expect("checked by large_units");
+        let Some(node) = self.arena.origin_of(address) else {
+            // `large_units` found a large span there, which only the arena holds.
+            report(address as *mut u8, Misuse::InvalidPointer)
+        };
         let region = self.arena.pool_of(address);
         let heap = self.node(node);
         if new_units < units {

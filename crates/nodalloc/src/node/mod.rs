@@ -23,7 +23,7 @@
 //! Layer: calls `arena`; used by `thread` and the faces.
 
 use crate::arena::pagemap::{Kind, UnitMeta};
-use crate::arena::region::{SpanUse, BAG_ZEROED};
+use crate::arena::region::SpanUse;
 use crate::arena::secure::{carve_order, guarded_layout, Expect, Refusal};
 use crate::arena::Arena;
 pub(crate) use crate::arena::{region::DecommitPolicy, ArenaConfig};

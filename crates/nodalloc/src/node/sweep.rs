@@ -90,7 +90,7 @@ impl NodeHeaps {
             while !bag.is_null() {
                 // SAFETY: the class lock is held and `bag` is on this class's partial list.
                 unsafe {
-                    let returned_at = (*bag).aside.sweep.returned_at;
+                    let returned_at = (*bag).role.bag.sweep.returned_at;
                     if budget > 0 && (force || (returned_at != 0 && returned_at < due)) {
                         let walked = self.sweep_bag(node, class, bag);
                         budget = budget.saturating_sub(walked);
@@ -120,12 +120,11 @@ impl NodeHeaps {
         let size = class.size();
         let granules = Granules::of(class);
         let granule = granules.size;
-        // SAFETY: the caller holds the class lock that owns `bag`.
-        let bag = unsafe { &mut *bag };
-        bag.aside.sweep.returned_at = 0;
+        // SAFETY: the caller holds the class lock that owns `bag`, a live bag.
+        let bag = unsafe { &mut (*bag).role.bag };
+        bag.sweep.returned_at = 0;
         let carved = bag.carved as usize;
-        // SAFETY: the sweep variant is the one a live bag uses.
-        let released = unsafe { bag.aside.sweep.released };
+        let released = bag.sweep.released;
         // Not even one granule's worth of free objects, or so many live ones that a granule
         // is unlikely to be free of them (a granule of `k` objects, a share `l` of them live,
         // is wholly free with a chance of about e^(-k l)): leave the bag for a sparser day.
@@ -186,7 +185,7 @@ impl NodeHeaps {
             }
         }
         bag.free = head;
-        bag.aside.sweep.released = released | newly;
+        bag.sweep.released = released | newly;
         let mut g = 0;
         while g < granules.count {
             if newly & (1 << g) == 0 {
@@ -223,13 +222,12 @@ impl NodeHeaps {
     ) {
         let size = class.size();
         let granules = Granules::of(class);
-        // SAFETY: the caller holds the class lock that owns `bag`.
-        let bag = unsafe { &mut *bag };
-        // SAFETY: the sweep variant is the one a live bag uses.
-        let released = unsafe { bag.aside.sweep.released };
+        // SAFETY: the caller holds the class lock that owns `bag`, a live bag.
+        let bag = unsafe { &mut (*bag).role.bag };
+        let released = bag.sweep.released;
         debug_assert!(released != 0 && bag.free.is_null());
         let g = released.trailing_zeros() as usize;
-        bag.aside.sweep.released = released & !(1 << g);
+        bag.sweep.released = released & !(1 << g);
         let bytes = granules.span(g, g + 1);
         let first = bytes.start.div_ceil(size);
         let end = bytes.end.div_ceil(size).min(bag.carved as usize);
@@ -249,8 +247,8 @@ impl NodeHeaps {
     /// # Safety
     /// The class lock is held and `bag` is a bag of `class` whose last object just came back.
     pub(super) unsafe fn forget_released(&self, node: usize, class: SizeClass, bag: *mut UnitMeta) {
-        // SAFETY: the caller holds the class lock; the sweep variant is a live bag's.
-        let released = unsafe { (*bag).aside.sweep.released };
+        // SAFETY: the caller holds the class lock of this live bag.
+        let released = unsafe { (*bag).role.bag.sweep.released };
         if released != 0 {
             self.node(node)
                 .released_in_bags

@@ -568,6 +568,24 @@ pub fn fatal(build: impl FnOnce(&mut Writer)) -> ! {
     unsafe { libc::abort() }
 }
 
+/// Checks an invariant the allocator's memory safety relies on; when it does not hold, reports
+/// `nodalloc: internal error: <what>` and aborts. The allocator's own fatal report, never a
+/// panic: a panic formats its message, which allocates, inside the allocator.
+#[inline(always)]
+pub fn invariant(holds: bool, what: &str) {
+    if !holds {
+        invariant_failed(what);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn invariant_failed(what: &str) -> ! {
+    fatal(|w| {
+        w.str("internal error: ").str(what);
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

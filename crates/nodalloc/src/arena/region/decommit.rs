@@ -44,7 +44,7 @@ impl Region {
         while !state.oldest.is_null() {
             let oldest = state.oldest;
             // SAFETY: the span lock is held; the age list holds heads of dirty free spans.
-            let (units, freed_at) = unsafe { ((*oldest).units, (*oldest).freed_at) };
+            let (units, freed_at) = unsafe { ((*oldest).units, (*oldest).role.free.freed_at) };
             let pool = DirtyPool {
                 dirty_bytes: state.dirty_bytes,
                 active_bytes,

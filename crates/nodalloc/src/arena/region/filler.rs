@@ -32,7 +32,7 @@ impl Region {
                     self.free_span_in_chunk(state, map, chunk, units)
                 {
                     // SAFETY: the span lock is held; `meta` heads a free span of this pool.
-                    let clean = unsafe { (*meta).freed_at } == 0;
+                    let clean = unsafe { (*meta).role.free.freed_at } == 0;
                     if clean && !self.charge(units << UNIT_SHIFT) {
                         return None;
                     }

@@ -23,7 +23,7 @@ pub use budget::CommitBudget;
 pub use decommit::DecommitPolicy;
 use spans::bucket_of;
 
-use super::pagemap::{AgeLinks, Aside, Kind, PageMap, Tag, UnitMeta};
+use super::pagemap::{AgeLinks, Kind, PageMap, Role, Tag, UnitMeta};
 use super::round_up;
 use crate::ds::spinlock::SpinLock;
 use crate::os;
@@ -114,15 +114,6 @@ pub struct Region {
 
 // SAFETY: `state` is only touched with `lock` held; the rest is immutable after `init` or atomic.
 unsafe impl Sync for Region {}
-
-/// Marker in a large span's `live` field (unused by large spans otherwise): the span's memory is
-/// known to read as zero (fresh from the frontier or decommitted), so `calloc` need not clear it.
-pub const ZEROED: u32 = 1;
-
-/// Marker in a bag's `freed_at` field (unused by bags outside secure mode): the bag's memory
-/// read as zero when it was taken (fresh or decommitted), so an object carved from it for the
-/// first time is zero but for the link word carving wrote (`calloc` need not clear it).
-pub const BAG_ZEROED: u64 = 1;
 
 impl Region {
     /// Sets the range of a zeroed region. Must run before the region is shared.
@@ -272,15 +263,14 @@ impl Region {
             })?;
         self.tag_in_use(map, address, units, usage);
         self.count_used(state, address, units, true);
-        if zeroed {
-            let meta = map.meta(map.unit_of(address));
-            // SAFETY: the span lock is held and the span is ours (just tagged).
-            unsafe {
-                match usage {
-                    SpanUse::Large => (*meta).live = ZEROED,
-                    SpanUse::Bag(_) => (*meta).freed_at = BAG_ZEROED,
-                }
-            }
+        let meta = map.meta(map.unit_of(address));
+        // SAFETY: the span lock is held and the span is ours (just tagged): its head takes its
+        // new role whole, so nothing of the free span's state is read in the new role's sense.
+        unsafe {
+            (*meta).role = match usage {
+                SpanUse::Large => Role::new_large(zeroed),
+                SpanUse::Bag(_) => Role::new_bag(zeroed),
+            };
         }
         self.active
             .fetch_add(units << UNIT_SHIFT, Ordering::Relaxed);
@@ -346,7 +336,8 @@ impl Region {
         let mut new_bytes = needed_end.saturating_sub(room_end);
         if !neighbour.is_null() {
             // SAFETY: as above.
-            let (available, freed_at) = unsafe { ((*neighbour).units, (*neighbour).freed_at) };
+            let (available, freed_at) =
+                unsafe { ((*neighbour).units, (*neighbour).role.free.freed_at) };
             if freed_at == 0 {
                 new_bytes += available.min(extra) << UNIT_SHIFT;
             }
@@ -362,7 +353,8 @@ impl Region {
         }
         if !neighbour.is_null() {
             // SAFETY: as above.
-            let (available, freed_at) = unsafe { ((*neighbour).units, (*neighbour).freed_at) };
+            let (available, freed_at) =
+                unsafe { ((*neighbour).units, (*neighbour).role.free.freed_at) };
             self.remove_free(state, neighbour);
             let used = available.min(extra);
             if available > used {

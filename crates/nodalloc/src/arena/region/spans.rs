@@ -35,7 +35,7 @@ impl Region {
                 let head = map.unit_of_meta(candidate);
                 if let Some(offset) = fit(map.address_of(head), span_units, units, align_units) {
                     // SAFETY: as above.
-                    if unsafe { (*candidate).freed_at } != 0 {
+                    if unsafe { (*candidate).role.free.freed_at } != 0 {
                         let address =
                             self.carve(state, map, candidate, head, span_units, offset, units);
                         return Some((address, false));
@@ -78,7 +78,7 @@ impl Region {
         units: usize,
     ) -> usize {
         // SAFETY: the span lock is held; `meta` heads a free span.
-        let freed_at = unsafe { (*meta).freed_at };
+        let freed_at = unsafe { (*meta).role.free.freed_at };
         self.remove_free(state, meta);
         if offset > 0 {
             self.insert_free(state, map, head, offset, freed_at);
@@ -108,7 +108,7 @@ impl Region {
                 let head = map.unit_of(last) + 1 - length;
                 let meta = map.meta(head);
                 // SAFETY: as above.
-                if unsafe { (*meta).freed_at } == 0 {
+                if unsafe { (*meta).role.free.freed_at } == 0 {
                     self.remove_free(state, meta);
                     start = map.address_of(head);
                 }
@@ -186,11 +186,7 @@ impl Region {
                 units,
                 next: null_mut(),
                 prev: null_mut(),
-                free: null_mut(),
-                carved: 0,
-                live: 0,
-                aside: Aside::NONE,
-                freed_at: 0,
+                role: Role::new_free(0),
             };
         }
     }
@@ -216,7 +212,7 @@ impl Region {
                 let head = map.unit_of(left) + 1 - length;
                 let meta = map.meta(head);
                 // SAFETY: as above.
-                if (unsafe { (*meta).freed_at } != 0) == dirty {
+                if (unsafe { (*meta).role.free.freed_at } != 0) == dirty {
                     self.remove_free(state, meta);
                     map.set_tag(map.unit_of(left), Tag::UNUSED);
                     first = head;
@@ -228,7 +224,7 @@ impl Region {
         if right < state.frontier && map.tag(right).kind() == Kind::Free {
             let meta = map.meta(map.unit_of(right));
             // SAFETY: the span lock is held; `meta` heads a free span.
-            let (length, right_dirty) = unsafe { ((*meta).units, (*meta).freed_at != 0) };
+            let (length, right_dirty) = unsafe { ((*meta).units, (*meta).role.free.freed_at != 0) };
             if right_dirty == dirty {
                 self.remove_free(state, meta);
                 map.set_tag(map.unit_of(right), Tag::UNUSED);
@@ -258,22 +254,18 @@ impl Region {
                 units,
                 next: state.buckets[bucket],
                 prev: null_mut(),
-                free: null_mut(),
-                carved: 0,
-                live: 0,
-                aside: Aside::NONE,
-                freed_at,
+                role: Role::new_free(freed_at),
             };
             if !state.buckets[bucket].is_null() {
                 (*state.buckets[bucket]).prev = meta;
             }
             if freed_at != 0 {
                 state.dirty_bytes += units << UNIT_SHIFT;
-                (*meta).aside.age.older = state.newest;
+                (*meta).role.free.age.older = state.newest;
                 if state.newest.is_null() {
                     state.oldest = meta;
                 } else {
-                    (*state.newest).aside.age.newer = meta;
+                    (*state.newest).role.free.age.newer = meta;
                 }
                 state.newest = meta;
             }
@@ -306,23 +298,22 @@ impl Region {
             if !(*meta).next.is_null() {
                 (*(*meta).next).prev = (*meta).prev;
             }
-            if (*meta).freed_at != 0 {
+            if (*meta).role.free.freed_at != 0 {
                 state.dirty_bytes -= (*meta).units << UNIT_SHIFT;
-                let AgeLinks { older, newer } = (*meta).aside.age;
+                let AgeLinks { older, newer } = (*meta).role.free.age;
                 if older.is_null() {
                     state.oldest = newer;
                 } else {
-                    (*older).aside.age.newer = newer;
+                    (*older).role.free.age.newer = newer;
                 }
                 if newer.is_null() {
                     state.newest = older;
                 } else {
-                    (*newer).aside.age.older = older;
+                    (*newer).role.free.age.older = older;
                 }
             }
             (*meta).next = null_mut();
             (*meta).prev = null_mut();
-            (*meta).aside = Aside::NONE;
         }
     }
 }
