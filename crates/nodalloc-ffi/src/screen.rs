@@ -7,7 +7,7 @@
 //! The screen costs one load, one compare and one store on the free fast path, and one store on
 //! the malloc fast path.
 
-use nodalloc_core::raw::{self, PointerMisuse, SizeClass, ThreadHeap};
+use nodalloc_core::raw::{self, NodeId, PointerMisuse, SizeClass, ThreadHeap};
 
 /// Written into the second word of a block this face frees. Any value works (a match is
 /// confirmed before anything is reported); this one is unlikely as program data.
@@ -45,7 +45,7 @@ pub(crate) unsafe fn free_classified(
     heap: Option<&mut ThreadHeap>,
     ptr: *mut u8,
     class: SizeClass,
-    origin: usize,
+    origin: NodeId,
 ) {
     match heap {
         // SAFETY: forwarded contract; a block of this heap's node.

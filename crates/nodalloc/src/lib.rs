@@ -67,6 +67,7 @@ pub use face::*;
 #[cfg(not(loom))]
 mod face {
     use crate::instance::{with_heap, Instance};
+    use crate::node::NodeId;
     use crate::size_class::{class_of, SizeClass};
     use core::alloc::{GlobalAlloc, Layout};
     use core::ptr::null_mut;
@@ -106,8 +107,8 @@ mod face {
                 return null_mut();
             }
             match class_of(layout.size(), layout.align()) {
-                Some(class) => instance.alloc_single(Some(node), class),
-                None => instance.alloc_large_on(node, layout.size(), layout.align()),
+                Some(class) => instance.alloc_single(Some(NodeId(node)), class),
+                None => instance.alloc_large_on(NodeId(node), layout.size(), layout.align()),
             }
         }
     }
@@ -231,14 +232,16 @@ mod face {
 
     /// The node whose memory holds `ptr`, if nodalloc handed it out.
     pub fn node_of(ptr: *const u8) -> Option<usize> {
-        Instance::existing()?.origin_of(ptr as usize)
+        Instance::existing()?
+            .origin_of(ptr as usize)
+            .map(NodeId::index)
     }
 
     /// The calling thread's home node (binding it first if it has not allocated yet).
     pub fn current_node() -> usize {
         with_heap(|heap| {
             heap.run_attach_hook();
-            heap.node()
+            heap.node().index()
         })
     }
 

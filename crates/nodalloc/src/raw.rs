@@ -11,6 +11,7 @@ use core::ptr::null_mut;
 
 pub use crate::instance::Pointer;
 pub use crate::node::Misuse as PointerMisuse;
+pub use crate::node::NodeId;
 pub use crate::os::cpuset::CpuSet;
 pub use crate::os::options::parse_size;
 pub use crate::os::{env, read_file, thread_affinity};
@@ -86,7 +87,7 @@ pub unsafe fn free_small(
     heap: Option<&mut ThreadHeap>,
     ptr: *mut u8,
     class: SizeClass,
-    origin: usize,
+    origin: NodeId,
 ) {
     match heap {
         // SAFETY: forwarded contract.

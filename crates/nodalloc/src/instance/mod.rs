@@ -16,7 +16,7 @@
 
 mod start;
 
-use crate::node::{report, Misuse, NodeHeaps};
+use crate::node::{report, Misuse, NodeHeaps, NodeId};
 use crate::os::topology::Topology;
 use crate::size_class::SizeClass;
 use crate::stats::Stats;
@@ -60,7 +60,7 @@ pub enum Pointer {
         /// Its size class.
         class: SizeClass,
         /// The node whose region holds it.
-        origin: usize,
+        origin: NodeId,
     },
     /// A large object of `bytes` usable bytes.
     Large {
@@ -105,21 +105,21 @@ impl Instance {
     }
 
     /// The node whose region holds `address`, if nodalloc's heap holds it.
-    pub(crate) fn origin_of(self, address: usize) -> Option<usize> {
+    pub(crate) fn origin_of(self, address: usize) -> Option<NodeId> {
         self.heaps.origin_of(address)
     }
 
     /// The node of the CPU the caller runs on (node 0 when it cannot be read): the home of a
     /// call without a thread heap.
-    fn current_node(self) -> usize {
+    fn current_node(self) -> NodeId {
         crate::os::current_cpu()
             .map(|cpu| self.heaps.node_of_cpu(cpu))
-            .unwrap_or(0)
+            .unwrap_or_default()
     }
 
     /// A small object straight from `node`'s bags, bypassing every cache (a thread without a
     /// heap, or an allocation on a chosen node). Null when no memory is left.
-    pub(crate) fn alloc_single(self, node: Option<usize>, class: SizeClass) -> *mut u8 {
+    pub(crate) fn alloc_single(self, node: Option<NodeId>, class: SizeClass) -> *mut u8 {
         let node = node.unwrap_or_else(|| self.current_node());
         self.heaps.alloc_single(node, class)
     }
@@ -128,7 +128,7 @@ impl Instance {
     ///
     /// # Safety
     /// `object` is a live object of `class` from `origin`'s region that the caller gives up.
-    pub(crate) unsafe fn free_single(self, origin: usize, class: SizeClass, object: *mut u8) {
+    pub(crate) unsafe fn free_single(self, origin: NodeId, class: SizeClass, object: *mut u8) {
         // SAFETY: forwarded contract.
         unsafe { self.heaps.free_single(origin, class, object) }
     }
@@ -155,7 +155,7 @@ impl Instance {
     }
 
     /// A large object on `node` (which must exist), whatever the caller's node.
-    pub(crate) fn alloc_large_on(self, node: usize, size: usize, align: usize) -> *mut u8 {
+    pub(crate) fn alloc_large_on(self, node: NodeId, size: usize, align: usize) -> *mut u8 {
         self.heaps.alloc_large(node, size, align)
     }
 

@@ -4,7 +4,7 @@
 use super::{INSTANCE, STATS_FD, THREADS_LIVE};
 use crate::bind::{self, BindBase};
 use crate::ds::spinlock::SpinLock;
-use crate::node::{ArenaConfig, DecommitPolicy, NodeHeaps};
+use crate::node::{ArenaConfig, DecommitPolicy, NodeHeaps, NodeId};
 use crate::os;
 use crate::os::options::Options;
 use crate::os::topology::{OvercommitMode, Topology};
@@ -117,7 +117,7 @@ pub(crate) fn attach_current_thread(heap: &mut ThreadHeap) -> bool {
         BindBase::Current
     };
     let binding = bind::bind_current_thread(heaps.topology(), options, index, base);
-    heap.attach(heaps, binding.node);
+    heap.attach(heaps, NodeId(binding.node));
     // On several nodes the home follows the thread: a thread that runs outside its home node
     // (never bound, or re-pinned by the program) re-homes on its next slow path.
     heap.set_binding(binding.mask, heaps.node_count() > 1);

@@ -7,7 +7,7 @@ use super::*;
 impl NodeHeaps {
     /// A batch of free objects of `class` for a thread of `node`: from the ring, else carved from
     /// the node's bags, else (own region exhausted) stolen from the nearest node that has some.
-    pub fn refill(&self, node: usize, class: SizeClass) -> Option<Batch> {
+    pub fn refill(&self, node: NodeId, class: SizeClass) -> Option<Batch> {
         let heap = self.class(node, class);
         if let Some(batch) = heap.ring_pop() {
             heap.ring_touched.store(true, Ordering::Relaxed);
@@ -17,14 +17,14 @@ impl NodeHeaps {
     }
 
     /// Up to `want` objects from bags, own node first, then other nodes nearest first.
-    pub fn take_from_bags(&self, node: usize, class: SizeClass, want: usize) -> Option<Batch> {
+    pub fn take_from_bags(&self, node: NodeId, class: SizeClass, want: usize) -> Option<Batch> {
         if let Some(batch) = self.take_from_node_bags(node, class, want, &mut false) {
             return Some(batch);
         }
         let mut order = [0u8; MAX_NODES];
-        let count = self.arena.topology.nearest_nodes(node, &mut order);
+        let count = self.arena.topology.nearest_nodes(node.index(), &mut order);
         for &other in &order[..count] {
-            let other = other as usize;
+            let other = NodeId(other as usize);
             let stolen = self
                 .class(other, class)
                 .ring_pop()
@@ -42,7 +42,7 @@ impl NodeHeaps {
     /// zero (so the object is zero but for its link word).
     fn take_from_node_bags(
         &self,
-        node: usize,
+        node: NodeId,
         class: SizeClass,
         want: usize,
         head_zeroed: &mut bool,
@@ -64,7 +64,7 @@ impl NodeHeaps {
         while batch.count < want {
             if partial.is_null() {
                 let Some(address) =
-                    arena.alloc_span_on(node, class.bag_units(), 1, SpanUse::Bag(class))
+                    arena.alloc_span_on(node.index(), class.bag_units(), 1, SpanUse::Bag(class))
                 else {
                     break;
                 };
@@ -124,7 +124,7 @@ impl NodeHeaps {
 
     /// One object of `class` for the program, straight from the bags (a thread without a cache:
     /// retired, detached, or `alloc_on_node`). Null when no memory is left.
-    pub fn alloc_single(&self, node: usize, class: SizeClass) -> *mut u8 {
+    pub fn alloc_single(&self, node: NodeId, class: SizeClass) -> *mut u8 {
         let Some(batch) = self.take_from_bags(node, class, 1) else {
             return null_mut();
         };
@@ -133,7 +133,7 @@ impl NodeHeaps {
 
     /// Counts one object taken straight from the bags as the program's (and marks it in the
     /// allocation bitmap in secure mode).
-    fn hand_out_single(&self, node: usize, class: SizeClass, object: *mut u8) -> *mut u8 {
+    fn hand_out_single(&self, node: NodeId, class: SizeClass, object: *mut u8) -> *mut u8 {
         self.class(node, class)
             .allocs
             .fetch_add(1, Ordering::Relaxed);
@@ -146,7 +146,7 @@ impl NodeHeaps {
     /// One object of `class` for `calloc`, straight from `node`'s own bags, and whether it is
     /// known to read as zero but for its first word (carved for the first time from a bag whose
     /// memory was untouched). `None` when the node's bags and region are exhausted.
-    pub fn alloc_single_zeroed(&self, node: usize, class: SizeClass) -> Option<(*mut u8, bool)> {
+    pub fn alloc_single_zeroed(&self, node: NodeId, class: SizeClass) -> Option<(*mut u8, bool)> {
         let mut zeroed = false;
         let batch = self.take_from_node_bags(node, class, 1, &mut zeroed)?;
         Some((self.hand_out_single(node, class, batch.head), zeroed))
@@ -158,7 +158,7 @@ impl NodeHeaps {
     /// # Safety
     /// `object` must be a live object of `class` that the caller gives up (checked, and
     /// reported, in secure mode).
-    pub unsafe fn free_single(&self, origin: usize, class: SizeClass, object: *mut u8) {
+    pub unsafe fn free_single(&self, origin: NodeId, class: SizeClass, object: *mut u8) {
         if self.arena.is_secure() {
             if let Err(refusal) = self.arena.note_freed(object, class) {
                 report(object, refusal.into());
@@ -176,7 +176,7 @@ impl NodeHeaps {
 
     /// Takes back a batch a thread of `node` drained: into the ring if it has room, else into
     /// the bags. Every object must be of `class` and from `node`'s region.
-    pub fn release(&self, node: usize, class: SizeClass, batch: Batch) {
+    pub fn release(&self, node: NodeId, class: SizeClass, batch: Batch) {
         let heap = self.class(node, class);
         let cap = (RING_BYTES / (class.batch() * class.size())).clamp(2, RING_SLOTS);
         heap.ring_touched.store(true, Ordering::Relaxed);
@@ -192,7 +192,7 @@ impl NodeHeaps {
     /// this class (an invalid or double free) and reports it.
     pub fn return_to_bags(
         &self,
-        node: usize,
+        node: NodeId,
         class: SizeClass,
         chain: *mut u8,
     ) -> Result<(), (*mut u8, Misuse)> {
@@ -210,7 +210,7 @@ impl NodeHeaps {
             // SAFETY: chains given to us are linked through first words of free objects.
             let next = unsafe { self.arena.read_link(object, Expect::Class(class)) };
             let address = object as usize;
-            if self.arena.origin_of(address) != Some(node) {
+            if self.arena.origin_of(address) != Some(node.index()) {
                 return Err((object, Misuse::InvalidPointer));
             }
             let Some(tag) = self.arena.tag_checked(address) else {
@@ -265,7 +265,7 @@ impl NodeHeaps {
     ///
     /// # Safety
     /// A well-formed chain of freed objects from `origin`'s region, owned by the caller.
-    pub unsafe fn send_remote(&self, origin: usize, head: *mut u8, tail: *mut u8, count: usize) {
+    pub unsafe fn send_remote(&self, origin: NodeId, head: *mut u8, tail: *mut u8, count: usize) {
         let heap = self.node(origin);
         heap.remote_frees.fetch_add(count as u64, Ordering::Relaxed);
         let arena = self.arena;
@@ -277,7 +277,7 @@ impl NodeHeaps {
     }
 
     /// Sorts `node`'s inbox back into its bags. Cheap when the inbox is empty.
-    pub fn drain_inbox(&self, node: usize) {
+    pub fn drain_inbox(&self, node: NodeId) {
         let heap = self.node(node);
         if heap.inbox.is_empty_hint() {
             return;
@@ -287,7 +287,7 @@ impl NodeHeaps {
         let mut chains = [null_mut::<u8>(); NUM_CLASSES];
         while !object.is_null() {
             // SAFETY: inbox chains are linked through first words of freed objects.
-            let next = unsafe { self.arena.read_link(object, Expect::Node(node)) };
+            let next = unsafe { self.arena.read_link(object, Expect::Node(node.index())) };
             let tag = match self.arena.tag_checked(object as usize) {
                 Some(tag) if tag.is_bag() => tag,
                 _ => report(object, Misuse::InvalidPointer),

@@ -3,7 +3,7 @@
 //! allocation bitmap, and the counters thread heaps publish. The thread layer reaches the arena
 //! only through these.
 
-use super::{Misuse, NodeHeaps};
+use super::{Misuse, NodeHeaps, NodeId};
 use crate::arena::secure::Expect;
 use crate::arena::Pool;
 use crate::size_class::SizeClass;
@@ -46,19 +46,19 @@ impl HomeView {
 impl NodeHeaps {
     /// The view of `node`'s region for a thread heap homed there (never matching in secure
     /// mode, whose frees all take the checked slow path).
-    pub(crate) fn home_view(&self, node: usize) -> HomeView {
+    pub(crate) fn home_view(&self, node: NodeId) -> HomeView {
         let arena = self.arena;
         if arena.is_secure() {
             return HomeView::NONE;
         }
         HomeView {
-            region_base: arena.region_start(node),
+            region_base: arena.region_start(node.index()),
             region_shift: arena.region_shift(),
             arena_base: arena.base(),
             tags: arena.map().tags(),
-            dense_frontier: arena.pool(node, Pool::Dense).frontier_word(),
-            sparse_start: arena.pool(node, Pool::Sparse).start(),
-            sparse_frontier: arena.pool(node, Pool::Sparse).frontier_word(),
+            dense_frontier: arena.pool(node.index(), Pool::Dense).frontier_word(),
+            sparse_start: arena.pool(node.index(), Pool::Sparse).start(),
+            sparse_frontier: arena.pool(node.index(), Pool::Sparse).frontier_word(),
         }
     }
 
@@ -75,14 +75,14 @@ impl NodeHeaps {
     }
 
     /// The node of `cpu` (node 0 for a CPU the topology does not know).
-    pub(crate) fn node_of_cpu(&self, cpu: usize) -> usize {
-        self.arena.topology.node_of_cpu(cpu)
+    pub(crate) fn node_of_cpu(&self, cpu: usize) -> NodeId {
+        NodeId(self.arena.topology.node_of_cpu(cpu))
     }
 
     /// The node whose region holds `address`, if any.
     #[inline]
-    pub(crate) fn origin_of(&self, address: usize) -> Option<usize> {
-        self.arena.origin_of(address)
+    pub(crate) fn origin_of(&self, address: usize) -> Option<NodeId> {
+        self.arena.origin_of(address).map(NodeId)
     }
 
     /// The link of a free object of `class`, checked in secure mode.
@@ -122,7 +122,7 @@ impl NodeHeaps {
     }
 
     /// Adds a thread's published counts of `class` on `node`.
-    pub(crate) fn publish_counts(&self, node: usize, class: SizeClass, allocs: u32, frees: u32) {
+    pub(crate) fn publish_counts(&self, node: NodeId, class: SizeClass, allocs: u32, frees: u32) {
         let central = self.class(node, class);
         central.allocs.fetch_add(allocs as u64, Ordering::Relaxed);
         central.frees.fetch_add(frees as u64, Ordering::Relaxed);

@@ -6,7 +6,7 @@ use super::*;
 impl NodeHeaps {
     /// A large object (a span of whole units) for `node`, spilling to the nearest node when
     /// its region is exhausted. Null when no region can serve.
-    pub fn alloc_large(&self, node: usize, size: usize, align: usize) -> *mut u8 {
+    pub fn alloc_large(&self, node: NodeId, size: usize, align: usize) -> *mut u8 {
         // Heuristic overcommit refuses one request larger than RAM plus swap; so do we, or a
         // program probing with a huge malloc would get memory it can never touch.
         let topology = &self.arena.topology;
@@ -35,7 +35,7 @@ impl NodeHeaps {
         }
         match self
             .arena
-            .alloc_span(node, units, align_units, SpanUse::Large)
+            .alloc_span(node.index(), units, align_units, SpanUse::Large)
         {
             Some((address, from)) => {
                 if secure {
@@ -43,7 +43,7 @@ impl NodeHeaps {
                     // refused guard (the kernel's mapping limit) leaves the span unguarded.
                     unsafe { self.arena.guard_large(address, usable, units) };
                 }
-                let heap = self.node(from);
+                let heap = self.node(NodeId(from));
                 heap.large_allocs.fetch_add(1, Ordering::Relaxed);
                 heap.large_bytes
                     .fetch_add(units << UNIT_SHIFT, Ordering::Relaxed);
@@ -98,7 +98,7 @@ impl NodeHeaps {
                     // SAFETY: a live large span of `units` units that the caller gives up.
                     unsafe { self.arena.unguard_large(address, units) };
                 }
-                let Some(node) = self.arena.origin_of(address) else {
+                let Some(node) = self.origin_of(address) else {
                     // `large_units` found a large span there, which only the arena holds.
                     report(address as *mut u8, Misuse::InvalidPointer)
                 };
@@ -137,7 +137,7 @@ impl NodeHeaps {
     /// or grow into free units after it), keeping the node's large-byte count. False when it
     /// cannot grow there.
     fn resize_span(&self, address: usize, units: usize, new_units: usize) -> bool {
-        let Some(node) = self.arena.origin_of(address) else {
+        let Some(node) = self.origin_of(address) else {
             // `large_units` found a large span there, which only the arena holds.
             report(address as *mut u8, Misuse::InvalidPointer)
         };

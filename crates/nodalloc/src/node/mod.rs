@@ -123,6 +123,22 @@ unsafe impl Sync for NodeHeaps {}
 // SAFETY: as for Sync.
 unsafe impl Send for NodeHeaps {}
 
+/// A usable NUMA node, as the allocator numbers them: a dense index from 0 to the node count,
+/// in the topology's order. Never the kernel's node number (`NodeInfo::os_id`) nor a CPU, which
+/// the platform layer's plain integers are; a `NodeId` only comes from the topology's answers
+/// or from an index checked against the node count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
+#[repr(transparent)]
+pub struct NodeId(pub(crate) usize);
+
+impl NodeId {
+    /// The dense index, for per-node arrays and the public API.
+    #[inline(always)]
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
 /// Why a pointer was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Misuse {
@@ -200,15 +216,20 @@ impl NodeHeaps {
         }
     }
 
-    #[inline(always)]
-    pub fn node(&self, node: usize) -> &NodeHeap {
-        debug_assert!(node < self.arena.node_count());
-        // SAFETY: `heaps` holds `node_count` node heaps (see `create`).
-        unsafe { &*self.heaps.add(node) }
+    /// Every usable node, in order.
+    pub(crate) fn nodes(&self) -> impl Iterator<Item = NodeId> {
+        (0..self.arena.node_count()).map(NodeId)
     }
 
     #[inline(always)]
-    pub fn class(&self, node: usize, class: SizeClass) -> &ClassHeap {
+    pub fn node(&self, node: NodeId) -> &NodeHeap {
+        debug_assert!(node.index() < self.arena.node_count());
+        // SAFETY: `heaps` holds `node_count` node heaps (see `create`).
+        unsafe { &*self.heaps.add(node.index()) }
+    }
+
+    #[inline(always)]
+    pub fn class(&self, node: NodeId, class: SizeClass) -> &ClassHeap {
         &self.node(node).classes[class.index()]
     }
 }
@@ -217,7 +238,7 @@ impl NodeHeaps {
     /// Takes every lock of the instance, node heaps first, then span locks (fork `prepare`).
     /// The order matches the only nesting the allocator has: class lock, then span lock.
     pub fn lock_all(&self) {
-        for node in 0..self.arena.node_count() {
+        for node in self.nodes() {
             for class in &self.node(node).classes {
                 class.lock.acquire();
             }
@@ -227,7 +248,7 @@ impl NodeHeaps {
 
     pub fn unlock_all(&self) {
         self.arena.unlock_all();
-        for node in 0..self.arena.node_count() {
+        for node in self.nodes() {
             for class in &self.node(node).classes {
                 class.lock.release();
             }

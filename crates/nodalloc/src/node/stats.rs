@@ -21,9 +21,9 @@ impl NodeHeaps {
             class.size = SizeClass(index as u8).size();
         }
         let mut out_minus_live = [0i64; NUM_CLASSES];
-        for node in 0..arena.node_count() {
+        for node in heaps.nodes() {
             let heap = heaps.node(node);
-            let usage = arena.usage(node);
+            let usage = arena.usage(node.index());
             let mut out = NodeStats {
                 active: usage.active,
                 committed: usage.committed,
@@ -31,7 +31,7 @@ impl NodeHeaps {
                 decommitted: usage.decommitted,
                 released_in_bags: heap.released_in_bags.load(Ordering::Relaxed),
                 remote_frees: heap.remote_frees.load(Ordering::Relaxed),
-                steals: heap.steals.load(Ordering::Relaxed) + arena.steals(node) as u64,
+                steals: heap.steals.load(Ordering::Relaxed) + arena.steals(node.index()) as u64,
                 large_allocs: heap.large_allocs.load(Ordering::Relaxed),
                 large_frees: heap.large_frees.load(Ordering::Relaxed),
                 allocated: heap.large_bytes.load(Ordering::Relaxed),
@@ -60,7 +60,7 @@ impl NodeHeaps {
             // Objects stolen from (or freed to) another node make per-node counts drift; the
             // totals balance.
             out.allocated = (out.allocated as i64 + live_small).max(0) as usize;
-            stats.nodes[node] = out;
+            stats.nodes[node.index()] = out;
             stats.allocated += out.allocated;
             stats.active += out.active;
             stats.committed += out.committed;

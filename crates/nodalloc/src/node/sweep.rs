@@ -20,7 +20,7 @@
 //!
 //! Layer: part of the node heap; calls `arena`.
 
-use super::NodeHeaps;
+use super::{NodeHeaps, NodeId};
 use crate::arena::pagemap::UnitMeta;
 use crate::arena::secure::Expect;
 use crate::os::PAGE_SIZE;
@@ -71,7 +71,7 @@ impl Granules {
 impl NodeHeaps {
     /// Sweeps `node`'s bags that have been quiet since the pass before the one due at `due`
     /// (every bag with free space, when `force`). Class by class, under each class lock.
-    pub(super) fn sweep_node(&self, node: usize, due: u64, force: bool) {
+    pub(super) fn sweep_node(&self, node: NodeId, due: u64, force: bool) {
         if self.arena.is_secure() {
             return;
         }
@@ -114,7 +114,7 @@ impl NodeHeaps {
     ///
     /// # Safety
     /// The class lock is held and `bag` is a live bag of `class` on `node` (not secure mode).
-    unsafe fn sweep_bag(&self, node: usize, class: SizeClass, bag: *mut UnitMeta) -> usize {
+    unsafe fn sweep_bag(&self, node: NodeId, class: SizeClass, bag: *mut UnitMeta) -> usize {
         let map = self.arena.map();
         let start = map.address_of(map.unit_of_meta(bag));
         let size = class.size();
@@ -215,7 +215,7 @@ impl NodeHeaps {
     /// with a released granule.
     pub(super) unsafe fn restore_granule(
         &self,
-        node: usize,
+        node: NodeId,
         class: SizeClass,
         bag: *mut UnitMeta,
         start: usize,
@@ -246,7 +246,12 @@ impl NodeHeaps {
     ///
     /// # Safety
     /// The class lock is held and `bag` is a bag of `class` whose last object just came back.
-    pub(super) unsafe fn forget_released(&self, node: usize, class: SizeClass, bag: *mut UnitMeta) {
+    pub(super) unsafe fn forget_released(
+        &self,
+        node: NodeId,
+        class: SizeClass,
+        bag: *mut UnitMeta,
+    ) {
         // SAFETY: the caller holds the class lock of this live bag.
         let released = unsafe { (*bag).role.bag.sweep.released };
         if released != 0 {
@@ -277,7 +282,9 @@ mod tests {
 
     /// Takes `count` objects of `class` from node 0's bags as a vector.
     fn take(heaps: &NodeHeaps, class: SizeClass, count: usize) -> Vec<*mut u8> {
-        let batch = heaps.take_from_bags(0, class, count).expect("memory");
+        let batch = heaps
+            .take_from_bags(NodeId(0), class, count)
+            .expect("memory");
         let mut objects = Vec::new();
         let mut object = batch.head;
         while !object.is_null() {
@@ -297,7 +304,7 @@ mod tests {
             chain = object;
         }
         heaps
-            .return_to_bags(0, class, chain)
+            .return_to_bags(NodeId(0), class, chain)
             .expect("valid objects");
     }
 
@@ -356,7 +363,10 @@ mod tests {
             assert!(free_pages.iter().all(|&page| resident(page)));
 
             heaps.flush_all();
-            let released = heaps.node(0).released_in_bags.load(Ordering::Relaxed);
+            let released = heaps
+                .node(NodeId(0))
+                .released_in_bags
+                .load(Ordering::Relaxed);
             let gone = free_pages.iter().filter(|&&page| !resident(page)).count();
             assert!(
                 gone * 2 >= free_pages.len(),
@@ -390,10 +400,19 @@ mod tests {
                 kept.iter().all(|object| !again_set.contains(object)),
                 "{size} B: a live object was handed out"
             );
-            assert_eq!(heaps.node(0).released_in_bags.load(Ordering::Relaxed), 0);
+            assert_eq!(
+                heaps
+                    .node(NodeId(0))
+                    .released_in_bags
+                    .load(Ordering::Relaxed),
+                0
+            );
             give_back(heaps, class, &again);
             give_back(heaps, class, &kept);
-            assert_eq!(heaps.class(0, class).bags.load(Ordering::Relaxed), 0);
+            assert_eq!(
+                heaps.class(NodeId(0), class).bags.load(Ordering::Relaxed),
+                0
+            );
         }
     }
 
@@ -401,23 +420,32 @@ mod tests {
     fn only_bags_quiet_for_a_whole_upkeep_period_are_swept() {
         let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
         let class = class_of(8192, 8).unwrap();
-        let stamp = heaps.node(0).next_upkeep.load(Ordering::Relaxed).max(1);
+        let stamp = heaps
+            .node(NodeId(0))
+            .next_upkeep
+            .load(Ordering::Relaxed)
+            .max(1);
         let (kept, _) = sparse_bag(heaps, class, 4);
-        let released = || heaps.node(0).released_in_bags.load(Ordering::Relaxed);
+        let released = || {
+            heaps
+                .node(NodeId(0))
+                .released_in_bags
+                .load(Ordering::Relaxed)
+        };
         // The pass whose deadline the returns saw: not quiet yet.
-        heaps.sweep_node(0, stamp, false);
+        heaps.sweep_node(NodeId(0), stamp, false);
         assert_eq!(
             released(),
             0,
             "a bag swept in the period its objects came back"
         );
         // The next pass: quiet for a whole period.
-        heaps.sweep_node(0, stamp + 1, false);
+        heaps.sweep_node(NodeId(0), stamp + 1, false);
         assert!(released() > 0, "a quiet bag was not swept");
         // Swept once, the bag is left alone until an object comes back.
         let before = released();
         let again = take(heaps, class, 1);
-        heaps.sweep_node(0, stamp + 2, false);
+        heaps.sweep_node(NodeId(0), stamp + 2, false);
         assert!(released() <= before);
         give_back(heaps, class, &again);
         for &object in &kept {
@@ -426,7 +454,10 @@ mod tests {
         let all = take(heaps, class, class.capacity());
         give_back(heaps, class, &all);
         give_back(heaps, class, &kept);
-        assert_eq!(heaps.class(0, class).bags.load(Ordering::Relaxed), 0);
+        assert_eq!(
+            heaps.class(NodeId(0), class).bags.load(Ordering::Relaxed),
+            0
+        );
         assert_eq!(released(), 0);
     }
 
@@ -437,11 +468,20 @@ mod tests {
         let class = class_of(64, 8).unwrap();
         let (kept, _) = sparse_bag(heaps, class, 8);
         heaps.flush_all();
-        assert_eq!(heaps.node(0).released_in_bags.load(Ordering::Relaxed), 0);
+        assert_eq!(
+            heaps
+                .node(NodeId(0))
+                .released_in_bags
+                .load(Ordering::Relaxed),
+            0
+        );
         let all = take(heaps, class, class.capacity() - kept.len());
         give_back(heaps, class, &all);
         give_back(heaps, class, &kept);
-        assert_eq!(heaps.class(0, class).bags.load(Ordering::Relaxed), 0);
+        assert_eq!(
+            heaps.class(NodeId(0), class).bags.load(Ordering::Relaxed),
+            0
+        );
     }
 
     /// Sweeps under contention: bags of a page-spanning class and of a small one are carved,

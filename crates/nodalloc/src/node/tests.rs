@@ -24,7 +24,7 @@ fn secure_large_objects_end_at_a_guard_that_follows_resizes_and_goes_with_the_fr
     let heaps = NodeHeaps::create(crate::arena::tests::test_arena_secure(1, false)).unwrap();
     let page = crate::os::PAGE_SIZE;
     let size = (300 << 10) + 100;
-    let p = heaps.alloc_large(0, size, 8) as usize;
+    let p = heaps.alloc_large(NodeId(0), size, 8) as usize;
     let usable = heaps.large_usable(p).unwrap();
     assert_eq!(usable, (300 << 10) + page);
     assert_eq!(protection(p + usable - 1), "rw-p");
@@ -56,7 +56,7 @@ fn secure_large_objects_end_at_a_guard_that_follows_resizes_and_goes_with_the_fr
     heaps.free_large(p);
     assert_eq!(protection(p + (units << UNIT_SHIFT) - 1), "rw-p");
     // The span is reused whole by the next request, guard and all in its new place.
-    let q = heaps.alloc_large(0, units << UNIT_SHIFT, 8) as usize;
+    let q = heaps.alloc_large(NodeId(0), units << UNIT_SHIFT, 8) as usize;
     assert_eq!(protection(q + heaps.large_usable(q).unwrap()), "---p");
     assert_eq!(heaps.arena.budget.charged.load(Ordering::Relaxed), {
         heaps.arena.usage(0).committed
@@ -68,7 +68,7 @@ fn only_first_carves_from_untouched_bags_are_known_zero() {
     // Retain budget unlimited: freed bags stay dirty (committed, contents kept).
     let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
     let class = class_of(100_000, 8).unwrap();
-    let (first, zeroed) = heaps.alloc_single_zeroed(0, class).unwrap();
+    let (first, zeroed) = heaps.alloc_single_zeroed(NodeId(0), class).unwrap();
     assert!(zeroed, "a fresh bag's first object");
     // SAFETY: the object is ours, `class.size()` bytes.
     let bytes = unsafe { std::slice::from_raw_parts_mut(first, class.size()) };
@@ -76,10 +76,10 @@ fn only_first_carves_from_untouched_bags_are_known_zero() {
     bytes.fill(0xA5);
     // Freed back into its bag's free list, then handed out again: not known zero.
     // SAFETY: a live object of `class` from node 0, given up.
-    unsafe { heaps.free_single(0, class, first) };
+    unsafe { heaps.free_single(NodeId(0), class, first) };
     let mut seen = Vec::new();
     loop {
-        let (object, zeroed) = heaps.alloc_single_zeroed(0, class).unwrap();
+        let (object, zeroed) = heaps.alloc_single_zeroed(NodeId(0), class).unwrap();
         seen.push(object);
         if object == first {
             assert!(!zeroed, "a reused object was reported zero");
@@ -89,11 +89,11 @@ fn only_first_carves_from_untouched_bags_are_known_zero() {
     }
     for object in seen {
         // SAFETY: each was handed out above and is given up once.
-        unsafe { heaps.free_single(0, class, object) };
+        unsafe { heaps.free_single(NodeId(0), class, object) };
     }
     // The bag falls empty, goes back to the pool dirty, and a new bag over the same memory
     // is not known zero either.
-    let (again, zeroed) = heaps.alloc_single_zeroed(0, class).unwrap();
+    let (again, zeroed) = heaps.alloc_single_zeroed(NodeId(0), class).unwrap();
     // SAFETY: as above.
     if unsafe { *again.add(8) } == 0xA5 {
         assert!(!zeroed, "a bag over dirty memory was reported zero");
@@ -104,7 +104,9 @@ fn only_first_carves_from_untouched_bags_are_known_zero() {
 fn secure_bags_carve_in_a_random_order_and_hand_each_object_out_once() {
     let heaps = NodeHeaps::create(crate::arena::tests::test_arena_secure(1, false)).unwrap();
     let class = class_of(256, 8).unwrap();
-    let batch = heaps.take_from_bags(0, class, class.capacity()).unwrap();
+    let batch = heaps
+        .take_from_bags(NodeId(0), class, class.capacity())
+        .unwrap();
     let mut objects = Vec::new();
     let mut object = batch.head;
     while !object.is_null() {
@@ -123,8 +125,11 @@ fn secure_bags_carve_in_a_random_order_and_hand_each_object_out_once() {
     sorted.sort();
     sorted.dedup();
     assert_eq!(sorted.len(), objects.len(), "an object was carved twice");
-    heaps.return_to_bags(0, class, batch.head).unwrap();
-    assert_eq!(heaps.class(0, class).bags.load(Ordering::Relaxed), 0);
+    heaps.return_to_bags(NodeId(0), class, batch.head).unwrap();
+    assert_eq!(
+        heaps.class(NodeId(0), class).bags.load(Ordering::Relaxed),
+        0
+    );
 }
 
 /// Bag hand-over under contention: four threads take batches of `class` from the same
@@ -165,7 +170,9 @@ pub(in crate::node) fn hand_over_under_contention(class: SizeClass, sweep: bool)
                     rng ^= rng << 17;
                     if rng % 3 != 0 || held.is_empty() {
                         let want = 1 + (rng % 100) as usize;
-                        let batch = heaps.take_from_bags(0, class, want).expect("memory");
+                        let batch = heaps
+                            .take_from_bags(NodeId(0), class, want)
+                            .expect("memory");
                         let mut object = batch.head;
                         let mut count = 0;
                         while !object.is_null() {
@@ -203,7 +210,7 @@ pub(in crate::node) fn hand_over_under_contention(class: SizeClass, sweep: bool)
                         }
                         if round % 2 == 0 {
                             heaps.release(
-                                0,
+                                NodeId(0),
                                 class,
                                 Batch {
                                     head: chain,
@@ -213,7 +220,7 @@ pub(in crate::node) fn hand_over_under_contention(class: SizeClass, sweep: bool)
                             );
                         } else {
                             heaps
-                                .return_to_bags(0, class, chain)
+                                .return_to_bags(NodeId(0), class, chain)
                                 .expect("valid objects");
                         }
                     }
@@ -223,7 +230,7 @@ pub(in crate::node) fn hand_over_under_contention(class: SizeClass, sweep: bool)
                     // SAFETY: we own the object; a one-object chain.
                     unsafe { set_next(object, null_mut()) };
                     heaps
-                        .return_to_bags(0, class, object)
+                        .return_to_bags(NodeId(0), class, object)
                         .expect("valid objects");
                 }
             })
@@ -238,11 +245,17 @@ pub(in crate::node) fn hand_over_under_contention(class: SizeClass, sweep: bool)
     }
     heaps.flush_all();
     assert_eq!(
-        heaps.class(0, class).bags.load(Ordering::Relaxed),
+        heaps.class(NodeId(0), class).bags.load(Ordering::Relaxed),
         0,
         "a bag was lost or kept"
     );
-    assert_eq!(heaps.node(0).released_in_bags.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        heaps
+            .node(NodeId(0))
+            .released_in_bags
+            .load(Ordering::Relaxed),
+        0
+    );
     assert_eq!(heaps.arena.usage(0).active, 0);
 }
 

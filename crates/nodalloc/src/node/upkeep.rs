@@ -11,10 +11,10 @@ impl NodeHeaps {
     /// A node whose own threads have not run it for a whole extra period (a node without CPUs,
     /// or one whose threads are gone) gets its upkeep from whichever thread notices, so objects
     /// freed to its inbox do not stay there forever.
-    pub fn upkeep(&self, node: usize, now: u64) {
+    pub fn upkeep(&self, node: NodeId, now: u64) {
         let period = upkeep_period(self.arena.decommit.delay_ns);
         self.upkeep_node(node, now, 0);
-        for other in 0..self.arena.node_count() {
+        for other in self.nodes() {
             if other != node {
                 self.upkeep_node(other, now, period);
             }
@@ -22,7 +22,7 @@ impl NodeHeaps {
     }
 
     /// Runs `node`'s upkeep if it is due by more than `grace` ns.
-    fn upkeep_node(&self, node: usize, now: u64, grace: u64) {
+    fn upkeep_node(&self, node: NodeId, now: u64, grace: u64) {
         let heap = self.node(node);
         let due = heap.next_upkeep.load(Ordering::Relaxed);
         if now < due.saturating_add(grace) {
@@ -53,13 +53,13 @@ impl NodeHeaps {
             }
         }
         self.sweep_node(node, due, false);
-        self.arena.purge_node(node, false);
+        self.arena.purge_node(node.index(), false);
     }
 
     /// Empties every ring and inbox of every node into the bags and sweeps every bag (for
     /// `purge`).
     pub fn flush_all(&self) {
-        for node in 0..self.arena.node_count() {
+        for node in self.nodes() {
             self.drain_inbox(node);
             for class in 0..NUM_CLASSES {
                 let class = SizeClass(class as u8);

@@ -32,7 +32,7 @@ mod upkeep;
 mod tests;
 
 use crate::ds::{next_of, set_next};
-use crate::node::{HomeView, NodeHeaps, Tag};
+use crate::node::{HomeView, NodeHeaps, NodeId, Tag};
 use crate::os::cpuset::CpuSet;
 use crate::os::topology::MAX_NODES;
 use crate::size_class::{SizeClass, NUM_CLASSES, UNIT_SHIFT};
@@ -62,7 +62,7 @@ pub struct ThreadHeap {
     state: HeapState,
     /// Secure mode (the arena's): every call takes the slow paths, which check everything.
     secure: bool,
-    node: usize,
+    node: NodeId,
     heaps: *const NodeHeaps,
     lists: [FreeList; NUM_CLASSES],
     outboxes: [Outbox; MAX_NODES],
@@ -101,7 +101,7 @@ impl ThreadHeap {
             home: HomeView::NONE,
             state: HeapState::Fresh,
             secure: false,
-            node: 0,
+            node: NodeId(0),
             heaps: core::ptr::null(),
             lists: [FreeList::EMPTY; NUM_CLASSES],
             outboxes: [Outbox::EMPTY; MAX_NODES],
@@ -129,7 +129,7 @@ impl ThreadHeap {
     }
 
     /// Attaches the heap to an allocator instance, homed on `node`.
-    pub(crate) fn attach(&mut self, heaps: &'static NodeHeaps, node: usize) {
+    pub(crate) fn attach(&mut self, heaps: &'static NodeHeaps, node: NodeId) {
         self.heaps = heaps;
         self.node = node;
         self.home = heaps.home_view(node);
@@ -141,7 +141,7 @@ impl ThreadHeap {
     }
 
     /// The home node.
-    pub fn node(&self) -> usize {
+    pub fn node(&self) -> NodeId {
         self.node
     }
 
@@ -232,7 +232,7 @@ impl ThreadHeap {
 
     /// True when a small object of `origin` freed now would go to this heap's cache (attached,
     /// not secure, homed on `origin`): what [`Self::free_local`] requires besides ownership.
-    pub fn caches_node(&self, origin: usize) -> bool {
+    pub fn caches_node(&self, origin: NodeId) -> bool {
         self.state == HeapState::Active && !self.secure && origin == self.node
     }
 

@@ -3,7 +3,7 @@
 //! aborts naming the pointer) when its bit is clear.
 
 use super::ThreadHeap;
-use crate::node::{report, NodeHeaps};
+use crate::node::{report, NodeHeaps, NodeId};
 use crate::size_class::SizeClass;
 use core::ptr::null_mut;
 
@@ -32,7 +32,7 @@ impl ThreadHeap {
     pub(super) unsafe fn secure_free(
         &mut self,
         heaps: &'static NodeHeaps,
-        origin: usize,
+        origin: NodeId,
         object: *mut u8,
         class: SizeClass,
     ) {

@@ -4,7 +4,7 @@
 
 use super::{HeapState, ThreadHeap};
 use crate::ds::{next_of, set_next};
-use crate::node::{report, Misuse, NodeHeaps, DENSE_OBJECT_MAX};
+use crate::node::{report, Misuse, NodeHeaps, NodeId, DENSE_OBJECT_MAX};
 use crate::size_class::SizeClass;
 use core::ptr::null_mut;
 use core::sync::atomic::Ordering;
@@ -197,7 +197,7 @@ impl ThreadHeap {
     pub(super) unsafe fn send_to_outbox(
         &mut self,
         heaps: &'static NodeHeaps,
-        origin: usize,
+        origin: NodeId,
         object: *mut u8,
         class: SizeClass,
     ) {
@@ -206,18 +206,18 @@ impl ThreadHeap {
             .frees
             .fetch_add(1, Ordering::Relaxed);
         // SAFETY: the object is ours now.
-        let full = self.outboxes[origin].push(object, |object, next| unsafe {
+        let full = self.outboxes[origin.index()].push(object, |object, next| unsafe {
             heaps.write_link(object, next)
         });
-        self.outbox_mask |= 1 << origin;
+        self.outbox_mask |= 1 << origin.index();
         if full {
             self.flush_outbox(origin);
         }
     }
 
-    fn flush_outbox(&mut self, origin: usize) {
-        self.outbox_mask &= !(1 << origin);
-        if let Some(chain) = self.outboxes[origin].take() {
+    fn flush_outbox(&mut self, origin: NodeId) {
+        self.outbox_mask &= !(1 << origin.index());
+        if let Some(chain) = self.outboxes[origin.index()].take() {
             if let Some(heaps) = self.heaps() {
                 // SAFETY: the outbox is a well-formed chain of freed objects of `origin`.
                 unsafe { heaps.send_remote(origin, chain.head, chain.tail, chain.count) };
@@ -228,7 +228,7 @@ impl ThreadHeap {
     /// Hands every outbox's chain to its node.
     pub(crate) fn flush_outboxes(&mut self) {
         while self.outbox_mask != 0 {
-            let origin = self.outbox_mask.trailing_zeros() as usize;
+            let origin = NodeId(self.outbox_mask.trailing_zeros() as usize);
             self.flush_outbox(origin);
         }
     }

@@ -38,7 +38,7 @@ fn a_drain_that_re_homes_the_thread_returns_its_batch_to_the_old_node() {
         .arena
         .topology
         .node_of_cpu(crate::os::current_cpu().unwrap());
-    let away = 1 - here;
+    let away = NodeId(1 - here);
     for size in [64, 128 << 10] {
         let class = class_of(size, 8).unwrap();
         // Frees before upkeep is due: up to one below the drain (or one parked object).
@@ -70,7 +70,7 @@ fn a_drain_that_re_homes_the_thread_returns_its_batch_to_the_old_node() {
         }
         assert_eq!(
             heap.node(),
-            here,
+            NodeId(here),
             "{size} B: the heap did not follow the thread"
         );
         heap.flush();
@@ -88,7 +88,7 @@ fn a_drain_that_re_homes_the_thread_returns_its_batch_to_the_old_node() {
 fn cache_stays_within_its_limit_and_drains_the_oldest_batch() {
     let heaps = heaps(1);
     let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
-    heap.attach(heaps, 0);
+    heap.attach(heaps, NodeId(0));
     let class = class_of(64, 8).unwrap();
     let n = 10 * class.cache_limit();
     let objects: Vec<*mut u8> = (0..n).map(|_| allocate(&mut heap, class)).collect();
@@ -116,7 +116,7 @@ fn cache_stays_within_its_limit_and_drains_the_oldest_batch() {
 fn nth_marker_survives_pops_below_the_batch() {
     let heaps = heaps(1);
     let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
-    heap.attach(heaps, 0);
+    heap.attach(heaps, NodeId(0));
     let class = class_of(16, 8).unwrap();
     let batch = class.batch();
     let mut live: Vec<*mut u8> = Vec::new();
@@ -160,8 +160,8 @@ fn remote_frees_go_home_and_are_never_reused_by_the_freeing_node() {
     let heaps = heaps(2);
     let mut home = Box::new(ThreadHeap::with_attach_hook(None));
     let mut remote = Box::new(ThreadHeap::with_attach_hook(None));
-    home.attach(heaps, 0);
-    remote.attach(heaps, 1);
+    home.attach(heaps, NodeId(0));
+    remote.attach(heaps, NodeId(1));
     let class = class_of(128, 8).unwrap();
     let objects: Vec<*mut u8> = (0..1000)
         .map(|_| {
@@ -179,7 +179,10 @@ fn remote_frees_go_home_and_are_never_reused_by_the_freeing_node() {
         unsafe { remote.free(object, class) };
     }
     remote.flush_outboxes();
-    assert_eq!(heaps.node(0).remote_frees.load(Ordering::Relaxed), 1000);
+    assert_eq!(
+        heaps.node(NodeId(0)).remote_frees.load(Ordering::Relaxed),
+        1000
+    );
     // Node 1's thread allocates: it must never get one of node 0's objects back.
     for _ in 0..2000 {
         let mut p = remote.alloc_cached(class);
@@ -208,7 +211,7 @@ fn frees_to_a_node_without_threads_are_sorted_by_other_nodes_upkeep() {
     let heaps = heaps(2);
     let class = class_of(256, 8).unwrap();
     // Objects placed on node 1, as alloc_on_node does; no thread ever lives there.
-    let batch = heaps.take_from_bags(1, class, 32).unwrap();
+    let batch = heaps.take_from_bags(NodeId(1), class, 32).unwrap();
     let mut objects = Vec::new();
     let mut object = batch.head;
     while !object.is_null() {
@@ -216,9 +219,12 @@ fn frees_to_a_node_without_threads_are_sorted_by_other_nodes_upkeep() {
         // SAFETY: walking the batch we were handed.
         object = unsafe { next_of(object) };
     }
-    assert_eq!(heaps.class(1, class).bags.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        heaps.class(NodeId(1), class).bags.load(Ordering::Relaxed),
+        1
+    );
     let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
-    heap.attach(heaps, 0);
+    heap.attach(heaps, NodeId(0));
     for &object in &objects {
         // SAFETY: each object is live and freed once.
         unsafe { heap.free(object, class) };
@@ -230,7 +236,7 @@ fn frees_to_a_node_without_threads_are_sorted_by_other_nodes_upkeep() {
         heap.upkeep();
     }
     assert_eq!(
-        heaps.class(1, class).bags.load(Ordering::Relaxed),
+        heaps.class(NodeId(1), class).bags.load(Ordering::Relaxed),
         0,
         "node 1's bag was never emptied"
     );
@@ -244,8 +250,8 @@ fn secure_heaps_keep_the_fast_paths_empty_and_send_remote_frees_home() {
     let heaps = NodeHeaps::create(crate::arena::tests::test_arena_secure(2, true)).unwrap();
     let mut home = Box::new(ThreadHeap::with_attach_hook(None));
     let mut remote = Box::new(ThreadHeap::with_attach_hook(None));
-    home.attach(heaps, 0);
-    remote.attach(heaps, 1);
+    home.attach(heaps, NodeId(0));
+    remote.attach(heaps, NodeId(1));
     let class = class_of(96, 8).unwrap();
     let mut live: Vec<*mut u8> = Vec::new();
     let mut rng = 99u64;
@@ -270,7 +276,7 @@ fn secure_heaps_keep_the_fast_paths_empty_and_send_remote_frees_home() {
         unsafe { remote.free(object, class) };
     }
     remote.flush_outboxes();
-    heaps.drain_inbox(0);
+    heaps.drain_inbox(NodeId(0));
     let mut reused = 0;
     for _ in 0..4 * sent {
         let object = home.alloc_slow(class);
@@ -289,7 +295,7 @@ fn secure_heaps_keep_the_fast_paths_empty_and_send_remote_frees_home() {
 fn retired_heap_serves_late_calls_without_caching() {
     let heaps = heaps(1);
     let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
-    heap.attach(heaps, 0);
+    heap.attach(heaps, NodeId(0));
     let class = class_of(32, 8).unwrap();
     let p = heap.alloc_slow(class);
     heap.retire();
@@ -303,7 +309,10 @@ fn retired_heap_serves_late_calls_without_caching() {
     }
     assert_eq!(heap.cached(class), 0);
     // Every bag of the class fell empty and went back: nothing is carved.
-    assert_eq!(heaps.class(0, class).bags.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        heaps.class(NodeId(0), class).bags.load(Ordering::Relaxed),
+        0
+    );
 }
 
 /// Classes above `MAX_CACHED`: a thread keeps only the last such object it freed (its
@@ -315,8 +324,8 @@ fn big_classes_park_one_object_per_thread_and_the_statistics_show_where_bytes_si
     let heaps = heaps(1);
     let mut first = Box::new(ThreadHeap::with_attach_hook(None));
     let mut second = Box::new(ThreadHeap::with_attach_hook(None));
-    first.attach(heaps, 0);
-    second.attach(heaps, 0);
+    first.attach(heaps, NodeId(0));
+    second.attach(heaps, NodeId(0));
 
     let small = class_of(64, 8).unwrap();
     let p = allocate(&mut first, small);

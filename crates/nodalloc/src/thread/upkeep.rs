@@ -51,7 +51,7 @@ impl ThreadHeap {
             return;
         };
         let node = heaps.node_of_cpu(cpu);
-        if node != self.node && node < heaps.node_count() {
+        if node != self.node && node.index() < heaps.node_count() {
             self.flush();
             self.attach(heaps, node);
             self.bound_mask = None;
