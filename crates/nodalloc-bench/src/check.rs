@@ -216,8 +216,13 @@ mod tests {
                 let tag = tag_for(p, 3);
                 fill(p, size, tag);
                 verify(p, size, tag).unwrap();
-                // A different index (another object) must not match.
-                assert!(verify(p, size, tag_for(p, 4)).is_err());
+                // A different index (another object) must not match, wherever the two
+                // patterns differ at all: a 1-byte object's two tags share their byte one time
+                // in 256, depending on the buffer's address.
+                let other = tag_for(p, 4);
+                if (0..size).any(|i| byte_value(other, i) != byte_value(tag, i)) {
+                    assert!(verify(p, size, other).is_err());
+                }
             });
         }
     }
