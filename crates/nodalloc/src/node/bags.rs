@@ -8,9 +8,9 @@ impl NodeHeaps {
     /// A batch of free objects of `class` for a thread of `node`: from the ring, else carved from
     /// the node's bags, else (own region exhausted) stolen from the nearest node that has some.
     pub fn refill(&self, node: NodeId, class: SizeClass) -> Option<Batch> {
-        let heap = self.class(node, class);
-        if let Some(batch) = heap.ring_pop() {
-            heap.ring_touched.store(true, Ordering::Relaxed);
+        let class_heap = self.class(node, class);
+        if let Some(batch) = class_heap.ring_pop() {
+            class_heap.ring_touched.store(true, Ordering::Relaxed);
             return Some(batch);
         }
         self.take_from_bags(node, class, class.batch())
@@ -47,15 +47,15 @@ impl NodeHeaps {
         want: usize,
         head_zeroed: &mut bool,
     ) -> Option<Batch> {
-        let heap = self.class(node, class);
+        let class_heap = self.class(node, class);
         let arena = self.arena;
         let map = arena.map();
         let size = class.size();
         let capacity = class.capacity() as u32;
         let secure = arena.is_secure();
-        let _guard = heap.lock.lock();
+        let _guard = class_heap.lock.lock();
         // SAFETY: the class lock is held for the rest of this function.
-        let partial = unsafe { &mut *heap.partial.get() };
+        let partial = unsafe { &mut *class_heap.partial.get() };
         let mut batch = Batch {
             head: null_mut(),
             tail: null_mut(),
@@ -68,7 +68,7 @@ impl NodeHeaps {
                 else {
                     break;
                 };
-                heap.bags.fetch_add(1, Ordering::Relaxed);
+                class_heap.bags.fetch_add(1, Ordering::Relaxed);
                 *partial = map.meta(map.unit_of(address));
                 if secure {
                     // SAFETY: the class lock is held and the bag is new, on no list but ours.
@@ -114,7 +114,9 @@ impl NodeHeaps {
                 }
             }
         }
-        heap.out_of_bags.fetch_add(batch.count, Ordering::Relaxed);
+        class_heap
+            .out_of_bags
+            .fetch_add(batch.count, Ordering::Relaxed);
         if batch.count == 0 {
             None
         } else {
@@ -177,10 +179,10 @@ impl NodeHeaps {
     /// Takes back a batch a thread of `node` drained: into the ring if it has room, else into
     /// the bags. Every object must be of `class` and from `node`'s region.
     pub fn release(&self, node: NodeId, class: SizeClass, batch: Batch) {
-        let heap = self.class(node, class);
+        let class_heap = self.class(node, class);
         let cap = (RING_BYTES / (class.batch() * class.size())).clamp(2, RING_SLOTS);
-        heap.ring_touched.store(true, Ordering::Relaxed);
-        if let Err(batch) = heap.ring_push(batch, cap) {
+        class_heap.ring_touched.store(true, Ordering::Relaxed);
+        if let Err(batch) = class_heap.ring_push(batch, cap) {
             if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head) {
                 report(object, misuse);
             }
@@ -196,15 +198,15 @@ impl NodeHeaps {
         class: SizeClass,
         chain: *mut u8,
     ) -> Result<(), (*mut u8, Misuse)> {
-        let heap = self.class(node, class);
+        let class_heap = self.class(node, class);
         let map = self.arena.map();
         let size = class.size();
         let capacity = class.capacity() as u32;
         // The node's next upkeep deadline dates the returns for the sweep.
         let stamp = self.node(node).next_upkeep.load(Ordering::Relaxed).max(1);
-        let _guard = heap.lock.lock();
+        let _guard = class_heap.lock.lock();
         // SAFETY: the class lock is held for the rest of this function.
-        let partial = unsafe { &mut *heap.partial.get() };
+        let partial = unsafe { &mut *class_heap.partial.get() };
         let mut object = chain;
         while !object.is_null() {
             // SAFETY: chains given to us are linked through first words of free objects.
@@ -242,12 +244,12 @@ impl NodeHeaps {
                 (*bag).role.bag.free = object;
                 (*bag).role.bag.live -= 1;
                 (*bag).role.bag.sweep.returned_at = stamp;
-                heap.out_of_bags.fetch_sub(1, Ordering::Relaxed);
+                class_heap.out_of_bags.fetch_sub(1, Ordering::Relaxed);
                 if (*bag).role.bag.live == 0 {
                     if !was_full {
                         unlink(partial, bag);
                     }
-                    heap.bags.fetch_sub(1, Ordering::Relaxed);
+                    class_heap.bags.fetch_sub(1, Ordering::Relaxed);
                     self.forget_released(node, class, bag);
                     // SAFETY: no object of the bag is out any more.
                     self.arena.free_span(start, (*bag).units);
@@ -257,7 +259,7 @@ impl NodeHeaps {
             }
             object = next;
         }
-        heap.to_sweep.store(true, Ordering::Relaxed);
+        class_heap.to_sweep.store(true, Ordering::Relaxed);
         Ok(())
     }
 
@@ -266,23 +268,26 @@ impl NodeHeaps {
     /// # Safety
     /// A well-formed chain of freed objects from `origin`'s region, owned by the caller.
     pub unsafe fn send_remote(&self, origin: NodeId, head: *mut u8, tail: *mut u8, count: usize) {
-        let heap = self.node(origin);
-        heap.remote_frees.fetch_add(count as u64, Ordering::Relaxed);
+        let node_heap = self.node(origin);
+        node_heap
+            .remote_frees
+            .fetch_add(count as u64, Ordering::Relaxed);
         let arena = self.arena;
         // SAFETY: forwarded contract; the link written is `tail`'s, in the arena's encoding.
         unsafe {
-            heap.inbox
+            node_heap
+                .inbox
                 .push_chain_with(head, tail, |tail, next| arena.write_link(tail, next))
         };
     }
 
     /// Sorts `node`'s inbox back into its bags. Cheap when the inbox is empty.
     pub fn drain_inbox(&self, node: NodeId) {
-        let heap = self.node(node);
-        if heap.inbox.is_empty_hint() {
+        let node_heap = self.node(node);
+        if node_heap.inbox.is_empty_hint() {
             return;
         }
-        let mut object = heap.inbox.take_all();
+        let mut object = node_heap.inbox.take_all();
         // Group by class so each class lock is taken once.
         let mut chains = [null_mut::<u8>(); NUM_CLASSES];
         while !object.is_null() {

@@ -123,8 +123,10 @@ impl NodeHeaps {
 
     /// Adds a thread's published counts of `class` on `node`.
     pub(crate) fn publish_counts(&self, node: NodeId, class: SizeClass, allocs: u32, frees: u32) {
-        let central = self.class(node, class);
-        central.allocs.fetch_add(allocs as u64, Ordering::Relaxed);
-        central.frees.fetch_add(frees as u64, Ordering::Relaxed);
+        let class_heap = self.class(node, class);
+        class_heap
+            .allocs
+            .fetch_add(allocs as u64, Ordering::Relaxed);
+        class_heap.frees.fetch_add(frees as u64, Ordering::Relaxed);
     }
 }

@@ -43,9 +43,10 @@ impl NodeHeaps {
                     // refused guard (the kernel's mapping limit) leaves the span unguarded.
                     unsafe { self.arena.guard_large(address, usable, units) };
                 }
-                let heap = self.node(NodeId(from));
-                heap.large_allocs.fetch_add(1, Ordering::Relaxed);
-                heap.large_bytes
+                let node_heap = self.node(NodeId(from));
+                node_heap.large_allocs.fetch_add(1, Ordering::Relaxed);
+                node_heap
+                    .large_bytes
                     .fetch_add(units << UNIT_SHIFT, Ordering::Relaxed);
                 address as *mut u8
             }
@@ -102,9 +103,10 @@ impl NodeHeaps {
                     // `large_units` found a large span there, which only the arena holds.
                     report(address as *mut u8, Misuse::InvalidPointer)
                 };
-                let heap = self.node(node);
-                heap.large_frees.fetch_add(1, Ordering::Relaxed);
-                heap.large_bytes
+                let node_heap = self.node(node);
+                node_heap.large_frees.fetch_add(1, Ordering::Relaxed);
+                node_heap
+                    .large_bytes
                     .fetch_sub(units << UNIT_SHIFT, Ordering::Relaxed);
                 // SAFETY: `address` heads a live large span of `units` units that the caller
                 // gives up.
@@ -142,7 +144,7 @@ impl NodeHeaps {
             report(address as *mut u8, Misuse::InvalidPointer)
         };
         let region = self.arena.pool_of(address);
-        let heap = self.node(node);
+        let node_heap = self.node(node);
         if new_units < units {
             region.shrink(
                 self.arena.map(),
@@ -151,14 +153,16 @@ impl NodeHeaps {
                 new_units,
                 self.arena.decommit,
             );
-            heap.large_bytes
+            node_heap
+                .large_bytes
                 .fetch_sub((units - new_units) << UNIT_SHIFT, Ordering::Relaxed);
             true
         } else if new_units > units {
             let grown = new_units <= self.arena.pool_bytes() >> UNIT_SHIFT
                 && region.grow(self.arena.map(), address, units, new_units);
             if grown {
-                heap.large_bytes
+                node_heap
+                    .large_bytes
                     .fetch_add((new_units - units) << UNIT_SHIFT, Ordering::Relaxed);
             }
             grown

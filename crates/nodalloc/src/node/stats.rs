@@ -22,36 +22,38 @@ impl NodeHeaps {
         }
         let mut out_minus_live = [0i64; NUM_CLASSES];
         for node in heaps.nodes() {
-            let heap = heaps.node(node);
+            let node_heap = heaps.node(node);
             let usage = arena.usage(node.index());
             let mut out = NodeStats {
                 active: usage.active,
                 committed: usage.committed,
                 mapped: usage.mapped,
                 decommitted: usage.decommitted,
-                released_in_bags: heap.released_in_bags.load(Ordering::Relaxed),
-                remote_frees: heap.remote_frees.load(Ordering::Relaxed),
-                steals: heap.steals.load(Ordering::Relaxed) + arena.steals(node.index()) as u64,
-                large_allocs: heap.large_allocs.load(Ordering::Relaxed),
-                large_frees: heap.large_frees.load(Ordering::Relaxed),
-                allocated: heap.large_bytes.load(Ordering::Relaxed),
+                released_in_bags: node_heap.released_in_bags.load(Ordering::Relaxed),
+                remote_frees: node_heap.remote_frees.load(Ordering::Relaxed),
+                steals: node_heap.steals.load(Ordering::Relaxed)
+                    + arena.steals(node.index()) as u64,
+                large_allocs: node_heap.large_allocs.load(Ordering::Relaxed),
+                large_frees: node_heap.large_frees.load(Ordering::Relaxed),
+                allocated: node_heap.large_bytes.load(Ordering::Relaxed),
                 dense_bags: usage.dense_active,
                 huge_pages: 0,
             };
             let mut live_small: i64 = 0;
             for (index, class) in stats.classes.iter_mut().enumerate() {
-                let central = heaps.class(node, SizeClass(index as u8));
-                let allocs = central.allocs.load(Ordering::Relaxed);
-                let frees = central.frees.load(Ordering::Relaxed);
+                let class_heap = heaps.class(node, SizeClass(index as u8));
+                let allocs = class_heap.allocs.load(Ordering::Relaxed);
+                let frees = class_heap.frees.load(Ordering::Relaxed);
                 class.allocs += allocs;
                 class.frees += frees;
-                let bags = central.bags.load(Ordering::Relaxed);
-                let out = central.out_of_bags.load(Ordering::Relaxed);
+                let bags = class_heap.bags.load(Ordering::Relaxed);
+                let out = class_heap.out_of_bags.load(Ordering::Relaxed);
                 let bag_bytes = SizeClass(index as u8).bag_bytes();
                 class.bags += bags;
                 class.free_in_bags += (bags * bag_bytes).saturating_sub(out * class.size);
-                class.in_rings +=
-                    (central.in_ring.load(Ordering::Relaxed) as isize).max(0) as usize * class.size;
+                class.in_rings += (class_heap.in_ring.load(Ordering::Relaxed) as isize).max(0)
+                    as usize
+                    * class.size;
                 // Out of the bags minus held by the program, summed over nodes (objects stolen
                 // or freed across nodes make one node's figure drift; the sum balances).
                 out_minus_live[index] += out as i64 - (allocs as i64 - frees as i64);

@@ -78,14 +78,14 @@ impl NodeHeaps {
         let mut budget = PASS_BUDGET;
         for class in 0..NUM_CLASSES {
             let class = SizeClass(class as u8);
-            let heap = self.class(node, class);
-            if !force && !heap.to_sweep.load(Ordering::Relaxed) {
+            let class_heap = self.class(node, class);
+            if !force && !class_heap.to_sweep.load(Ordering::Relaxed) {
                 continue;
             }
-            let _guard = heap.lock.lock();
-            heap.to_sweep.store(false, Ordering::Relaxed);
+            let _guard = class_heap.lock.lock();
+            class_heap.to_sweep.store(false, Ordering::Relaxed);
             // SAFETY: the class lock is held for the rest of this iteration.
-            let mut bag = unsafe { *heap.partial.get() };
+            let mut bag = unsafe { *class_heap.partial.get() };
             let mut waiting = false;
             while !bag.is_null() {
                 // SAFETY: the class lock is held and `bag` is on this class's partial list.
@@ -104,7 +104,7 @@ impl NodeHeaps {
                 }
             }
             if waiting {
-                heap.to_sweep.store(true, Ordering::Relaxed);
+                class_heap.to_sweep.store(true, Ordering::Relaxed);
             }
         }
     }

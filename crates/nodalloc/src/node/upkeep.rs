@@ -23,13 +23,13 @@ impl NodeHeaps {
 
     /// Runs `node`'s upkeep if it is due by more than `grace` ns.
     fn upkeep_node(&self, node: NodeId, now: u64, grace: u64) {
-        let heap = self.node(node);
-        let due = heap.next_upkeep.load(Ordering::Relaxed);
+        let node_heap = self.node(node);
+        let due = node_heap.next_upkeep.load(Ordering::Relaxed);
         if now < due.saturating_add(grace) {
             return;
         }
         let next = now + upkeep_period(self.arena.decommit.delay_ns);
-        if heap
+        if node_heap
             .next_upkeep
             .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
             .is_err()
@@ -39,14 +39,14 @@ impl NodeHeaps {
         self.drain_inbox(node);
         for class in 0..NUM_CLASSES {
             let class = SizeClass(class as u8);
-            let central = self.class(node, class);
-            if central.ring.len_hint() == 0 {
+            let class_heap = self.class(node, class);
+            if class_heap.ring.len_hint() == 0 {
                 continue;
             }
-            if central.ring_touched.swap(false, Ordering::Relaxed) {
+            if class_heap.ring_touched.swap(false, Ordering::Relaxed) {
                 continue;
             }
-            while let Some(batch) = central.ring_pop() {
+            while let Some(batch) = class_heap.ring_pop() {
                 if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head) {
                     report(object, misuse);
                 }
