@@ -1,3 +1,6 @@
+//! Unit tests of the arena: regions, spans, the page map, commit-on-demand, the budget and
+//! huge-page advice, on small test arenas (`test_arena`, shared with the upper layers' tests).
+
 use super::*;
 use crate::os::cpuset::CpuSet;
 use pagemap::Kind;

@@ -1,3 +1,6 @@
+//! Unit tests of the node heaps: secure large objects and carving, zeroed carving, and the bag
+//! hand-over under contention (`hand_over_under_contention`, shared with the sweep's tests).
+
 use super::*;
 use crate::arena::tests::test_arena;
 use crate::ds::{next_of, set_next};

@@ -1,3 +1,6 @@
+//! Unit tests of the thread heap: the LRU drain, re-homing, remote frees going home, secure
+//! mode, retirement and parking, on simulated topologies.
+
 use super::*;
 use crate::arena::tests::test_arena;
 use crate::size_class::class_of;
