@@ -157,5 +157,8 @@ void wl_malloc_large(void);  /* stress.c */
 void wl_frag(void);          /* profiles.c */
 void wl_latency(void);       /* profiles.c */
 void wl_rss_time(void);      /* profiles.c */
+void wl_xthread(void);       /* traffic.c */
+void wl_churn(void);         /* traffic.c */
+void wl_alloc_test(void);    /* traffic.c */
 
 #endif /* CLASSIC_H */

@@ -23,7 +23,8 @@
  *            0 = tiny (about 1% of the SCALE=1 work; for test suites).
  *   Bad arguments or an unknown workload: message on stderr, exit 2.
  *
- * Workloads (all written from their published descriptions):
+ * Workloads (all written from their published descriptions; xthread, churn and
+ * alloc-test are described in traffic.c):
  *
  *   larson        Larson & Krishnan server simulation.  Each thread owns an
  *                 array of 1000 slots holding blocks of random size
@@ -126,6 +127,9 @@ static const struct {
     {"frag", wl_frag},
     {"latency", wl_latency},
     {"rss-time", wl_rss_time},
+    {"xthread", wl_xthread},
+    {"churn", wl_churn},
+    {"alloc-test", wl_alloc_test},
 };
 
 #define NWORKLOADS (sizeof workloads / sizeof workloads[0])

@@ -26,6 +26,7 @@ pub const CLASSIC_C: &[(&str, &str)] = &[
     ("cache.c", include_str!("../../c/classic/cache.c")),
     ("stress.c", include_str!("../../c/classic/stress.c")),
     ("profiles.c", include_str!("../../c/classic/profiles.c")),
+    ("traffic.c", include_str!("../../c/classic/traffic.c")),
 ];
 
 /// The timed cases and the profiles that are selected.
@@ -129,7 +130,7 @@ impl ClassicCase {
 }
 
 /// The timed workloads of the classic program.
-pub const TIMED: [&str; 8] = [
+pub const TIMED: [&str; 11] = [
     "larson",
     "xmalloc",
     "cache-thrash",
@@ -138,6 +139,9 @@ pub const TIMED: [&str; 8] = [
     "glibc-simple",
     "glibc-thread",
     "malloc-large",
+    "xthread",
+    "churn",
+    "alloc-test",
 ];
 
 /// Workloads whose output is a distribution or a curve, run once each.
@@ -154,6 +158,13 @@ pub fn classic_cases(mode: Mode, threads: Option<&[usize]>) -> Vec<ClassicCase> 
     let mut out = Vec::new();
     for w in TIMED {
         let single = matches!(w, "glibc-simple" | "malloc-large");
+        // alloc-test is measured single-threaded as well as at the thread counts.
+        if w == "alloc-test" && !counts.contains(&1) {
+            out.push(ClassicCase {
+                workload: w,
+                threads: 1,
+            });
+        }
         if single {
             out.push(ClassicCase {
                 workload: w,
