@@ -199,21 +199,12 @@ impl NodeHeaps {
         resized
     }
 
-    #[cfg(test)]
     /// Bytes usable at `address` (the class size or the span length), for any live object.
+    #[cfg(test)]
     pub fn usable_size(&self, address: usize) -> Result<usize, Misuse> {
-        let Some(tag) = self.arena.tag_checked(address) else {
-            return Err(Misuse::InvalidPointer);
-        };
-        let map = self.arena.map();
-        if tag.is_bag() {
-            let start = map.address_of(map.unit_of(address) - tag.offset_units());
-            let size = tag.class().size();
-            if (address - start) % size != 0 {
-                return Err(Misuse::InvalidPointer);
-            }
-            return Ok(size);
+        match self.small_class_at(address)? {
+            Some(class) => Ok(class.size()),
+            None => self.large_usable(address),
         }
-        self.large_usable(address)
     }
 }
