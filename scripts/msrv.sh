@@ -21,19 +21,14 @@ for manifest in "$scratch"/crates/*/Cargo.toml; do
         "$manifest" > "$manifest.new"
     mv "$manifest.new" "$manifest"
 done
+# The root manifest's shared tables (package fields, lints, profiles) as they are, under a
+# workspace of the two crates.
 cat > "$scratch/Cargo.toml" <<TOML
 [workspace]
 resolver = "2"
 members = ["crates/nodalloc", "crates/nodalloc-ffi"]
 
-[workspace.package]
-version = "0.1.0"
-edition = "2021"
-license = "MIT OR Apache-2.0"
-repository = "https://example.invalid/nodalloc"
-rust-version = "$msrv"
-
-$(sed -n '/^\[workspace.lints.rust\]/,$p' Cargo.toml)
+$(sed -n '/^\[workspace.package\]/,$p' Cargo.toml)
 TOML
 cd "$scratch"
 CARGO_RESOLVER_INCOMPATIBLE_RUST_VERSIONS=fallback cargo generate-lockfile -q
