@@ -21,8 +21,8 @@
  */
 #include "classic.h"
 
-/* A block's first word holds its size, its last word (or second, for blocks under 16 bytes the
- * same word) a check derived from its address and size. */
+/* A block (at least 16 bytes) holds its size in its first word and a check derived from its
+ * address and size in its last. */
 static inline uint64_t check_of(const void *p, size_t size)
 {
     return mix64((uint64_t)(uintptr_t)p ^ (size * 0x9E3779B97F4A7C15ull));
@@ -32,23 +32,20 @@ static void *tagged_alloc(size_t size)
 {
     if (size < 16)
         size = 16;
-    uint64_t *p = xmalloc(size);
-    p[0] = size;
-    memcpy((char *)p + size - 8, &(uint64_t){check_of(p, size)}, 8);
+    void *p = xmalloc(size);
+    put64(p, 0, size);
+    put64(p, size - 8, check_of(p, size));
     return p;
 }
 
 static void tagged_free(void *block)
 {
-    uint64_t *p = block;
-    size_t size = (size_t)p[0];
-    uint64_t check;
+    size_t size = (size_t)get64(block, 0);
     if (size < 16 || size > (64u << 10))
         die("block %p has a damaged size word (%zu)", block, size);
-    memcpy(&check, (char *)p + size - 8, 8);
-    if (check != check_of(p, size))
+    if (get64(block, size - 8) != check_of(block, size))
         die("block %p (%zu bytes) was damaged", block, size);
-    free(p);
+    free(block);
 }
 
 /* ------------------------------------------------------------------------ */

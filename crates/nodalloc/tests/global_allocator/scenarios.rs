@@ -7,6 +7,17 @@ use super::GLOBAL;
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::mpsc;
 
+/// Pins the calling thread to `cpu` alone.
+fn pin(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
+    let pinned = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set)
+    };
+    assert_eq!(pinned, 0);
+}
+
 /// The `repin` scenario.
 pub fn repin() {
     // Default interleave on two simulated nodes (node 0 = CPU 0, node 1 = CPU 1).
@@ -16,17 +27,6 @@ pub fn repin() {
             let mut set: libc::cpu_set_t = std::mem::zeroed();
             libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set);
             (libc::CPU_ISSET(0, &set), libc::CPU_ISSET(1, &set))
-        }
-    };
-    let pin = |cpu: usize| {
-        // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            assert_eq!(
-                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
-                0
-            );
         }
     };
     // Workers are bound by the policy; one re-pinned by the program re-homes at once.
@@ -79,17 +79,6 @@ pub fn repin() {
 /// The `rehome` scenario.
 pub fn rehome() {
     // Two simulated nodes on two CPUs: node 0 is CPU 0, node 1 is CPU 1.
-    let pin = |cpu: usize| {
-        // SAFETY: a zeroed cpu_set_t is valid; CPU_SET writes inside it.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            assert_eq!(
-                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
-                0
-            );
-        }
-    };
     let churn = || {
         let objects: Vec<Box<[u8; 64]>> = (0..5000).map(|_| Box::new([1; 64])).collect();
         drop(objects);
