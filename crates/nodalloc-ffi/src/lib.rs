@@ -5,9 +5,10 @@
 //! to the core crate's operations, errors become `errno`.
 //!
 //! Each thread's heap pointer lives in an initial-exec TLS slot (see `tls.rs`): one `fs`-relative
-//! load, no `__tls_get_addr` call. A null slot means "no heap yet" (the first call creates one);
-//! `RETIRED` means the thread has exited its heap and later calls (from other thread-exit
-//! destructors) go to the node heaps directly.
+//! load, no `__tls_get_addr` call. A thread without a heap points at a shared detached heap on
+//! which every fast path misses; the slow path then creates the thread's heap on its first
+//! call, or, once the thread has retired its heap at exit, serves later calls (from other
+//! thread-exit destructors) from the node heaps directly.
 #![deny(missing_docs)]
 
 mod foreign;
@@ -20,8 +21,6 @@ use core::ptr::null_mut;
 use core::sync::atomic::{AtomicUsize, Ordering};
 use nodalloc_core::raw::{self, class_of_malloc, Pointer, SizeClass, ThreadHeap};
 
-/// The slot value of a thread whose heap has been retired and recycled.
-const RETIRED: usize = 1;
 /// malloc's alignment on x86_64 and aarch64 glibc (`MALLOC_ALIGNMENT`).
 const MALLOC_ALIGN: usize = 16;
 const PAGE: usize = 4096;
@@ -53,23 +52,24 @@ extern "C" fn on_load() {
 }
 
 fn current_heap() -> *mut ThreadHeap {
-    let heap = tls::get();
-    if heap as usize > RETIRED {
-        heap
-    } else {
-        null_mut()
-    }
+    heap().map_or(null_mut(), |heap| heap as *mut ThreadHeap)
 }
 
 /// The calling thread's heap, if it has a live one.
 #[inline(always)]
 fn heap() -> Option<&'static mut ThreadHeap> {
-    let heap = tls::get();
-    if heap as usize > RETIRED {
-        // SAFETY: a slot value above RETIRED is this thread's pooled heap, used by no one else.
-        Some(unsafe { &mut *heap })
-    } else {
+    live(tls::get())
+}
+
+/// `heap` (the slot's value) as the thread's own heap, or `None` for the detached one.
+#[inline(always)]
+fn live(heap: *mut ThreadHeap) -> Option<&'static mut ThreadHeap> {
+    if tls::is_detached(heap) {
         None
+    } else {
+        // SAFETY: a slot value other than the detached heap is this thread's pooled heap, used
+        // by no one else.
+        Some(unsafe { &mut *heap })
     }
 }
 
@@ -83,13 +83,11 @@ fn heap_or_create() -> Option<&'static mut ThreadHeap> {
 /// As [`heap_or_create`]; `inherited_binding` says the thread's mask is known to be the one
 /// nodalloc set on its creator, so binding may start from the process's start-up mask.
 fn heap_or_create_with(inherited_binding: bool) -> Option<&'static mut ThreadHeap> {
-    let current = tls::get();
-    if current as usize == RETIRED {
-        return None;
+    if let Some(heap) = heap() {
+        return Some(heap);
     }
-    if !current.is_null() {
-        // SAFETY: as in `heap`.
-        return Some(unsafe { &mut *current });
+    if tls::is_retired() {
+        return None;
     }
     foreign::remember_startup_mappings();
     let heap = raw::take_heap()?;
@@ -97,7 +95,7 @@ fn heap_or_create_with(inherited_binding: bool) -> Option<&'static mut ThreadHea
     // Attaching may re-enter malloc (binding, the first instance creation registering hooks);
     // those nested calls run without a heap, on the detached path.
     heap.run_attach_hook();
-    if !tls::get().is_null() {
+    if !tls::is_detached(tls::get()) {
         // A nested call created a heap meanwhile: keep that one.
         raw::recycle_heap(heap);
         return heap_or_create();
@@ -137,9 +135,9 @@ extern "C" fn thread_exit(heap: *mut c_void) {
     if heap.is_null() || tls::get() != heap as *mut ThreadHeap {
         return;
     }
-    tls::set(RETIRED as *mut ThreadHeap);
-    // SAFETY: the slot held this heap, which only this (exiting) thread used; the slot now says
-    // RETIRED, so the thread never touches the heap again.
+    tls::retire();
+    // SAFETY: the slot held this heap, which only this (exiting) thread used; the thread is now
+    // retired, so it never touches the heap again.
     raw::recycle_heap(unsafe { &mut *(heap as *mut ThreadHeap) });
 }
 
@@ -148,8 +146,10 @@ fn set_errno(value: c_int) {
     unsafe { *libc::__errno_location() = value };
 }
 
-/// Allocation at `align` (a power of two, at least 16), with errno on failure.
-fn allocate(size: usize, align: usize) -> *mut c_void {
+/// Allocation at `align` (a power of two, at least 16), with errno on failure. The slow paths
+/// the fast ones call are `extern "C"`: they cannot unwind, so `malloc` and `free` need no
+/// landing pad around the calls, keep no stack frame, and tail-call them.
+extern "C" fn allocate(size: usize, align: usize) -> *mut c_void {
     handed_out(raw::alloc(heap_or_create(), size, align))
 }
 
@@ -169,22 +169,26 @@ fn handed_out(p: *mut u8) -> *mut c_void {
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     if let Some(class) = class_of_malloc(size) {
-        if let Some(heap) = heap() {
-            let p = heap.alloc_cached(class);
-            if !p.is_null() {
-                screen::clear_mark(p);
-                return p as *mut c_void;
-            }
-            return malloc_slow(heap, class);
+        let heap = tls::get();
+        // SAFETY: the slot holds this thread's heap or the detached one.
+        let p = unsafe { ThreadHeap::pop_cached(heap, class) };
+        if !p.is_null() {
+            screen::clear_mark(p);
+            return p as *mut c_void;
         }
+        return malloc_slow(size, heap, class);
     }
     allocate(size, MALLOC_ALIGN)
 }
 
+/// A small `malloc` that missed the cache of `heap` (the slot's value, maybe detached).
 #[cold]
 #[inline(never)]
-fn malloc_slow(heap: &mut ThreadHeap, class: SizeClass) -> *mut c_void {
-    handed_out(heap.alloc_slow(class))
+extern "C" fn malloc_slow(size: usize, heap: *mut ThreadHeap, class: SizeClass) -> *mut c_void {
+    match live(heap) {
+        Some(heap) => handed_out(heap.alloc_slow(class)),
+        None => allocate(size, MALLOC_ALIGN),
+    }
 }
 
 /// # Safety
@@ -194,11 +198,10 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     if ptr.is_null() {
         return;
     }
-    if let Some(heap) = heap() {
-        // SAFETY: the caller gives the block up.
-        if unsafe { screen::free_home(heap, ptr as *mut u8) } {
-            return;
-        }
+    // SAFETY: the slot holds this thread's heap or the detached one; the caller gives the
+    // block up.
+    if unsafe { screen::free_home(tls::get(), ptr as *mut u8) } {
+        return;
     }
     // SAFETY: forwarded contract.
     unsafe { free_slow(ptr as *mut u8) }
@@ -206,7 +209,7 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
 
 #[cold]
 #[inline(never)]
-unsafe fn free_slow(ptr: *mut u8) {
+unsafe extern "C" fn free_slow(ptr: *mut u8) {
     match raw::classify(ptr) {
         Ok(Pointer::Foreign) => foreign::free(ptr),
         // SAFETY: a live nodalloc block the caller gives up, of this class and node.

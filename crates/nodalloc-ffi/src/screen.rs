@@ -24,14 +24,18 @@ pub(crate) fn clear_mark(p: *mut u8) {
 /// False, touching nothing, for anything else (the slow path sorts it out).
 ///
 /// # Safety
-/// If `ptr` is a small block of this thread's node, the caller owns it and gives it up.
+/// `heap` is the calling thread's own heap or the detached one (which matches no block). If
+/// `ptr` is a small block of this thread's node, the caller owns it and gives it up.
 #[inline(always)]
-pub(crate) unsafe fn free_home(heap: &mut ThreadHeap, ptr: *mut u8) -> bool {
-    let Some(class) = heap.home_class_of(ptr) else {
+pub(crate) unsafe fn free_home(heap: *mut ThreadHeap, ptr: *mut u8) -> bool {
+    // SAFETY: either heap may be read (contract above).
+    let Some(class) = (unsafe { &*heap }).home_class_of(ptr) else {
         return false;
     };
-    // SAFETY: a small block of this node at an object boundary, given up by the caller.
-    unsafe { screen_and_push(heap, ptr, class) };
+    // SAFETY: the block matched the heap's home region, so the heap is the thread's own (the
+    // detached heap matches nothing); a small block of this node at an object boundary, given
+    // up by the caller.
+    unsafe { screen_and_push(&mut *heap, ptr, class) };
     true
 }
 
@@ -80,7 +84,7 @@ unsafe fn screen_and_push(heap: &mut ThreadHeap, ptr: *mut u8, class: SizeClass)
 /// As for [`screen_and_push`].
 #[cold]
 #[inline(never)]
-unsafe fn free_marked(heap: &mut ThreadHeap, ptr: *mut u8) {
+unsafe extern "C" fn free_marked(heap: &mut ThreadHeap, ptr: *mut u8) {
     let class = match raw::classify(ptr) {
         Ok(raw::Pointer::Small { class, .. }) => class,
         Ok(_) => raw::report_misuse(ptr, PointerMisuse::InvalidPointer),

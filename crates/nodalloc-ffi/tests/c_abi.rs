@@ -252,8 +252,13 @@ fn run_to_announced_misuse(
 /// Runs `misuse MODE`, which prints the pointer it is about to free and frees it, and checks
 /// that it dies of SIGABRT with exactly `nodalloc: free(): WHAT 0x…` on stderr.
 fn assert_bad_free_aborts(misuse: &str, what: &str) {
+    assert_bad_free_aborts_with(misuse, what, &[]);
+}
+
+/// As [`assert_bad_free_aborts`], with `env` set.
+fn assert_bad_free_aborts_with(misuse: &str, what: &str, env: &[(&str, &str)]) {
     for mode in MODES {
-        let (pointer, finished) = run_to_announced_misuse("misuse", misuse, &[], mode);
+        let (pointer, finished) = run_to_announced_misuse("misuse", misuse, env, mode);
         assert_eq!(
             finished.status.signal(),
             Some(SIGABRT),
@@ -303,6 +308,18 @@ fn double_free_of_a_block_above_the_cached_classes_aborts_naming_the_pointer() {
 #[test]
 fn free_of_a_pointer_inside_a_small_block_aborts_naming_the_pointer() {
     assert_bad_free_aborts("middle-small", "invalid pointer");
+}
+
+#[test]
+fn free_of_an_unused_address_of_the_region_aborts_naming_the_pointer() {
+    // Both commit modes: with `demand`, the page map past the frontier was never committed (the
+    // free fast path reads its tags all the same: they are mapped readable, as zero).
+    assert_bad_free_aborts_with("unused", "invalid pointer", &[]);
+    assert_bad_free_aborts_with(
+        "unused",
+        "invalid pointer",
+        &[("NODALLOC_COMMIT", "demand")],
+    );
 }
 
 // ---- Hostile conditions (docs/RELIABILITY.md): exit, limits, many threads, soak ----

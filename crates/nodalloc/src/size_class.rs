@@ -30,6 +30,7 @@ const LOOKUP_MAX: usize = 1024;
 /// A size class index. Invariant: always `< NUM_CLASSES` (only this crate constructs one, from
 /// the tables or from a bag's tag), so per-class arrays may be indexed without a bounds check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(transparent)]
 pub struct SizeClass(pub(crate) u8);
 
 impl SizeClass {
@@ -66,17 +67,19 @@ impl SizeClass {
     }
 
     /// True when `offset` (from the bag start, below 2^32) is a multiple of the class size: the
-    /// start of an object rather than a pointer into one. A multiply and a rotate instead of a
-    /// division (the divisibility test of Granlund and Montgomery): for `size = odd << k`,
-    /// `offset` is a multiple iff `rotr(offset * odd⁻¹, k) <= u32::MAX / size`.
+    /// start of an object rather than a pointer into one. One multiply and one compare instead
+    /// of a division (Lemire, Kaser and Kurz's divisibility test): with
+    /// `m = floor((2^64 - 1) / size) + 1`, `offset` is a multiple iff `offset * m mod 2^64 < m`.
     #[inline(always)]
     pub fn is_object_start(self, offset: usize) -> bool {
         // SAFETY: a SizeClass is always below NUM_CLASSES, the table's length.
-        let divisibility = unsafe { DIVISIBILITY.get_unchecked(self.index()) };
-        (offset as u32)
-            .wrapping_mul(divisibility.inverse)
-            .rotate_right(divisibility.shift)
-            <= divisibility.limit
+        is_multiple(offset, unsafe { *START_MAGIC.get_unchecked(self.index()) })
+    }
+
+    /// The class's `m` of [`SizeClass::is_object_start`], for fast paths that keep a copy
+    /// beside other per-class data (see [`is_multiple`]).
+    pub fn start_magic(self) -> u64 {
+        START_MAGIC[self.index()]
     }
 
     /// Objects a thread keeps cached before draining one batch (two batches), or 0 for the
@@ -178,40 +181,23 @@ pub const MAX_CAPACITY: usize = {
     most
 };
 
-#[derive(Clone, Copy)]
-struct Divisibility {
-    inverse: u32,
-    shift: u32,
-    limit: u32,
-}
-
-static DIVISIBILITY: [Divisibility; NUM_CLASSES] = {
-    let mut table = [Divisibility {
-        inverse: 0,
-        shift: 0,
-        limit: 0,
-    }; NUM_CLASSES];
+/// [`SizeClass::start_magic`] of every class.
+static START_MAGIC: [u64; NUM_CLASSES] = {
+    let mut table = [0u64; NUM_CLASSES];
     let mut i = 0;
     while i < NUM_CLASSES {
-        let size = class_size_of(i) as u32;
-        let shift = size.trailing_zeros();
-        let odd = size >> shift;
-        // Newton's iteration doubles the correct low bits each step: 5 steps reach 32 bits.
-        let mut inverse = odd;
-        let mut step = 0;
-        while step < 5 {
-            inverse = inverse.wrapping_mul(2u32.wrapping_sub(odd.wrapping_mul(inverse)));
-            step += 1;
-        }
-        table[i] = Divisibility {
-            inverse,
-            shift,
-            limit: u32::MAX / size,
-        };
+        table[i] = u64::MAX / class_size_of(i) as u64 + 1;
         i += 1;
     }
     table
 };
+
+/// True when `offset` (below 2^32) is a multiple of the size whose
+/// [`SizeClass::start_magic`] is `magic`.
+#[inline(always)]
+pub fn is_multiple(offset: usize, magic: u64) -> bool {
+    (offset as u64).wrapping_mul(magic) < magic
+}
 
 /// Bytes a batch aims at: 32 KiB keeps batch moves rare for small objects while bounding the
 /// memory a drain parks in the transfer ring; at most 64 objects so a drain stays short.
@@ -376,6 +362,28 @@ mod tests {
                     "class {} offset {offset}",
                     class.size()
                 );
+            }
+            // The test holds for every offset below 2^32: multiples and their neighbours far
+            // past any bag, and offsets spread over the whole range.
+            let size = class.size();
+            for k in [1usize, 3, 1000, (u32::MAX as usize) / size] {
+                let multiple = k * size;
+                assert!(
+                    class.is_object_start(multiple),
+                    "class {size} offset {multiple}"
+                );
+                assert!(!class.is_object_start(multiple - 1));
+                if size > 8 && multiple + 8 <= u32::MAX as usize {
+                    assert!(!class.is_object_start(multiple + 8));
+                }
+            }
+            let mut x = 0x9E37_79B9u32;
+            for _ in 0..20_000 {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                let offset = x as usize;
+                assert_eq!(class.is_object_start(offset), offset % size == 0);
             }
         }
     }

@@ -1,7 +1,7 @@
 /* Frees that nodalloc must refuse by aborting, with a one-line message naming the pointer.
  *
  * Usage: misuse MODE (stack, middle, double, double-small, double-medium, double-big,
- * middle-small). The program prints
+ * middle-small, unused). The program prints
  * "pointer 0x…" (the pointer it is about to free, as %p prints it) on stdout, then makes the
  * bad call; the harness expects SIGABRT and the message on stderr. Reaching the end is a failure (exit 1).
  */
@@ -18,7 +18,7 @@ static void announce(void *pointer) {
 }
 
 int main(int argc, char **argv) {
-    CHECK(argc == 2, "usage: misuse stack|middle|double|double-small|double-medium|double-big|middle-small");
+    CHECK(argc == 2, "usage: misuse stack|middle|double|double-small|double-medium|double-big|middle-small|unused");
     /* An expected abort should not leave a core file behind. */
     struct rlimit no_core = {0, 0};
     setrlimit(RLIMIT_CORE, &no_core);
@@ -84,6 +84,14 @@ int main(int argc, char **argv) {
         char *block = malloc(opaque_size(200));
         CHECK(block != NULL, "malloc(200) failed");
         void *pointer = opaque_pointer(block + 16);
+        announce(pointer);
+        free(pointer);
+    } else if (strcmp(mode, "unused") == 0) {
+        /* Inside the thread's own region (a terabyte by default, at least 64 MiB) but far past
+         * anything handed out: metadata nothing ever wrote, possibly never committed. */
+        char *block = malloc(opaque_size(64));
+        CHECK(block != NULL, "malloc(64) failed");
+        void *pointer = opaque_pointer(block + 40 * MIB + 64);
         announce(pointer);
         free(pointer);
     } else {

@@ -61,7 +61,13 @@ impl Arena {
         let on_demand = config.commit_on_demand;
         let metadata = if on_demand {
             let metadata = os::reserve_inaccessible(metadata_bytes)?;
-            if !os::commit(metadata, header + regions_bytes) {
+            // The tags become readable (zero) everywhere: a thread's `free` then reads the tag
+            // of any unit of its region without first checking that the unit was ever used.
+            let (tags_offset, tags_bytes) = PageMap::tags_in_storage(units);
+            // SAFETY: the tag array lies inside `metadata` (PageMap's layout).
+            let tags = unsafe { metadata.add(header + regions_bytes + tags_offset) };
+            if !os::commit(metadata, header + regions_bytes) || !os::make_readable(tags, tags_bytes)
+            {
                 // SAFETY: we just mapped `metadata` and nothing refers to it.
                 unsafe { os::unmap(metadata, metadata_bytes) };
                 return None;

@@ -120,7 +120,7 @@ const SMALL_PAGE_HEAD: usize = 4 * CHUNK_UNITS * UNIT;
 pub const MIN_REGION_SHIFT: u32 = 26;
 
 impl Arena {
-    #[inline(always)]
+    #[cfg(test)]
     pub fn base(&self) -> usize {
         self.base
     }

@@ -53,16 +53,23 @@ impl Tag {
     pub const FREE: Tag = Tag(5);
     pub const FREE_TAIL: Tag = Tag(6);
 
+    /// The kind bit every bag unit has (first and later), so a free tests it alone.
+    const BAG_BIT: u32 = 8;
+
     pub fn bag(class: SizeClass, offset_units: usize) -> Tag {
-        let kind = if offset_units == 0 { 1 } else { 2 };
+        let kind = if offset_units == 0 {
+            Tag::BAG_BIT | 1
+        } else {
+            Tag::BAG_BIT | 2
+        };
         Tag(kind | (class.0 as u32) << 8 | (offset_units as u32) << 16)
     }
 
     #[inline(always)]
     pub fn kind(self) -> Kind {
         match self.0 & 0xf {
-            1 => Kind::Bag,
-            2 => Kind::BagBody,
+            9 => Kind::Bag,
+            10 => Kind::BagBody,
             3 => Kind::Large,
             4 => Kind::LargeBody,
             5 => Kind::Free,
@@ -74,7 +81,7 @@ impl Tag {
     /// True for both units of a bag (first and later).
     #[inline(always)]
     pub fn is_bag(self) -> bool {
-        matches!(self.0 & 0xf, 1 | 2)
+        self.0 & Tag::BAG_BIT != 0
     }
 
     #[inline(always)]
@@ -241,12 +248,21 @@ impl PageMap {
         units * (core::mem::size_of::<AtomicU32>() + core::mem::size_of::<UnitMeta>() + bitmap)
     }
 
+    /// Where the tag array lies in the storage of a map of `units` units: its byte offset and
+    /// length, both page multiples when `units` is a multiple of 1024.
+    pub fn tags_in_storage(units: usize) -> (usize, usize) {
+        (
+            units * core::mem::size_of::<UnitMeta>(),
+            units * core::mem::size_of::<AtomicU32>(),
+        )
+    }
+
     /// # Safety
     /// `storage` must be zeroed, writable, 64-byte aligned, at least `bytes_for(units, secure)`
     /// long, and live (and be used by nothing else) for as long as the map.
     pub unsafe fn new(base: usize, units: usize, storage: *mut u8, secure: bool) -> PageMap {
         let metas = storage as *mut UnitMeta;
-        let tags_offset = units * core::mem::size_of::<UnitMeta>();
+        let (tags_offset, _) = PageMap::tags_in_storage(units);
         // SAFETY: the tags follow the descriptors inside `storage` (contract above).
         let tags = unsafe { storage.add(tags_offset) } as *const AtomicU32;
         let bits = if secure {

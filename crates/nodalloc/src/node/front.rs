@@ -5,9 +5,8 @@
 
 use super::{Misuse, NodeHeaps, NodeId};
 use crate::arena::secure::Expect;
-use crate::arena::Pool;
-use crate::size_class::SizeClass;
-use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use crate::size_class::{SizeClass, UNIT_SHIFT};
+use core::sync::atomic::{AtomicU32, Ordering};
 
 /// A page-map tag, read on the C face's free fast path.
 pub(crate) use crate::arena::pagemap::Tag;
@@ -16,18 +15,18 @@ pub(crate) use crate::arena::pagemap::Tag;
 pub(crate) use crate::arena::DENSE_OBJECT_MAX;
 
 /// Where a node's small objects live, cached in a thread heap so its free fast paths need no
-/// pointer chase: `(p - region_base) >> region_shift == 0` for an address of the node's region;
-/// below the dense pool's frontier, or inside the sparse pool's reached part, the page map's tag
-/// (at `tags[(p - arena_base) >> UNIT_SHIFT]`) is committed and says what `p` is.
+/// pointer chase: `(p - region_base) >> region_shift == 0` for an address of the node's region,
+/// and then the page map's tag of `p`'s unit is `region_tags[(p - region_base) >> UNIT_SHIFT]`,
+/// readable for every unit of the region (zero, a unit that is no bag, where nothing was ever
+/// written), so the C face's `free` needs no frontier check.
 #[derive(Clone, Copy)]
 pub(crate) struct HomeView {
     pub(crate) region_base: usize,
     pub(crate) region_shift: u32,
-    pub(crate) arena_base: usize,
-    pub(crate) tags: *const AtomicU32,
-    pub(crate) dense_frontier: *const AtomicUsize,
-    pub(crate) sparse_start: usize,
-    pub(crate) sparse_frontier: *const AtomicUsize,
+    /// Units in the region: `(p - region_base) >> UNIT_SHIFT` below it is a unit of the region.
+    pub(crate) region_units: usize,
+    /// The tag of the region's first unit.
+    pub(crate) region_tags: *const AtomicU32,
 }
 
 impl HomeView {
@@ -35,11 +34,8 @@ impl HomeView {
     pub(crate) const NONE: HomeView = HomeView {
         region_base: 0,
         region_shift: 0,
-        arena_base: 0,
-        tags: core::ptr::null(),
-        dense_frontier: core::ptr::null(),
-        sparse_start: 0,
-        sparse_frontier: core::ptr::null(),
+        region_units: 0,
+        region_tags: core::ptr::null(),
     };
 }
 
@@ -51,14 +47,14 @@ impl NodeHeaps {
         if arena.is_secure() {
             return HomeView::NONE;
         }
+        let region_base = arena.region_start(node.index());
+        let map = arena.map();
         HomeView {
-            region_base: arena.region_start(node.index()),
+            region_base,
             region_shift: arena.region_shift(),
-            arena_base: arena.base(),
-            tags: arena.map().tags(),
-            dense_frontier: arena.pool(node.index(), Pool::Dense).frontier_word(),
-            sparse_start: arena.pool(node.index(), Pool::Sparse).start(),
-            sparse_frontier: arena.pool(node.index(), Pool::Sparse).frontier_word(),
+            region_units: arena.region_bytes() >> UNIT_SHIFT,
+            // SAFETY: the region's units are units of the arena, so their tags are in the array.
+            region_tags: unsafe { map.tags().add(map.unit_of(region_base)) },
         }
     }
 

@@ -56,6 +56,14 @@ pub fn commit(address: *mut u8, size: usize) -> bool {
     }
 }
 
+/// Makes a page-aligned range of our own reserved (`PROT_NONE`) mapping readable: its pages
+/// read as zero until [`commit`] makes them writable. Not charged to the commit limit (the
+/// kernel charges only writable private memory). False when the kernel refuses.
+pub fn make_readable(address: *mut u8, size: usize) -> bool {
+    // SAFETY: changing protection of our own reserved range has no effect on other memory.
+    unsafe { libc::mprotect(address as *mut libc::c_void, size, libc::PROT_READ) == 0 }
+}
+
 /// Makes a page-aligned range of our own mapping inaccessible (`PROT_NONE`): a guard page. The
 /// commit charge is unchanged (the kernel keeps the range accounted), so [`commit`] undoes it
 /// without charging again. False when the kernel refuses (e.g. `vm.max_map_count` reached).

@@ -22,26 +22,33 @@ pub(crate) struct FreeList {
     pub(super) head: *mut u8,
     tail: *mut u8,
     nth: *mut u8,
+    /// The class's [`SizeClass::start_magic`], beside the head the C face's `free` pushes to,
+    /// so checking that a pointer starts an object costs no load from elsewhere.
+    pub(super) start_magic: u64,
     count: u32,
     /// The count at which a push must take the slow path: `rest` (arm `nth`) or the limit.
     mark: u32,
-    /// `mark` while `nth` is unarmed: `batch + 1`, or 1 for a class threads do not cache (its
-    /// every free takes the slow path).
-    rest: u32,
     batch: u32,
-    limit: u32,
     /// Objects handed out and taken back since the counts were last published.
     allocs: u32,
     frees: u32,
+    /// `mark` while `nth` is unarmed: `batch + 1`, or 1 for a class threads do not cache (its
+    /// every free takes the slow path).
+    rest: u16,
+    limit: u16,
     /// Secure mode: the list's head (links encoded), while `head` stays null for the fast path.
     pub(super) secure_head: *mut u8,
 }
+
+// One cache line per class: the fast paths touch nothing else of the list.
+const _: () = assert!(core::mem::size_of::<FreeList>() == 64);
 
 impl FreeList {
     pub(super) const EMPTY: FreeList = FreeList {
         head: null_mut(),
         tail: null_mut(),
         nth: null_mut(),
+        start_magic: 0,
         count: 0,
         mark: 0,
         rest: 0,
@@ -54,10 +61,15 @@ impl FreeList {
 
     /// Sets the batch and the limit of `class` (at attach; the list keeps its objects).
     pub(super) fn configure(&mut self, class: SizeClass) {
+        self.start_magic = class.start_magic();
         self.batch = class.batch() as u32;
-        self.limit = class.cache_limit() as u32;
-        self.rest = if self.limit == 0 { 1 } else { self.batch + 1 };
-        self.mark = self.rest;
+        self.limit = class.cache_limit() as u16;
+        self.rest = if self.limit == 0 {
+            1
+        } else {
+            self.batch as u16 + 1
+        };
+        self.mark = self.rest.into();
     }
 
     /// Objects in the list.
@@ -83,7 +95,7 @@ impl FreeList {
         self.allocs = self.allocs.wrapping_add(1);
         // Popping the object `nth` pointed to re-arms the marker for the next push.
         if self.count == self.batch {
-            self.mark = self.rest;
+            self.mark = self.rest.into();
         }
     }
 
@@ -125,9 +137,9 @@ impl FreeList {
     ) -> Option<Batch> {
         if self.mark == self.batch + 1 && self.count == self.batch + 1 {
             self.nth = if secure { self.secure_head } else { self.head };
-            self.mark = self.limit;
+            self.mark = self.limit.into();
         }
-        if self.count < self.limit {
+        if self.count < self.limit.into() {
             return None;
         }
         debug_assert!(!self.nth.is_null());
@@ -142,7 +154,7 @@ impl FreeList {
         self.tail = nth;
         self.count -= self.batch;
         self.nth = null_mut();
-        self.mark = self.rest;
+        self.mark = self.rest.into();
         Some(batch)
     }
 
@@ -157,7 +169,7 @@ impl FreeList {
         self.tail = batch.tail;
         self.count = batch.count as u32;
         self.nth = null_mut();
-        self.mark = self.rest;
+        self.mark = self.rest.into();
     }
 
     /// Keeps only the head (`kept`, linked first), returning the rest; for parking.
@@ -186,7 +198,7 @@ impl FreeList {
         self.tail = null_mut();
         self.nth = null_mut();
         self.count = 0;
-        self.mark = self.rest;
+        self.mark = self.rest.into();
         batch
     }
 

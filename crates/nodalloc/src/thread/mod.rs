@@ -35,7 +35,7 @@ use crate::ds::{next_of, set_next};
 use crate::node::{HomeView, NodeHeaps, NodeId, Tag};
 use crate::os::cpuset::CpuSet;
 use crate::os::topology::MAX_NODES;
-use crate::size_class::{SizeClass, NUM_CLASSES, UNIT_SHIFT};
+use crate::size_class::{self, SizeClass, NUM_CLASSES, UNIT_SHIFT};
 use core::ptr::null_mut;
 use core::sync::atomic::Ordering;
 use free_list::FreeList;
@@ -117,6 +117,13 @@ impl ThreadHeap {
         }
     }
 
+    /// A heap that never attaches: empty caches, a home region no address matches. A face may
+    /// keep one, never written, as the heap of threads that have none, so that its fast paths
+    /// miss on it instead of testing for "no heap" first (see [`ThreadHeap::pop_cached`]).
+    pub const fn detached() -> ThreadHeap {
+        ThreadHeap::with_attach_hook(None)
+    }
+
     /// Runs the attach hook once; true if the heap is attached afterwards.
     pub fn run_attach_hook(&mut self) -> bool {
         if self.state != HeapState::Fresh {
@@ -180,6 +187,24 @@ impl ThreadHeap {
         object
     }
 
+    /// [`Self::alloc_cached`] through a pointer that may be a shared [`Self::detached`] heap:
+    /// that heap's lists are empty, so it is only read, and null comes back.
+    ///
+    /// # Safety
+    /// `heap` points to the calling thread's own heap, or to a detached heap that nothing
+    /// writes.
+    #[inline(always)]
+    pub unsafe fn pop_cached(heap: *mut ThreadHeap, class: SizeClass) -> *mut u8 {
+        // SAFETY: a read of either kind of heap (contract above); a SizeClass is always below
+        // NUM_CLASSES (its invariant), the array's length.
+        let head = unsafe { (*heap).lists.get_unchecked(class.index()).head };
+        if head.is_null() {
+            return head;
+        }
+        // SAFETY: a detached heap's lists are empty, so this is the thread's own heap.
+        unsafe { (*heap).alloc_cached(class) }
+    }
+
     /// Pushes an object of `class` freed by this thread. Objects of other nodes (and anything
     /// outside the home region) take the slow path.
     ///
@@ -198,33 +223,30 @@ impl ThreadHeap {
     /// The class of `object` if it is a small object of this thread's node at an object
     /// boundary, found through the page map; `None`, touching nothing, for anything else
     /// (other nodes, large objects, foreign or invalid pointers, a heap not attached, secure
-    /// mode), which the caller's slow path sorts out. Three loads: a frontier, a tag, and the
-    /// class's geometry.
+    /// mode), which the caller's slow path sorts out. Two loads besides the heap's own fields:
+    /// the unit's tag and the class's magic in the line of its list.
     #[inline(always)]
     pub fn home_class_of(&self, object: *const u8) -> Option<SizeClass> {
         let home = &self.home;
         let address = object as usize;
-        if address.wrapping_sub(home.region_base) >> home.region_shift != 0 {
+        let from_region = address.wrapping_sub(home.region_base);
+        let unit = from_region >> UNIT_SHIFT;
+        if unit >= home.region_units {
             return None;
         }
-        // SAFETY: attached (the region check passed), so both frontiers point into the arena.
-        if address >= unsafe { &*home.dense_frontier }.load(Ordering::Acquire)
-            && (address < home.sparse_start
-                // SAFETY: as above.
-                || address >= unsafe { &*home.sparse_frontier }.load(Ordering::Acquire))
-        {
-            // Past the dense pool's frontier and outside the sparse pool's reached part.
-            return None;
-        }
-        let unit = (address - home.arena_base) >> UNIT_SHIFT;
-        // SAFETY: the address is below its pool's frontier, so its tag exists and is committed.
-        let tag = Tag(unsafe { &*home.tags.add(unit) }.load(Ordering::Relaxed));
+        // SAFETY: a unit of the home region (the view is attached: `NONE` has no units), whose
+        // tag is readable whether or not anything was ever written there.
+        let tag = Tag(unsafe { &*home.region_tags.add(unit) }.load(Ordering::Relaxed));
         if !tag.is_bag() {
             return None;
         }
         let class = tag.class();
-        let bag_start = home.arena_base + ((unit - tag.offset_units()) << UNIT_SHIFT);
-        if !class.is_object_start(address - bag_start) {
+        let bag_offset = from_region - ((unit - tag.offset_units()) << UNIT_SHIFT);
+        // The list's copy of the class's magic: the line the push will write anyway.
+        // SAFETY: a SizeClass is always below NUM_CLASSES (a bag's tag holds one the node
+        // layer wrote), the array's length.
+        let start_magic = unsafe { self.lists.get_unchecked(class.index()) }.start_magic;
+        if !size_class::is_multiple(bag_offset, start_magic) {
             return None;
         }
         Some(class)
@@ -255,9 +277,11 @@ impl ThreadHeap {
     }
 
     /// [`Self::free_mark`] for the class whose list is `list` (one of this heap's lists).
+    /// `extern "C"`: it cannot unwind, so the C face's `free` (which must not unwind either)
+    /// needs no landing pad around the call and keeps no stack frame.
     #[cold]
     #[inline(never)]
-    fn free_mark_of(&mut self, list: *const FreeList) {
+    extern "C" fn free_mark_of(&mut self, list: *const FreeList) {
         // SAFETY: `list` points into `self.lists` (the caller took it from there).
         let index = unsafe { list.offset_from(self.lists.as_ptr()) } as usize;
         self.free_mark(SizeClass(index as u8));

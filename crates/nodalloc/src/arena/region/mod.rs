@@ -89,7 +89,8 @@ pub struct Region {
     /// The reservation is `PROT_NONE` and each stretch the frontier passes is committed first
     /// (`vm.overcommit_memory=2`, where a writable reservation would be charged in full).
     commit_on_demand: bool,
-    /// The frontier, readable without the lock: tags past it may be inaccessible.
+    /// The frontier, readable without the lock: descriptors past it may be inaccessible (tags
+    /// are readable everywhere, zero where never written).
     frontier_hint: AtomicUsize,
     /// The arena's commit budget (lives in the arena header, as long as the region).
     budget: *const CommitBudget,
@@ -161,9 +162,15 @@ impl Region {
         bytes / CHUNK_BYTES
     }
 
-    /// The frontier word itself, for fast paths that cache a pointer to it.
+    /// The frontier as free paths read it.
+    #[cfg(test)]
     pub fn frontier_word(&self) -> &AtomicUsize {
         &self.frontier_hint
+    }
+
+    #[cfg(test)]
+    pub fn start(&self) -> usize {
+        self.start
     }
 
     /// True when `address` lies below the frontier, where tags and descriptors are readable.
@@ -211,10 +218,6 @@ impl Region {
         // Release: the committed metadata is visible to whoever sees the new frontier.
         self.frontier_hint.store(new, Ordering::Release);
         true
-    }
-
-    pub fn start(&self) -> usize {
-        self.start
     }
 
     #[cfg(test)]
