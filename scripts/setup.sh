@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Installs (with apt, on Debian or Ubuntu) what the tests and the showdown use and this machine
 # lacks: build tools for the peers' crates, the programs the LD_PRELOAD tests and the showdown
-# run (gcc, python3, perl, git, sqlite3), valgrind for the callgrind counts, the peers' shared
-# libraries for the C-level showdown (libmimalloc2.0, libjemalloc2, libtcmalloc-minimal4) and a
-# TrueType font for the PNG plots. Prints what it installs; does nothing when all are present.
+# run (gcc, python3, perl, git, sqlite3, redis-server with redis-benchmark), valgrind for the
+# callgrind counts, the peers' shared libraries for the C-level showdown (libmimalloc2.0,
+# libjemalloc2, libtcmalloc-minimal4) and a TrueType font for the PNG plots. Prints what it
+# installs; does nothing when all are present.
 #   scripts/setup.sh
 set -euo pipefail
 
 need_apt=()
 for tool in cmake:cmake g++:g++ make:make valgrind:valgrind gcc:gcc python3:python3 perl:perl \
-            git:git sqlite3:sqlite3 kill:procps pkg-config:pkg-config; do
+            git:git sqlite3:sqlite3 redis-server:redis-server redis-benchmark:redis-tools \
+            kill:procps pkg-config:pkg-config; do
   command -v "${tool%%:*}" >/dev/null 2>&1 || need_apt+=("${tool##*:}")
 done
 # A shared library counts as present wherever the usual library directories hold it.

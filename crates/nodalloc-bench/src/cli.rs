@@ -23,8 +23,9 @@ const ABOUT: &str = "Side-by-side allocator showdown: nodalloc vs glibc, mimallo
     after_help = "Suites for --only: rust, c, http, program. Workload groups: single_size, bulk, \
                   threads, producer_consumer, realloc_growth, mixed, live_cliff, rss_payload, \
                   hoard_numa (rust); larson, xmalloc, cache_thrash, cache_scratch, mstress, \
-                  glibc_simple, glibc_thread, malloc_large, frag, latency, rss_time (c); http; \
-                  sqlite3, python3 (program); callgrind (fast-path instruction counts, run by default when \
+                  glibc_simple, glibc_thread, malloc_large, xthread, churn, alloc_test, frag, latency, \
+                  rss_time (c); http; \
+                  sqlite3, python3, redis (program); callgrind (fast-path instruction counts, run by default when \
                   valgrind is installed). Or an exact case name, see --list.\n\n\
                   Allocators: nodalloc, glibc (alias system), mimalloc, jemalloc, snmalloc, \
                   numalloc (Rust crates), tcmalloc and nodalloc-secure (LD_PRELOAD suites only)."

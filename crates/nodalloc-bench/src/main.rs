@@ -3,8 +3,9 @@
 //!
 //! Every allocator side by side in one run, suite after suite (see
 //! `src/suites/`): `rust` (in-process workloads), `c` (the classic C
-//! benchmarks under `LD_PRELOAD`), `program` (sqlite3 and python3 under
-//! `LD_PRELOAD`), `http` (an axum server and its client) and `callgrind`
+//! benchmarks under `LD_PRELOAD`), `program` (sqlite3, python3 and a redis
+//! server under load, under `LD_PRELOAD`), `http` (an axum server and its
+//! client) and `callgrind`
 //! (fast-path instruction counts). Ends with one table (each allocator's time
 //! and RSS as ratios to the best, per case), the targets, and where
 //! `report.md`, `results.csv` and the plots were written.

@@ -15,6 +15,7 @@ pub mod c;
 pub mod callgrind;
 pub mod http;
 pub mod programs;
+pub mod redis;
 pub mod rust;
 
 use crate::cli::{AllocatorFilter, Cli};

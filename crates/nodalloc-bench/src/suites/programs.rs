@@ -1,18 +1,19 @@
 //! The `program` suite: real programs (sqlite3, python3) under `LD_PRELOAD`,
-//! once per allocator: wall time and peak RSS.
+//! once per allocator: wall time and peak RSS; and a real server under load,
+//! redis (`redis.rs`): the client's wall time and the server's peak RSS.
 //!
 //! Runs after the `c` suite and shares its compiled [`Tools`] (the peak-RSS
 //! probe) and its way of repeating runs with the allocators rotated.
 
 use super::c::{repeat_rotated, Sample, Tools};
-use super::{retain_cases, CaseId, Context, Mode, Suite};
+use super::{redis, retain_cases, CaseId, Context, Mode, Suite};
 use crate::preload::PreloadAlloc;
 use crate::report::{Better, Record, Report};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The real programs.
-pub const PROGRAMS: [&str; 2] = ["sqlite3", "python3"];
+/// The real programs; `redis` is the server (`redis.rs`).
+pub const PROGRAMS: [&str; 3] = ["sqlite3", "python3", "redis"];
 
 /// The programs that are selected.
 pub struct ProgramSuite {
@@ -56,14 +57,26 @@ impl Suite for ProgramSuite {
 
     fn run(&self, ctx: &mut Context, rep: &mut Report) {
         let allocs = ctx.preload_contenders(rep);
-        let Some(tools) = ctx.c_tools(rep) else {
-            ctx.bar.inc(self.steps() as u64);
-            return;
+        // redis needs no compiled tools: it is measured from outside.
+        let tools = if self.programs.iter().any(|p| *p != "redis") {
+            ctx.c_tools(rep)
+        } else {
+            None
         };
         let repeat = ctx.cli.repeat("program");
+        let mode = ctx.cli.mode();
         for p in &self.programs {
             ctx.bar.set_message(format!("program/{p}"));
-            match run_program(&tools, p, &allocs, ctx.cli.mode(), repeat) {
+            let result = match (*p, &tools) {
+                ("redis", _) => redis::run_redis(&allocs, mode, repeat).map(|(r, table)| {
+                    rep.tables.push(table);
+                    r
+                }),
+                (_, Some(tools)) => run_program(tools, p, &allocs, mode, repeat),
+                // c_tools has said why under "Skipped".
+                (_, None) => Ok(Vec::new()),
+            };
+            match result {
                 Ok(r) => rep.records.extend(r),
                 Err(e) => rep.skipped.push(format!("program/{p}: {e}")),
             }
@@ -132,7 +145,8 @@ pub fn program_command(program: &str, mode: Mode, scratch: &Path) -> Result<Comm
     }
 }
 
-fn find_in_path(program: &str) -> Option<PathBuf> {
+/// The first file named `program` in a directory of `PATH`.
+pub fn find_in_path(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join(program))
