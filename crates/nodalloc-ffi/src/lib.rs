@@ -19,7 +19,9 @@ mod tls;
 use core::ffi::{c_int, c_void};
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicUsize, Ordering};
-use nodalloc_core::raw::{self, class_of_malloc, Pointer, SizeClass, ThreadHeap};
+use nodalloc_core::raw::{
+    self, class_of_malloc, class_of_small_malloc, Pointer, SizeClass, ThreadHeap,
+};
 
 /// malloc's alignment on x86_64 and aarch64 glibc (`MALLOC_ALIGNMENT`).
 const MALLOC_ALIGN: usize = 16;
@@ -168,26 +170,49 @@ fn handed_out(p: *mut u8) -> *mut c_void {
 /// C's `malloc`.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-    if let Some(class) = class_of_malloc(size) {
-        let heap = tls::get();
-        // SAFETY: the slot holds this thread's heap or the detached one.
-        let p = unsafe { ThreadHeap::pop_cached(heap, class) };
-        if !p.is_null() {
-            screen::clear_mark(p);
-            return p as *mut c_void;
-        }
-        return malloc_slow(size, heap, class);
+    match class_of_small_malloc(size) {
+        // SAFETY: forwarded contract.
+        Some(class) => unsafe { malloc_class(size, class) },
+        None => malloc_medium(size),
     }
-    allocate(size, MALLOC_ALIGN)
 }
 
-/// A small `malloc` that missed the cache of `heap` (the slot's value, maybe detached).
+/// `malloc` of a size that is not small enough for the one-load class lookup: the same fast
+/// path out of line, so `malloc` of small sizes has no branch to join.
+#[inline(never)]
+extern "C" fn malloc_medium(size: usize) -> *mut c_void {
+    match class_of_malloc(size) {
+        // SAFETY: `malloc`'s contract.
+        Some(class) => unsafe { malloc_class(size, class) },
+        None => allocate(size, MALLOC_ALIGN),
+    }
+}
+
+/// The fast path of a `malloc` of `size`, whose class is `class`.
+///
+/// # Safety
+/// C's `malloc`.
+#[inline(always)]
+unsafe fn malloc_class(size: usize, class: SizeClass) -> *mut c_void {
+    let heap = tls::get();
+    // SAFETY: the slot holds this thread's heap or the detached one.
+    let p = unsafe { ThreadHeap::pop_cached(heap, class) };
+    if !p.is_null() {
+        screen::clear_mark(p);
+        return p as *mut c_void;
+    }
+    malloc_slow(size, heap)
+}
+
+/// A `malloc` of `size` (a small class) that missed the cache of `heap` (the slot's value,
+/// maybe detached). The class is looked up again rather than passed: the fast path then keeps
+/// no register for it.
 #[cold]
 #[inline(never)]
-extern "C" fn malloc_slow(size: usize, heap: *mut ThreadHeap, class: SizeClass) -> *mut c_void {
-    match live(heap) {
-        Some(heap) => handed_out(heap.alloc_slow(class)),
-        None => allocate(size, MALLOC_ALIGN),
+extern "C" fn malloc_slow(size: usize, heap: *mut ThreadHeap) -> *mut c_void {
+    match (live(heap), class_of_malloc(size)) {
+        (Some(heap), Some(class)) => handed_out(heap.alloc_slow(class)),
+        _ => allocate(size, MALLOC_ALIGN),
     }
 }
 

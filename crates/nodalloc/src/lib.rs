@@ -68,7 +68,7 @@ pub use face::*;
 mod face {
     use crate::instance::{with_heap, Instance};
     use crate::node::NodeId;
-    use crate::size_class::{class_of, SizeClass};
+    use crate::size_class::{class_of, class_of_small, SizeClass};
     use core::alloc::{GlobalAlloc, Layout};
     use core::ptr::null_mut;
 
@@ -137,6 +137,29 @@ mod face {
         }
     }
 
+    /// `alloc` of what the one-load class lookup does not cover (sizes above 1 KiB, large
+    /// alignments): out of line, so the small case inlined at every call site stays short.
+    #[inline(never)]
+    fn alloc_other(layout: Layout) -> *mut u8 {
+        match class_of(layout.size(), layout.align()) {
+            Some(class) => alloc_small(class),
+            None => alloc_large(layout),
+        }
+    }
+
+    /// `dealloc` counterpart of [`alloc_other`].
+    ///
+    /// # Safety
+    /// `ptr` was returned by `alloc` with `layout` and is given up.
+    #[inline(never)]
+    unsafe fn dealloc_other(ptr: *mut u8, layout: Layout) {
+        match class_of(layout.size(), layout.align()) {
+            // SAFETY: `ptr` was returned by `alloc` with this layout, hence of this class.
+            Some(class) => with_heap(|heap| unsafe { heap.free(ptr, class) }),
+            None => free_large(ptr),
+        }
+    }
+
     #[inline(always)]
     fn alloc_small(class: SizeClass) -> *mut u8 {
         with_heap(|heap| {
@@ -155,18 +178,19 @@ mod face {
     unsafe impl GlobalAlloc for NodAlloc {
         #[inline]
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            match class_of(layout.size(), layout.align()) {
+            match class_of_small(layout.size(), layout.align()) {
                 Some(class) => alloc_small(class),
-                None => alloc_large(layout),
+                None => alloc_other(layout),
             }
         }
 
         #[inline]
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            match class_of(layout.size(), layout.align()) {
+            match class_of_small(layout.size(), layout.align()) {
                 // SAFETY: `ptr` was returned by `alloc` with this layout, hence of this class.
                 Some(class) => with_heap(|heap| unsafe { heap.free(ptr, class) }),
-                None => free_large(ptr),
+                // SAFETY: forwarded contract.
+                None => unsafe { dealloc_other(ptr, layout) },
             }
         }
 
@@ -217,7 +241,8 @@ mod face {
     }
 
     /// A snapshot of the allocator's statistics (empty before the first allocation). Publishes
-    /// the calling thread's counters first; other running threads lag by at most one batch.
+    /// the calling thread's counters and remote frees first; other running threads lag by at most
+    /// one batch per class (and their remote frees by one outbox per node).
     pub fn stats() -> Stats {
         match Instance::existing() {
             Some(instance) => instance.stats(),

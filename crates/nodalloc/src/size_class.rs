@@ -225,19 +225,31 @@ static BATCHES: [u8; NUM_CLASSES] = {
 /// is a large object. Alignments of 16 and more pick a class whose size is a multiple of `align`.
 #[inline(always)]
 pub fn class_of(size: usize, align: usize) -> Option<SizeClass> {
-    if align <= 8 {
-        if size <= LOOKUP_MAX {
-            return Some(SizeClass(LOOKUP[(size + 7) >> 3]));
-        }
-    } else if align == 16 && size <= LOOKUP_MAX {
-        // `max(2)`: a zero-byte request still gets a 16-byte class.
-        return Some(SizeClass(LOOKUP[(((size + 15) & !15) >> 3).max(2)]));
+    if let Some(class) = class_of_small(size, align) {
+        return Some(class);
     }
     if align <= 16 {
         // Above 1 KiB every class is a multiple of 16, so the arithmetic lookup serves both.
         return class_of_medium(size);
     }
     class_of_general(size, align)
+}
+
+/// [`class_of`] for sizes up to 1 KiB at alignments up to 16 (one table load), `None` for the
+/// rest: a face keeps this part inline and [`class_of`] out of line.
+#[inline(always)]
+pub fn class_of_small(size: usize, align: usize) -> Option<SizeClass> {
+    if size > LOOKUP_MAX {
+        return None;
+    }
+    if align <= 8 {
+        Some(SizeClass(LOOKUP[(size + 7) >> 3]))
+    } else if align == 16 {
+        // `max(2)`: a zero-byte request still gets a 16-byte class.
+        Some(SizeClass(LOOKUP[(((size + 15) & !15) >> 3).max(2)]))
+    } else {
+        None
+    }
 }
 
 /// Sizes above the lookup table: a leading-zero count and two shifts.
@@ -270,13 +282,21 @@ fn class_of_general(size: usize, align: usize) -> Option<SizeClass> {
 /// The class for C's `malloc`, whose results must be 16-byte aligned.
 #[inline(always)]
 pub fn class_of_malloc(size: usize) -> Option<SizeClass> {
+    class_of_small_malloc(size).or_else(|| class_of_medium(size))
+}
+
+/// [`class_of_malloc`] for sizes up to 1 KiB (one shift and one load), `None` above: a face
+/// keeps this part inline and the rest out of line.
+#[inline(always)]
+pub fn class_of_small_malloc(size: usize) -> Option<SizeClass> {
     if size <= LOOKUP_MAX {
         // SAFETY: (size + 15) >> 4 <= LOOKUP_MAX / 16 + 1, the table's last index.
-        return Some(SizeClass(unsafe {
+        Some(SizeClass(unsafe {
             *LOOKUP_MALLOC.get_unchecked((size + 15) >> 4)
-        }));
+        }))
+    } else {
+        None
     }
-    class_of_medium(size)
 }
 
 /// The 16-aligned classes by `(size + 15) / 16`, so `malloc`'s lookup is one shift and one load.

@@ -209,9 +209,13 @@ impl Instance {
         self.heaps.purge();
     }
 
-    /// A statistics snapshot, after publishing the calling thread's counters.
+    /// A statistics snapshot, after publishing the calling thread's counters and sorting every
+    /// node's inbox (remote frees are counted there).
     pub(crate) fn stats(self) -> Stats {
         publish_current_thread();
+        for node in self.heaps.nodes() {
+            self.heaps.drain_inbox(node);
+        }
         self.heaps
             .collect_stats(THREADS_LIVE.load(Ordering::Relaxed))
     }

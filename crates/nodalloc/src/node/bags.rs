@@ -288,8 +288,10 @@ impl NodeHeaps {
             return;
         }
         let mut object = node_heap.inbox.take_all();
-        // Group by class so each class lock is taken once.
+        // Group by class so each class lock is taken once, and each class's free count (remote
+        // frees are counted here, not by the freeing thread) is added once.
         let mut chains = [null_mut::<u8>(); NUM_CLASSES];
+        let mut counts = [0u64; NUM_CLASSES];
         while !object.is_null() {
             // SAFETY: inbox chains are linked through first words of freed objects.
             let next = unsafe { self.arena.read_link(object, Expect::Node(node.index())) };
@@ -301,10 +303,14 @@ impl NodeHeaps {
             // SAFETY: as above; we own the object now.
             unsafe { self.arena.write_link(object, chains[class]) };
             chains[class] = object;
+            counts[class] += 1;
             object = next;
         }
         for (class, &chain) in chains.iter().enumerate() {
             if !chain.is_null() {
+                self.class(node, SizeClass(class as u8))
+                    .frees
+                    .fetch_add(counts[class], Ordering::Relaxed);
                 if let Err((object, misuse)) =
                     self.return_to_bags(node, SizeClass(class as u8), chain)
                 {

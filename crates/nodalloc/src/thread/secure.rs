@@ -41,7 +41,7 @@ impl ThreadHeap {
         }
         if origin != self.node {
             // SAFETY: forwarded contract.
-            return unsafe { self.send_to_outbox(heaps, origin, object, class) };
+            return unsafe { self.send_to_outbox(heaps, origin, object) };
         }
         let list = &mut self.lists[class.index()];
         // SAFETY: the object is ours now and at least 8 bytes (every class is).

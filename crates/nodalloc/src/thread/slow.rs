@@ -7,7 +7,6 @@ use crate::ds::{next_of, set_next};
 use crate::node::{report, Misuse, NodeHeaps, NodeId, DENSE_OBJECT_MAX};
 use crate::size_class::SizeClass;
 use core::ptr::null_mut;
-use core::sync::atomic::Ordering;
 
 impl ThreadHeap {
     /// An object of `class` whose first `bytes` bytes read as zero (`calloc`, `alloc_zeroed`).
@@ -187,7 +186,7 @@ impl ThreadHeap {
             return unsafe { self.free_local(object, class) };
         }
         // SAFETY: forwarded contract.
-        unsafe { self.send_to_outbox(heaps, origin, object, class) }
+        unsafe { self.send_to_outbox(heaps, origin, object) }
     }
 
     /// Queues a freed object of another node for that node's inbox.
@@ -199,12 +198,9 @@ impl ThreadHeap {
         heaps: &'static NodeHeaps,
         origin: NodeId,
         object: *mut u8,
-        class: SizeClass,
     ) {
-        heaps
-            .class(origin, class)
-            .frees
-            .fetch_add(1, Ordering::Relaxed);
+        // Counted as a free when its node sorts it out of the inbox, once per class and batch
+        // (not here: an atomic add on a line every thread freeing to that node shares).
         // SAFETY: the object is ours now.
         let full = self.outboxes[origin.index()].push(object, |object, next| unsafe {
             heaps.write_link(object, next)

@@ -71,18 +71,19 @@ impl ThreadHeap {
         }
     }
 
-    /// Publishes every class's counts (before a statistics snapshot).
+    /// Publishes every class's counts and sends every outbox (whose frees are counted when
+    /// their node sorts them): before a statistics snapshot.
     pub(crate) fn publish_all(&mut self) {
         for class in 0..NUM_CLASSES {
             self.publish(SizeClass(class as u8));
         }
+        self.flush_outboxes();
     }
 
     /// Returns every cached object to its bags and every outbox to its node; the heap stays
     /// usable (used by `purge` and by re-homing).
     pub(crate) fn flush(&mut self) {
         self.publish_all();
-        self.flush_outboxes();
         let Some(heaps) = self.heaps() else { return };
         for index in 0..NUM_CLASSES {
             self.return_list(heaps, index);
