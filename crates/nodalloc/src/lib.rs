@@ -137,29 +137,6 @@ mod face {
         }
     }
 
-    /// `alloc` of what the one-load class lookup does not cover (sizes above 1 KiB, large
-    /// alignments): out of line, so the small case inlined at every call site stays short.
-    #[inline(never)]
-    fn alloc_other(layout: Layout) -> *mut u8 {
-        match class_of(layout.size(), layout.align()) {
-            Some(class) => alloc_small(class),
-            None => alloc_large(layout),
-        }
-    }
-
-    /// `dealloc` counterpart of [`alloc_other`].
-    ///
-    /// # Safety
-    /// `ptr` was returned by `alloc` with `layout` and is given up.
-    #[inline(never)]
-    unsafe fn dealloc_other(ptr: *mut u8, layout: Layout) {
-        match class_of(layout.size(), layout.align()) {
-            // SAFETY: `ptr` was returned by `alloc` with this layout, hence of this class.
-            Some(class) => with_heap(|heap| unsafe { heap.free(ptr, class) }),
-            None => free_large(ptr),
-        }
-    }
-
     #[inline(always)]
     fn alloc_small(class: SizeClass) -> *mut u8 {
         with_heap(|heap| {
@@ -176,21 +153,30 @@ mod face {
     // `layout.align()` that no other live allocation overlaps; `dealloc` accepts exactly such
     // blocks (with the same layout) and never touches other memory.
     unsafe impl GlobalAlloc for NodAlloc {
+        // Two inline copies of the cache operation, one per kind of class lookup: the one-load
+        // lookup (sizes up to 1 KiB) and the arithmetic one above it. A constant layout keeps
+        // one of them; a variable one gets a small case with no branch to join.
         #[inline]
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            match class_of_small(layout.size(), layout.align()) {
+            if let Some(class) = class_of_small(layout.size(), layout.align()) {
+                return alloc_small(class);
+            }
+            match class_of(layout.size(), layout.align()) {
                 Some(class) => alloc_small(class),
-                None => alloc_other(layout),
+                None => alloc_large(layout),
             }
         }
 
         #[inline]
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            match class_of_small(layout.size(), layout.align()) {
+            if let Some(class) = class_of_small(layout.size(), layout.align()) {
                 // SAFETY: `ptr` was returned by `alloc` with this layout, hence of this class.
+                return with_heap(|heap| unsafe { heap.free(ptr, class) });
+            }
+            match class_of(layout.size(), layout.align()) {
+                // SAFETY: as above.
                 Some(class) => with_heap(|heap| unsafe { heap.free(ptr, class) }),
-                // SAFETY: forwarded contract.
-                None => unsafe { dealloc_other(ptr, layout) },
+                None => free_large(ptr),
             }
         }
 
