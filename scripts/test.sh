@@ -12,8 +12,9 @@ cargo test --release -p nodalloc --test global_allocator --test rss --test hosti
 echo "== release-mode C ABI tests (includes the 15-second soak with its RSS bound)"
 cargo test --release -p nodalloc-ffi --test c_abi
 
-echo "== loom models of the lock-free structures"
+echo "== loom models of the lock-free structures and of the lock"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p nodalloc --test loom --release
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p nodalloc --lib --release ds::
 
 echo "== real NUMA: QEMU guests with 2 and 4 (+1 CPU-less) emulated nodes"
 numa-vm/run --nodes 2

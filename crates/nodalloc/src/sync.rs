@@ -5,10 +5,10 @@
 //! (`tests/loom.rs`). Nothing else in the crate is compiled under loom.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 #[cfg(not(loom))]
-pub(crate) use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+pub(crate) use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 /// A busy-wait hint; under loom a yield so the model can schedule another thread.
 #[inline]
@@ -19,13 +19,11 @@ pub(crate) fn spin_hint() {
     core::hint::spin_loop();
 }
 
-/// Gives the CPU away after spinning too long: on a 2-core machine with 8 threads, a preempted
-/// lock holder only runs again if the waiters stop burning its time slice.
+/// Gives the CPU away: the lock's fallback when the kernel refuses to park a waiter on a futex.
+/// (Under loom the lock parks on a modelled futex instead.)
+#[cfg(not(loom))]
 #[inline]
 pub(crate) fn yield_thread() {
-    #[cfg(loom)]
-    loom::thread::yield_now();
-    #[cfg(not(loom))]
     // SAFETY: sched_yield has no preconditions and touches no memory of ours.
     unsafe {
         libc::sched_yield();

@@ -3,8 +3,9 @@
 //!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p nodalloc --test loom --release`
 //!
-//! The spin lock is not modelled here: loom cannot bound a spin-wait (its relaxed loads may
-//! re-read a stale value forever); it is covered by the contention test in `ds::spinlock`.
+//! The lock's protocol (its spin-then-park on a modelled futex) is modelled beside it, in
+//! `ds::spinlock`'s `loom_tests` (`cargo test -p nodalloc --lib --release ds::` with the same
+//! flags), and stress-tested there without loom.
 #![cfg(loom)]
 
 use loom::thread;

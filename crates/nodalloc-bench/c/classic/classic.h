@@ -6,7 +6,8 @@
  *
  * One workload family per file: handoff.c (larson, xmalloc), cache.c
  * (cache-thrash, cache-scratch), stress.c (mstress, glibc-simple,
- * glibc-thread, malloc-large), profiles.c (frag, latency, rss-time); helpers
+ * glibc-thread, malloc-large), profiles.c (frag, latency, rss-time), traffic.c
+ * (xthread, churn, alloc-test), tstress.c (tstress); helpers
  * that are not inline live in common.c.  main.c describes the program and its
  * output protocol.  Small helpers are `static inline` here so that every
  * workload's hot loop compiles as it did when the program was one file.
@@ -160,5 +161,6 @@ void wl_rss_time(void);      /* profiles.c */
 void wl_xthread(void);       /* traffic.c */
 void wl_churn(void);         /* traffic.c */
 void wl_alloc_test(void);    /* traffic.c */
+void wl_tstress(void);       /* tstress.c */
 
 #endif /* CLASSIC_H */

@@ -24,7 +24,7 @@
  *   Bad arguments or an unknown workload: message on stderr, exit 2.
  *
  * Workloads (all written from their published descriptions; xthread, churn and
- * alloc-test are described in traffic.c):
+ * alloc-test are described in traffic.c, tstress in tstress.c):
  *
  *   larson        Larson & Krishnan server simulation.  Each thread owns an
  *                 array of 1000 slots holding blocks of random size
@@ -130,6 +130,7 @@ static const struct {
     {"xthread", wl_xthread},
     {"churn", wl_churn},
     {"alloc-test", wl_alloc_test},
+    {"tstress", wl_tstress},
 };
 
 #define NWORKLOADS (sizeof workloads / sizeof workloads[0])

@@ -27,6 +27,7 @@ pub const CLASSIC_C: &[(&str, &str)] = &[
     ("stress.c", include_str!("../../c/classic/stress.c")),
     ("profiles.c", include_str!("../../c/classic/profiles.c")),
     ("traffic.c", include_str!("../../c/classic/traffic.c")),
+    ("tstress.c", include_str!("../../c/classic/tstress.c")),
 ];
 
 /// The timed cases and the profiles that are selected.
@@ -130,7 +131,7 @@ impl ClassicCase {
 }
 
 /// The timed workloads of the classic program.
-pub const TIMED: [&str; 11] = [
+pub const TIMED: [&str; 12] = [
     "larson",
     "xmalloc",
     "cache-thrash",
@@ -142,7 +143,11 @@ pub const TIMED: [&str; 11] = [
     "xthread",
     "churn",
     "alloc-test",
+    "tstress",
 ];
+
+/// The thread count of `tstress` in every mode.
+pub const TSTRESS_THREADS: usize = 32;
 
 /// Workloads whose output is a distribution or a curve, run once each.
 pub const PROFILES: [&str; 3] = ["frag", "latency", "rss-time"];
@@ -158,6 +163,15 @@ pub fn classic_cases(mode: Mode, threads: Option<&[usize]>) -> Vec<ClassicCase> 
     let mut out = Vec::new();
     for w in TIMED {
         let single = matches!(w, "glibc-simple" | "malloc-large");
+        // tstress is mimalloc's stress test, which runs 32 threads whatever the machine: the
+        // point is more threads than cores.
+        if w == "tstress" {
+            out.push(ClassicCase {
+                workload: w,
+                threads: TSTRESS_THREADS,
+            });
+            continue;
+        }
         // alloc-test is measured single-threaded as well as at the thread counts.
         if w == "alloc-test" && !counts.contains(&1) {
             out.push(ClassicCase {

@@ -12,7 +12,8 @@
 //! `pthread_atfork` handlers that hold every allocator lock across `fork`, and (with
 //! `NODALLOC_STATS=1`) an `atexit` report. The crate's own thread heaps live in a
 //! `const`-initialised thread-local without a destructor, so reaching one is one TLS-relative
-//! address.
+//! address; only the crate face refers to it, so the C library, whose heaps come from the pool,
+//! does not carry it in every thread's TLS block.
 
 mod start;
 
@@ -41,7 +42,25 @@ static CURRENT_HEAP_HOOK: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     static HEAP: UnsafeCell<ThreadHeap> =
-        const { UnsafeCell::new(ThreadHeap::with_attach_hook(Some(attach_current_thread))) };
+        const { UnsafeCell::new(ThreadHeap::with_attach_hook(Some(attach_crate_face_thread))) };
+}
+
+/// How a statistics snapshot reaches the calling thread's heap of the crate face: set by the
+/// first attach of such a heap. Nothing the C library links refers to [`HEAP`] then, so the
+/// heap's 8 KiB initial image stays out of the library's TLS block, which glibc copies into
+/// every thread the program creates (two page faults and 8 KiB of stores per thread).
+static CRATE_FACE_HEAP: AtomicUsize = AtomicUsize::new(0);
+
+/// The calling thread's heap of the crate face.
+fn crate_face_heap() -> *mut ThreadHeap {
+    HEAP.with(|heap| heap.get())
+}
+
+/// The attach hook of the crate face's heaps: records how to find them, then attaches.
+fn attach_crate_face_thread(heap: &mut ThreadHeap) -> bool {
+    let find: fn() -> *mut ThreadHeap = crate_face_heap;
+    CRATE_FACE_HEAP.store(find as usize, Ordering::Release);
+    attach_current_thread(heap)
 }
 
 /// Runs `f` on the calling thread's heap (the crate face's thread-local one).
@@ -231,8 +250,16 @@ fn publish_current_thread() {
         if let Some(heap) = unsafe { hook().as_mut() } {
             heap.publish_all();
         }
-    } else {
-        with_heap(|heap| heap.publish_all());
+        return;
+    }
+    // A crate-face heap that never attached has nothing to publish.
+    let crate_face = CRATE_FACE_HEAP.load(Ordering::Acquire);
+    if crate_face != 0 {
+        // SAFETY: only `attach_crate_face_thread` stores here, always a fn of this type.
+        let heap: fn() -> *mut ThreadHeap = unsafe { core::mem::transmute(crate_face) };
+        // SAFETY: the calling thread's own heap; as in `with_heap`, nothing else references it
+        // while a snapshot is taken.
+        unsafe { &mut *heap() }.publish_all();
     }
 }
 
