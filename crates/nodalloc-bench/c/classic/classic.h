@@ -142,6 +142,14 @@ static inline uint64_t get64(const void *p, size_t off)
 void gate_wait(void);
 uint64_t run_threads(int n, void *(*fn)(void *), void *args, size_t arg_size);
 
+/* The argument of a worker that runs `iters` iterations, and the workload that runs g_threads
+ * such workers of `fn` (each scaled(base_iters) iterations) and prints iterations as ops. */
+typedef struct {
+    int id;
+    uint64_t iters;
+} iter_arg_t;
+void run_iter_workers(void *(*fn)(void *), uint64_t base_iters);
+
 /* The last line of stdout: "result workload=W threads=T ops=N elapsed_ns=E
  * workers=N", then `extra` (space-separated key=value fields) if any. */
 void print_result(uint64_t ops, uint64_t elapsed, int workers, const char *extra);

@@ -69,6 +69,20 @@ uint64_t run_threads(int n, void *(*fn)(void *), void *args, size_t arg_size)
     return t1 - t0;
 }
 
+void run_iter_workers(void *(*fn)(void *), uint64_t base_iters)
+{
+    int T = g_threads;
+    iter_arg_t *args = xmmap(sizeof(iter_arg_t) * (size_t)T);
+    uint64_t iters = scaled(base_iters);
+    for (int i = 0; i < T; i++) {
+        args[i].id = i;
+        args[i].iters = iters;
+    }
+    uint64_t elapsed = run_threads(T, fn, args, sizeof(iter_arg_t));
+    xmunmap(args, sizeof(iter_arg_t) * (size_t)T);
+    print_result(iters * (uint64_t)T, elapsed, T, "");
+}
+
 void print_result(uint64_t ops, uint64_t elapsed, int workers, const char *extra)
 {
     printf("result workload=%s threads=%d ops=%llu elapsed_ns=%llu workers=%d%s%s\n", g_name,

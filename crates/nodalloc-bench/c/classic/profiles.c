@@ -281,6 +281,16 @@ static inline void rss_fill(char *p, size_t sz)
     memset(p, (int)(sz & 0xff) | 1, sz);
 }
 
+/* A new object of a random size, filled, described in *obj; returns its size. */
+static size_t rss_new(rng_t *r, rss_obj_t *obj)
+{
+    size_t sz = rss_size(r);
+    obj->p = xmalloc(sz);
+    obj->sz = sz;
+    rss_fill(obj->p, sz);
+    return sz;
+}
+
 static inline void rss_check(const rss_obj_t *o)
 {
     char c = (char)((int)(o->sz & 0xff) | 1);
@@ -316,13 +326,7 @@ void wl_rss_time(void)
 
     /* Phase 1: ramp. */
     while (live < target && n < cap) {
-        size_t sz = rss_size(&rng);
-        char *p = xmalloc(sz);
-        rss_fill(p, sz);
-        objs[n].p = p;
-        objs[n].sz = sz;
-        n++;
-        live += sz;
+        live += rss_new(&rng, &objs[n++]);
         ops++;
         atomic_store_explicit(&rss_live, live, memory_order_relaxed);
     }
@@ -350,13 +354,7 @@ void wl_rss_time(void)
         live -= objs[k].sz;
         objs[k] = objs[--n];
         while (live < level && n < cap) {
-            size_t sz = rss_size(&rng);
-            char *p = xmalloc(sz);
-            rss_fill(p, sz);
-            objs[n].p = p;
-            objs[n].sz = sz;
-            n++;
-            live += sz;
+            live += rss_new(&rng, &objs[n++]);
             ops++;
         }
         if (live > peak_live)

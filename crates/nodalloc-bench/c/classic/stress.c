@@ -223,14 +223,9 @@ void wl_glibc_simple(void)
 
 #define GT_SLOTS 100
 
-typedef struct {
-    int id;
-    uint64_t iters;
-} gt_arg_t;
-
 static void *gt_thread(void *arg)
 {
-    gt_arg_t *a = arg;
+    iter_arg_t *a = arg;
     rng_t rng = rng_seed(7, (uint64_t)a->id);
     void *slots[GT_SLOTS];
     memset(slots, 0, sizeof slots);
@@ -250,16 +245,7 @@ static void *gt_thread(void *arg)
 
 void wl_glibc_thread(void)
 {
-    int T = g_threads;
-    gt_arg_t *args = xmmap(sizeof(gt_arg_t) * (size_t)T);
-    uint64_t iters = scaled(10000000);
-    for (int i = 0; i < T; i++) {
-        args[i].id = i;
-        args[i].iters = iters;
-    }
-    uint64_t elapsed = run_threads(T, gt_thread, args, sizeof(gt_arg_t));
-    xmunmap(args, sizeof(gt_arg_t) * (size_t)T);
-    print_result(iters * (uint64_t)T, elapsed, T, "");
+    run_iter_workers(gt_thread, 10000000);
 }
 
 /* ------------------------------------------------------------------------ */

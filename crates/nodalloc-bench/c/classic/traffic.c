@@ -236,14 +236,9 @@ void wl_churn(void)
 
 #define AT_SLOTS 1024
 
-typedef struct {
-    int id;
-    uint64_t iters;
-} at_arg_t;
-
 static void *at_thread(void *arg)
 {
-    at_arg_t *a = arg;
+    iter_arg_t *a = arg;
     rng_t rng = rng_seed(23, (uint64_t)a->id);
     void **slots = xmmap(sizeof(void *) * AT_SLOTS);
     gate_wait();
@@ -264,14 +259,5 @@ static void *at_thread(void *arg)
 
 void wl_alloc_test(void)
 {
-    int T = g_threads;
-    at_arg_t *args = xmmap(sizeof(at_arg_t) * (size_t)T);
-    uint64_t iters = scaled(2000000);
-    for (int i = 0; i < T; i++) {
-        args[i].id = i;
-        args[i].iters = iters;
-    }
-    uint64_t elapsed = run_threads(T, at_thread, args, sizeof(at_arg_t));
-    xmunmap(args, sizeof(at_arg_t) * (size_t)T);
-    print_result(iters * (uint64_t)T, elapsed, T, "");
+    run_iter_workers(at_thread, 2000000);
 }
