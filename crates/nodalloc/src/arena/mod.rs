@@ -125,11 +125,6 @@ impl Arena {
         self.base
     }
 
-    #[inline(always)]
-    pub fn region_shift(&self) -> u32 {
-        self.region_shift
-    }
-
     pub fn region_bytes(&self) -> usize {
         1 << self.region_shift
     }

@@ -15,14 +15,13 @@ pub(crate) use crate::arena::pagemap::Tag;
 pub(crate) use crate::arena::DENSE_OBJECT_MAX;
 
 /// Where a node's small objects live, cached in a thread heap so its free fast paths need no
-/// pointer chase: `(p - region_base) >> region_shift == 0` for an address of the node's region,
-/// and then the page map's tag of `p`'s unit is `region_tags[(p - region_base) >> UNIT_SHIFT]`,
+/// pointer chase: `(p - region_base) >> UNIT_SHIFT < region_units` for an address of the node's
+/// region, and then the page map's tag of `p`'s unit is `region_tags[(p - region_base) >> UNIT_SHIFT]`,
 /// readable for every unit of the region (zero, a unit that is no bag, where nothing was ever
 /// written), so the C face's `free` needs no frontier check.
 #[derive(Clone, Copy)]
 pub(crate) struct HomeView {
     pub(crate) region_base: usize,
-    pub(crate) region_shift: u32,
     /// Units in the region: `(p - region_base) >> UNIT_SHIFT` below it is a unit of the region.
     pub(crate) region_units: usize,
     /// The tag of the region's first unit.
@@ -33,7 +32,6 @@ impl HomeView {
     /// A view no address matches (secure mode, a retired or detached heap).
     pub(crate) const NONE: HomeView = HomeView {
         region_base: 0,
-        region_shift: 0,
         region_units: 0,
         region_tags: core::ptr::null(),
     };
@@ -51,7 +49,6 @@ impl NodeHeaps {
         let map = arena.map();
         HomeView {
             region_base,
-            region_shift: arena.region_shift(),
             region_units: arena.region_bytes() >> UNIT_SHIFT,
             // SAFETY: the region's units are units of the arena, so their tags are in the array.
             region_tags: unsafe { map.tags().add(map.unit_of(region_base)) },

@@ -212,7 +212,9 @@ impl ThreadHeap {
     /// `object` must be a live object of `class` that the caller gives up.
     #[inline(always)]
     pub unsafe fn free(&mut self, object: *mut u8, class: SizeClass) {
-        if (object as usize).wrapping_sub(self.home.region_base) >> self.home.region_shift != 0 {
+        if (object as usize).wrapping_sub(self.home.region_base) >> UNIT_SHIFT
+            >= self.home.region_units
+        {
             // SAFETY: forwarded contract.
             return unsafe { self.free_slow(object, class) };
         }
