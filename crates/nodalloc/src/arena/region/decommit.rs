@@ -13,25 +13,19 @@ pub(super) struct DirtyPool {
     pub(super) active_bytes: usize,
     /// The largest span freed recently, in bytes.
     pub(super) recent_free: usize,
-    /// The most bytes handed out at once in the last one or two decommit delays.
-    pub(super) recent_peak: usize,
 }
 
 /// Whether the pool's oldest dirty span, free for `age_ns`, goes back to the OS now.
 ///
-/// Nothing goes while the dirty bytes are within the retained budget. Past it, young dirty memory
-/// waits out the delay as long as it only brings the pool back to the peak of the last delay or
-/// two, plus a share of what is in use and twice the largest recent free (a program that frees
-/// and re-allocates one big buffer finds it committed): a heap that drains and refills, such as
-/// threads that end and are replaced, reuses its memory without faults, and the resident peak
-/// never grows for it. Past that, or once the span has waited the delay, it goes at once.
+/// Nothing goes while the dirty bytes are within the retained budget. Past it, dirty memory up to
+/// a share of what is in use (plus twice the largest recent free, so a program that frees and
+/// re-allocates one big buffer finds it committed) waits out the delay: a heap that churns reuses
+/// it without faults. Past that share, or once the span has waited the delay, it goes at once.
 pub(super) fn decommit_now(policy: DecommitPolicy, pool: DirtyPool, age_ns: u64) -> bool {
     if pool.dirty_bytes <= policy.retain_bytes {
         return false;
     }
-    let young_cap = pool.active_bytes / DIRTY_SHARE
-        + 2 * pool.recent_free
-        + pool.recent_peak.saturating_sub(pool.active_bytes);
+    let young_cap = pool.active_bytes / DIRTY_SHARE + 2 * pool.recent_free;
     age_ns >= policy.delay_ns || pool.dirty_bytes > young_cap
 }
 
@@ -55,7 +49,6 @@ impl Region {
                 dirty_bytes: state.dirty_bytes,
                 active_bytes,
                 recent_free: state.recent_free,
-                recent_peak: state.peak_active.max(state.previous_peak),
             };
             if !force && !decommit_now(decommit, pool, now.saturating_sub(freed_at)) {
                 break;
@@ -99,44 +92,34 @@ mod tests {
     const MS: u64 = 1_000_000;
     const MIB: usize = 1 << 20;
 
-    /// Each row: retained budget, dirty, active, recent-free and recent-peak bytes, the span's
-    /// age, and whether it goes now.
+    /// Each row: retained budget, dirty, active and recent-free bytes, the span's age, and
+    /// whether it goes now.
     #[test]
     pub(super) fn decommit_decision_table() {
         let policy = |retain_bytes| DecommitPolicy {
             delay_ns: 10 * MS,
             retain_bytes,
         };
-        const GIB: usize = 1024 * MIB;
-        type Row = (usize, usize, usize, usize, usize, u64, bool, &'static str);
         #[rustfmt::skip]
-        let rows: &[Row] = &[
-            // retain, dirty,    active,    recent,  peak,     age,      now?   why
-            (0,        MIB,      GIB,       0,       0,        0,        false, "young, within 1/64 of use"),
-            (0,        MIB,      GIB,       0,       0,        10 * MS,  true,  "waited the delay"),
-            (0,        MIB,      GIB,       0,       0,        9 * MS,   false, "one ms short of the delay"),
-            (0,        17 * MIB, GIB,       0,       0,        0,        true,  "above 1/64 of use: at once"),
-            (0,        16 * MIB, GIB,       0,       0,        0,        false, "exactly 1/64 of use waits"),
-            (0,        20 * MIB, GIB,       4 * MIB, 0,        0,        false, "twice a recent 4 MiB free waits"),
-            (0,        25 * MIB, GIB,       4 * MIB, 0,        0,        true,  "past the share and the recent free"),
-            (0,        GIB,      GIB,       0,       2 * GIB,  0,        false, "a drain back to the recent peak waits"),
-            (0,        GIB + 16 * MIB, GIB, 0,       2 * GIB,  0,        false, "the peak plus 1/64 of use waits"),
-            (0,        GIB + 17 * MIB, GIB, 0,       2 * GIB,  0,        true,  "past the peak and the share"),
-            (0,        GIB,      GIB,       0,       2 * GIB,  10 * MS,  true,  "below the peak, but waited the delay"),
-            (0,        GIB,      0,         0,       GIB,      0,        false, "an emptied heap waits the delay"),
-            (32 * MIB, 17 * MIB, GIB,       0,       0,        10 * MS,  false, "within the retained budget, even old"),
-            (32 * MIB, 33 * MIB, 0,         0,       0,        0,        true,  "past the budget with nothing in use"),
-            (0,        1,        0,         0,       0,        0,        true,  "a heap emptied long ago gives back its last byte"),
-            (0,        0,        0,         0,       0,        u64::MAX, false, "nothing dirty"),
+        let rows: &[(usize, usize, usize, usize, u64, bool, &str)] = &[
+            // retain, dirty,   active,     recent,  age,     now?   why
+            (0,        MIB,     1024 * MIB, 0,       0,       false, "young, within 1/64 of use"),
+            (0,        MIB,     1024 * MIB, 0,       10 * MS, true,  "waited the delay"),
+            (0,        MIB,     1024 * MIB, 0,       9 * MS,  false, "one ms short of the delay"),
+            (0,        17 * MIB, 1024 * MIB, 0,      0,       true,  "above 1/64 of use: at once"),
+            (0,        16 * MIB, 1024 * MIB, 0,      0,       false, "exactly 1/64 of use waits"),
+            (0,        20 * MIB, 1024 * MIB, 4 * MIB, 0,      false, "twice a recent 4 MiB free waits"),
+            (0,        25 * MIB, 1024 * MIB, 4 * MIB, 0,      true,  "past the share and the recent free"),
+            (32 * MIB, 17 * MIB, 1024 * MIB, 0,      10 * MS, false, "within the retained budget, even old"),
+            (32 * MIB, 33 * MIB, 0,         0,       0,       true,  "past the budget with nothing in use"),
+            (0,        1,       0,          0,       0,       true,  "an emptied heap gives back its last byte"),
+            (0,        0,       0,          0,       u64::MAX, false, "nothing dirty"),
         ];
-        for &(retain, dirty_bytes, active_bytes, recent_free, recent_peak, age, expected, why) in
-            rows
-        {
+        for &(retain, dirty_bytes, active_bytes, recent_free, age, expected, why) in rows {
             let pool = DirtyPool {
                 dirty_bytes,
                 active_bytes,
                 recent_free,
-                recent_peak,
             };
             assert_eq!(decommit_now(policy(retain), pool, age), expected, "{why}");
         }

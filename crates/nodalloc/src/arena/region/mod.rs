@@ -75,13 +75,6 @@ struct PoolState {
     /// size, so a program that frees and re-allocates big blocks reuses them without faults.
     recent_free: usize,
     recent_free_at: u64,
-    /// The most bytes handed out at once during the current decommit delay and the one before
-    /// (`peak_at` starts the current one): dirty memory that only brings the pool back to that
-    /// recent peak may wait out the delay. Bytes in use only fall at a free, so sampling them
-    /// at each free finds the peak exactly.
-    peak_active: usize,
-    previous_peak: usize,
-    peak_at: u64,
     /// The filler (dense pools): per count of units in use, the first chunk of that list
     /// (chunk index + 1, 0: empty), and a bit per non-empty list.
     fullness: [u32; CHUNK_UNITS + 1],
@@ -295,15 +288,8 @@ impl Region {
         let _guard = self.lock.lock();
         // SAFETY: the span lock is held.
         let state = unsafe { &mut *self.state.get() };
-        let active = self
-            .active
+        self.active
             .fetch_sub(units << UNIT_SHIFT, Ordering::Relaxed);
-        if now.saturating_sub(state.peak_at) >= decommit.delay_ns {
-            state.previous_peak = state.peak_active;
-            state.peak_active = 0;
-            state.peak_at = now;
-        }
-        state.peak_active = state.peak_active.max(active);
         let first = map.unit_of(address);
         for unit in first..first + units {
             map.set_tag(unit, Tag::UNUSED);
