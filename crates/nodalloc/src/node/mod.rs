@@ -106,6 +106,9 @@ pub struct NodeHeap {
     pub large_bytes: AtomicUsize,
     /// Bytes of granules inside live bags currently given back to the OS by the sweep.
     pub released_in_bags: AtomicUsize,
+    /// Bytes the grown cache limits of this node's threads add to their base limits (bounded
+    /// by `thread::NODE_GROWN_BYTES`).
+    pub grown_cache_bytes: AtomicUsize,
     classes: [ClassHeap; NUM_CLASSES],
 }
 
@@ -198,7 +201,7 @@ impl NodeHeaps {
         Ok(Some(tag.class()))
     }
 
-    /// Builds the node heaps of `arena` in a fresh mapping. `None` if the mapping fails. `None` if the mapping fails.
+    /// Builds the node heaps of `arena` in a fresh mapping. `None` if the mapping fails.
     pub fn create(arena: &'static Arena) -> Option<&'static NodeHeaps> {
         let nodes = arena.node_count();
         let bytes =

@@ -3,10 +3,16 @@
 //!
 //! The list is singly linked through the objects' first words, newest first. It keeps its count,
 //! its tail (the least recently freed object) and an `nth` marker: when a push brings the count
-//! to `batch + 1`, `nth` is set to the head, so exactly `batch` objects lie behind it — the
-//! oldest ones. When the count reaches the cache limit, [`FreeList::cut_oldest`] hands the part
-//! behind `nth` to the node heap without walking the list (NUMAlloc's LRU drain). A pop that
-//! brings the count down to `batch` has consumed `nth`, so the marker is re-armed.
+//! to `behind + 1`, `nth` is set to the head, so exactly `behind` objects lie behind it — the
+//! oldest ones. When the count reaches the cache limit, [`FreeList::arm_or_cut`] hands the part
+//! behind `nth` to the node heap without walking the list (NUMAlloc's LRU drain), keeping the
+//! newest `limit - behind` (the class's batch). A pop that brings the count down to `behind` has
+//! consumed `nth`, so the marker is re-armed.
+//!
+//! The limit adapts (see [`FreeList::set_limit`], driven by the thread heap): a class whose list
+//! both overflows and runs dry keeps more objects, one that only overflows keeps fewer. It
+//! changes only while the marker is unarmed. A list whose count passed the arming point without
+//! arming (a refill larger than `behind`, or a lowered limit) keeps only its head at the limit.
 //!
 //! `mark` folds both thresholds into the one compare a push makes: it is `rest` while `nth` is
 //! unarmed and `limit` once it is armed. Only the owning thread touches a list.
@@ -28,17 +34,31 @@ pub(crate) struct FreeList {
     count: u32,
     /// The count at which a push must take the slow path: `rest` (arm `nth`) or the limit.
     mark: u32,
-    batch: u32,
+    /// Objects behind `nth` once armed: what a cut moves (`limit` less the class's batch).
+    behind: u32,
     /// Objects handed out and taken back since the counts were last published.
     allocs: u32,
     frees: u32,
-    /// `mark` while `nth` is unarmed: `batch + 1`, or 1 for a class threads do not cache (its
+    /// `mark` while `nth` is unarmed: `behind + 1`, or 1 for a class threads do not cache (its
     /// every free takes the slow path).
     rest: u16,
     limit: u16,
     /// Secure mode: the list's head (links encoded), while `head` stays null for the fast path.
     pub(super) secure_head: *mut u8,
 }
+
+/// The most objects a thread may keep of a cached class once its limit has grown: sixteen
+/// batches, at most 256 KiB of them, and never below the base limit.
+pub(crate) fn cache_limit_max(class: SizeClass) -> usize {
+    let base = class.cache_limit();
+    (16 * class.batch())
+        .min(MAX_GROWN_BYTES / class.size())
+        .max(base)
+        .min(u16::MAX as usize)
+}
+
+/// Bytes of one class a grown limit may keep.
+const MAX_GROWN_BYTES: usize = 256 << 10;
 
 // One cache line per class: the fast paths touch nothing else of the list.
 const _: () = assert!(core::mem::size_of::<FreeList>() == 64);
@@ -52,23 +72,42 @@ impl FreeList {
         count: 0,
         mark: 0,
         rest: 0,
-        batch: 0,
+        behind: 0,
         limit: 0,
         allocs: 0,
         frees: 0,
         secure_head: null_mut(),
     };
 
-    /// Sets the batch and the limit of `class` (at attach; the list keeps its objects).
+    /// Sets the class's constants and its base limit (at attach; the list keeps its objects,
+    /// and the marker is left unarmed).
     pub(super) fn configure(&mut self, class: SizeClass) {
         self.start_magic = class.start_magic();
-        self.batch = class.batch() as u32;
-        self.limit = class.cache_limit() as u16;
-        self.rest = if self.limit == 0 {
-            1
+        self.nth = null_mut();
+        self.mark = self.rest.into();
+        if class.cache_limit() == 0 {
+            self.limit = 0;
+            self.behind = 0;
+            self.rest = 1;
+            self.mark = 1;
         } else {
-            self.batch as u16 + 1
-        };
+            self.set_limit(class, class.cache_limit());
+        }
+    }
+
+    /// The objects the list may hold before a cut.
+    pub(super) fn limit(&self) -> usize {
+        self.limit.into()
+    }
+
+    /// Sets the limit of a cached class (at least twice its batch; see [`cache_limit_max`]).
+    /// Only while the marker is unarmed: after a refill or a cut.
+    pub(super) fn set_limit(&mut self, class: SizeClass, limit: usize) {
+        debug_assert!(limit >= class.cache_limit() && limit <= cache_limit_max(class));
+        debug_assert!(self.mark == self.rest.into());
+        self.limit = limit as u16;
+        self.behind = (limit - class.batch()) as u32;
+        self.rest = self.behind as u16 + 1;
         self.mark = self.rest.into();
     }
 
@@ -94,7 +133,7 @@ impl FreeList {
         self.count -= 1;
         self.allocs = self.allocs.wrapping_add(1);
         // Popping the object `nth` pointed to re-arms the marker for the next push.
-        if self.count == self.batch {
+        if self.count == self.behind {
             self.mark = self.rest.into();
         }
     }
@@ -126,8 +165,8 @@ impl FreeList {
         self.count >= self.mark
     }
 
-    /// The slow half of a push that reached `mark`: arms `nth` at `batch + 1`, and at the limit
-    /// cuts the oldest `batch` objects off (returned). `read_link`/`write_link` read and write
+    /// The slow half of a push that reached `mark`: arms `nth` at `behind + 1`, and at the limit
+    /// cuts the oldest `behind` objects off (returned). `read_link`/`write_link` read and write
     /// a link in the arena's encoding (checked in secure mode).
     pub(super) fn arm_or_cut(
         &mut self,
@@ -135,24 +174,34 @@ impl FreeList {
         read_link: impl FnOnce(*mut u8) -> *mut u8,
         write_link: impl FnOnce(*mut u8, *mut u8),
     ) -> Option<Batch> {
-        if self.mark == self.batch + 1 && self.count == self.batch + 1 {
-            self.nth = if secure { self.secure_head } else { self.head };
+        let head = if secure { self.secure_head } else { self.head };
+        if self.mark == u32::from(self.rest) {
+            // Unarmed. At `behind + 1` the head has exactly `behind` objects behind it; past
+            // that (a refill larger than `behind`) no object does, so the limit keeps the head.
+            self.nth = if self.count == self.behind + 1 {
+                head
+            } else {
+                null_mut()
+            };
             self.mark = self.limit.into();
         }
         if self.count < self.limit.into() {
             return None;
         }
-        debug_assert!(!self.nth.is_null());
-        let nth = self.nth;
-        // `nth` is a cached object with exactly `batch` objects behind it (see module docs).
+        let (nth, count) = if self.nth.is_null() {
+            (head, self.count - 1)
+        } else {
+            // `nth` is a cached object with exactly `behind` objects behind it.
+            (self.nth, self.behind)
+        };
         let batch = Batch {
             head: read_link(nth),
             tail: self.tail,
-            count: self.batch as usize,
+            count: count as usize,
         };
         write_link(nth, null_mut());
         self.tail = nth;
-        self.count -= self.batch;
+        self.count -= count;
         self.nth = null_mut();
         self.mark = self.rest.into();
         Some(batch)

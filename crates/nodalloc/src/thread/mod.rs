@@ -21,6 +21,7 @@
 //! Layer: calls `node` only (through its facade); used by the process-wide instance and the
 //! faces.
 
+mod adapt;
 mod free_list;
 mod outbox;
 pub(crate) mod pool;
@@ -65,6 +66,10 @@ pub struct ThreadHeap {
     node: NodeId,
     heaps: *const NodeHeaps,
     lists: [FreeList; NUM_CLASSES],
+    /// Per class, the cuts since its last refill, up to `adapt::CUTS_TO_SHRINK`.
+    cuts: [u8; NUM_CLASSES],
+    /// Bytes the grown limits add to the base limits (bounded by `THREAD_GROWN_BYTES`).
+    grown_bytes: usize,
     outboxes: [Outbox; MAX_NODES],
     outbox_mask: u32,
     /// The one object of a class above `MAX_CACHED` this thread keeps (the last it freed, if
@@ -104,6 +109,8 @@ impl ThreadHeap {
             node: NodeId(0),
             heaps: core::ptr::null(),
             lists: [FreeList::EMPTY; NUM_CLASSES],
+            cuts: [0; NUM_CLASSES],
+            grown_bytes: 0,
             outboxes: [Outbox::EMPTY; MAX_NODES],
             outbox_mask: 0,
             parked: null_mut(),
@@ -144,6 +151,8 @@ impl ThreadHeap {
         for (index, list) in self.lists.iter_mut().enumerate() {
             list.configure(SizeClass(index as u8));
         }
+        self.cuts = [0; NUM_CLASSES];
+        self.grown_bytes = 0;
         self.state = HeapState::Active;
     }
 

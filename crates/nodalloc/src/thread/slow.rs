@@ -80,6 +80,7 @@ impl ThreadHeap {
         };
         let secure = self.secure;
         self.lists[class.index()].install(batch, secure);
+        self.limit_after_refill(class);
         true
     }
 
@@ -102,6 +103,7 @@ impl ThreadHeap {
             |nth, next| unsafe { heaps.write_link(nth, next) },
         );
         let Some(batch) = cut else { return };
+        self.limit_after_cut(class);
         self.publish(class);
         heaps.release(self.node, class, batch);
         // Upkeep last: it may re-home the heap, and the batch belongs to the node it left.

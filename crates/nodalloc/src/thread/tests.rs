@@ -1,8 +1,11 @@
 //! Unit tests of the thread heap: the LRU drain, re-homing, remote frees going home, secure
-//! mode, retirement and parking, on simulated topologies.
+//! mode, retirement and parking, adaptive cache limits, on simulated topologies.
 
+use super::adapt::THREAD_GROWN_BYTES;
+use super::free_list::cache_limit_max;
 use super::*;
 use crate::arena::tests::test_arena;
+use crate::node::Batch;
 use crate::size_class::class_of;
 
 fn allocate(heap: &mut ThreadHeap, class: SizeClass) -> *mut u8 {
@@ -140,7 +143,8 @@ fn nth_marker_survives_pops_below_the_batch() {
             live.push(object);
         }
         let list = &heap.lists[class.index()];
-        assert!(list.len() <= 2 * batch);
+        assert!(list.len() <= list.limit());
+        assert!(list.limit() >= 2 * batch);
     }
     let list = &heap.lists[class.index()];
     let mut walked = 0;
@@ -383,4 +387,204 @@ fn big_classes_park_one_object_per_thread_and_the_statistics_show_where_bytes_si
     assert_eq!(allocate(&mut second, big), b);
     // SAFETY: allocated above, freed once.
     unsafe { second.free(a, big) };
+}
+
+/// Walks a list: its length must be its count, and its last object its tail.
+fn assert_list_consistent(heap: &ThreadHeap, class: SizeClass) {
+    let list = &heap.lists[class.index()];
+    let mut walked = 0;
+    let mut object = list.head;
+    let mut last = null_mut();
+    while !object.is_null() {
+        last = object;
+        // SAFETY: walking our own free list.
+        object = unsafe { next_of(object) };
+        walked += 1;
+    }
+    assert_eq!(walked, list.len(), "count and list disagree");
+    if walked > 0 {
+        assert_eq!(last, list.tail(), "tail is not the last object");
+    }
+}
+
+/// Sum over classes of what the grown limits add, in bytes.
+fn grown_bytes(heap: &ThreadHeap) -> usize {
+    (0..NUM_CLASSES)
+        .map(|index| SizeClass(index as u8))
+        .filter(|class| class.cache_limit() != 0)
+        .map(|class| (heap.lists[class.index()].limit() - class.cache_limit()) * class.size())
+        .sum()
+}
+
+/// A class whose list overflows and runs dry in turn keeps more objects; flushing the heap
+/// puts every limit back to its base and gives the node's budget back.
+#[test]
+fn a_class_used_both_ways_grows_its_limit_until_the_heap_is_flushed() {
+    let heaps = heaps(1);
+    let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
+    heap.attach(heaps, NodeId(0));
+    heap.next_upkeep = u64::MAX;
+    let class = class_of(1024, 8).unwrap();
+    let base = class.cache_limit();
+    for round in 0..6 {
+        let objects: Vec<*mut u8> = (0..3 * base).map(|_| allocate(&mut heap, class)).collect();
+        for &object in &objects {
+            // SAFETY: allocated above, freed once.
+            unsafe { heap.free(object, class) };
+        }
+        assert_list_consistent(&heap, class);
+        let limit = heap.lists[class.index()].limit();
+        assert!(limit <= cache_limit_max(class));
+        if round > 0 {
+            assert!(limit > base, "round {round}: limit {limit} did not grow");
+        }
+    }
+    let budget = &heaps.node(NodeId(0)).grown_cache_bytes;
+    assert_eq!(heap.grown_bytes, grown_bytes(&heap));
+    assert_eq!(budget.load(Ordering::Relaxed), heap.grown_bytes);
+    assert!(heap.grown_bytes > 0);
+    heap.flush();
+    assert_eq!(heap.lists[class.index()].limit(), base);
+    assert_eq!(heap.grown_bytes, 0);
+    assert_eq!(budget.load(Ordering::Relaxed), 0);
+}
+
+/// Random traffic over every cached class: lists stay consistent and within their limits,
+/// limits within their bounds, and the grown bytes within the thread's budget, counted the
+/// same by the heap and the node.
+#[test]
+fn grown_limits_stay_within_their_bounds_under_random_traffic() {
+    let heaps = heaps(1);
+    let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
+    heap.attach(heaps, NodeId(0));
+    heap.next_upkeep = u64::MAX;
+    let classes: Vec<SizeClass> = (0..NUM_CLASSES)
+        .map(|index| SizeClass(index as u8))
+        .filter(|class| class.cache_limit() != 0)
+        .collect();
+    let mut live: Vec<Vec<*mut u8>> = vec![Vec::new(); NUM_CLASSES];
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    for step in 0..200_000 {
+        xorshift(&mut rng);
+        let class = classes[(rng >> 8) as usize % classes.len()];
+        let objects = &mut live[class.index()];
+        // Drift: each class's live count wanders up and down in bursts of a batch or more.
+        let burst = 1 + (rng >> 40) as usize % (3 * class.batch());
+        // Each class's live bytes stay under 512 KiB, so the test's region never runs out.
+        let full = (objects.len() + burst) * class.size() > 512 << 10;
+        let freed = ((rng >> 20) % 2 != 0 || full) && !objects.is_empty();
+        if !freed {
+            for _ in 0..burst {
+                let object = allocate(&mut heap, class);
+                assert!(!object.is_null());
+                objects.push(object);
+            }
+        } else {
+            for _ in 0..burst.min(objects.len()) {
+                let object = objects.pop().unwrap();
+                // SAFETY: allocated above, freed once.
+                unsafe { heap.free(object, class) };
+            }
+        }
+        // A free leaves the list within its limit; a refill may bring a batch another grown
+        // list cut (up to the class's largest limit), which the next free cuts back.
+        let list = &heap.lists[class.index()];
+        assert!(
+            list.len() <= cache_limit_max(class),
+            "{} B: list too long",
+            class.size()
+        );
+        if freed {
+            assert!(
+                list.len() <= list.limit(),
+                "{} B over its limit",
+                class.size()
+            );
+        }
+        assert!(list.limit() >= class.cache_limit() && list.limit() <= cache_limit_max(class));
+        assert!(heap.grown_bytes <= THREAD_GROWN_BYTES);
+        if step % 4096 == 0 {
+            assert_list_consistent(&heap, class);
+            assert_eq!(heap.grown_bytes, grown_bytes(&heap));
+        }
+    }
+    let budget = &heaps.node(NodeId(0)).grown_cache_bytes;
+    assert_eq!(budget.load(Ordering::Relaxed), heap.grown_bytes);
+    assert!(heap.grown_bytes > 0, "no class grew under drifting traffic");
+    for (index, objects) in live.iter().enumerate() {
+        for &object in objects {
+            // SAFETY: allocated above, freed once.
+            unsafe { heap.free(object, SizeClass(index as u8)) };
+        }
+    }
+    heap.flush();
+    assert_eq!(budget.load(Ordering::Relaxed), 0);
+    heaps.flush_all();
+    for class in classes {
+        assert_eq!(
+            heaps
+                .class(NodeId(0), class)
+                .out_of_bags
+                .load(Ordering::Relaxed),
+            0,
+            "{} B: objects are missing from the bags",
+            class.size()
+        );
+    }
+}
+
+/// A list handed a refill larger than its drain (another thread's grown list cut it) cannot
+/// arm its marker: at the limit it keeps its newest object and hands back the rest.
+#[test]
+fn a_list_past_its_arming_point_keeps_its_head_at_the_limit() {
+    let class = class_of(64, 8).unwrap();
+    let mut list = FreeList::EMPTY;
+    list.configure(class);
+    let limit = list.limit();
+    let mut words = vec![0usize; 4 * limit];
+    let objects: Vec<*mut u8> = words
+        .iter_mut()
+        .map(|w| w as *mut usize as *mut u8)
+        .collect();
+    // A chain of limit - 1 objects, installed whole.
+    let given = limit - 1;
+    for i in 0..given {
+        let next = if i + 1 < given {
+            objects[i + 1]
+        } else {
+            null_mut()
+        };
+        // SAFETY: the objects are our own words.
+        unsafe { set_next(objects[i], next) };
+    }
+    list.install(
+        Batch {
+            head: objects[0],
+            tail: objects[given - 1],
+            count: given,
+        },
+        false,
+    );
+    // One push brings it to the limit.
+    let pushed = objects[given];
+    // SAFETY: as above.
+    unsafe { set_next(pushed, list.head) };
+    assert!(list.push(pushed));
+    let cut = list
+        .arm_or_cut(
+            false,
+            // SAFETY: the list's objects are our own words.
+            |o| unsafe { next_of(o) },
+            // SAFETY: as above.
+            |o, n| unsafe { set_next(o, n) },
+        )
+        .expect("a list at its limit must be cut");
+    assert_eq!(cut.count, limit - 1);
+    assert_eq!(cut.head, objects[0]);
+    assert_eq!(cut.tail, objects[given - 1]);
+    assert_eq!(list.len(), 1);
+    assert_eq!(list.head, pushed);
+    assert_eq!(list.tail(), pushed);
+    // SAFETY: as above.
+    assert!(unsafe { next_of(pushed) }.is_null());
 }

@@ -93,6 +93,7 @@ impl ThreadHeap {
     /// Empties one class's list into its bags.
     fn return_list(&mut self, heaps: &NodeHeaps, index: usize) {
         let chain = self.lists[index].take_all(self.secure).head;
+        self.reset_limit(SizeClass(index as u8));
         if !chain.is_null() {
             if let Err((object, misuse)) =
                 heaps.return_to_bags(self.node, SizeClass(index as u8), chain)
