@@ -146,20 +146,7 @@ fn nth_marker_survives_pops_below_the_batch() {
         assert!(list.len() <= list.limit());
         assert!(list.limit() >= 2 * batch);
     }
-    let list = &heap.lists[class.index()];
-    let mut walked = 0;
-    let mut object = list.head;
-    let mut last = null_mut();
-    while !object.is_null() {
-        last = object;
-        // SAFETY: walking our own free list.
-        object = unsafe { next_of(object) };
-        walked += 1;
-    }
-    assert_eq!(walked, list.len());
-    if walked > 0 {
-        assert_eq!(last, list.tail());
-    }
+    assert_list_consistent(&heap, class);
 }
 
 #[test]
