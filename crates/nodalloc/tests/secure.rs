@@ -11,13 +11,12 @@
 use nodalloc::NodAlloc;
 use std::alloc::{GlobalAlloc, Layout};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::sync::mpsc;
 
 #[global_allocator]
 static GLOBAL: NodAlloc = NodAlloc::new();
 
 mod common;
-use common::{check, check_moved, child_command, expect_child, fill, use_every_cpu, Rng};
+use common::{check, check_moved, child_command, expect_child, fill, hand_off_ring, use_every_cpu};
 
 const SECURE: &[(&str, &str)] = &[("NODALLOC_SECURE", "1")];
 const NOT_SECURE: &[(&str, &str)] = &[("NODALLOC_SECURE", "0")];
@@ -156,68 +155,32 @@ fn child_entry() {
     }
 }
 
-/// `threads` threads allocate random sizes (small and large), fill them, reallocate some, pass
-/// half to a neighbour that checks and frees them, and free the rest themselves.
+/// `threads` threads allocate random sizes (small and large), fill them, reallocate one in
+/// eight, pass half to a neighbour that checks and frees them, and free the rest themselves.
 fn stress(threads: usize, ops: usize) {
     // Spread the workers over every node, not the harness thread's one.
     use_every_cpu();
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads)
-        .map(|_| mpsc::channel::<(usize, usize)>())
-        .unzip();
-    let mut handles = Vec::new();
-    for (t, receiver) in receivers.into_iter().enumerate() {
-        let next = senders[(t + 1) % threads].clone();
-        handles.push(std::thread::spawn(move || {
-            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
-            let mut live: Vec<(usize, usize)> = Vec::new();
-            let release = |p: usize, size: usize| {
-                check(p as *const u8, size.min(512));
-                // SAFETY: allocated with this size, freed once.
-                unsafe { free(p as *mut u8, size) };
-            };
-            for _ in 0..ops {
-                let size = rng.size();
-                let mut p = alloc(size);
-                fill(p, size.min(512));
-                if rng.next() % 8 == 0 {
-                    let new_size = rng.size();
-                    // SAFETY: `p` is live with this layout; the result is checked.
-                    let q = unsafe { GLOBAL.realloc(p, layout(size), new_size) };
-                    assert!(!q.is_null());
-                    check_moved(q, p as usize, size.min(new_size).min(512));
-                    p = q;
-                    fill(p, new_size.min(512));
-                    live.push((p as usize, new_size));
-                } else if rng.next() % 2 == 0 {
-                    next.send((p as usize, size)).unwrap();
-                } else {
-                    live.push((p as usize, size));
-                }
-                if live.len() > 64 {
-                    let (p, size) = live.swap_remove((rng.next() % 64) as usize);
-                    release(p, size);
-                }
-                while let Ok((p, size)) = receiver.try_recv() {
-                    release(p, size);
-                }
+    hand_off_ring(
+        threads,
+        ops,
+        |rng| {
+            let size = rng.size();
+            let p = alloc(size);
+            fill(p, size.min(512));
+            if rng.next() % 8 != 0 {
+                return (p as usize, size);
             }
-            drop(next);
-            for (p, size) in live {
-                release(p, size);
-            }
-            receiver
-        }));
-    }
-    drop(senders);
-    // Every worker is done before any receiver is dropped: a slower one may still send.
-    let receivers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    for receiver in receivers {
-        while let Ok((p, size)) = receiver.try_recv() {
-            check(p as *const u8, size.min(512));
-            // SAFETY: allocated by a worker with this size, never freed.
-            unsafe { free(p as *mut u8, size) };
-        }
-    }
+            let new_size = rng.size();
+            // SAFETY: `p` is live with this layout; the result is checked.
+            let q = unsafe { GLOBAL.realloc(p, layout(size), new_size) };
+            assert!(!q.is_null());
+            check_moved(q, p as usize, size.min(new_size).min(512));
+            fill(q, new_size.min(512));
+            (q as usize, new_size)
+        },
+        // SAFETY: each object was allocated by `make` with this size and is freed once.
+        |p, size| unsafe { free(p as *mut u8, size) },
+    );
     let nodes = nodalloc::topology().unwrap().node_count();
     // Scheduling decides whether the ring crossed nodes; make sure frees certainly do: a thread
     // frees objects of another node than its own (its exit sends them home).

@@ -4,11 +4,13 @@
 //! `getenv`. Everything above this module is plain Rust over the types it exports.
 
 pub mod cpuset;
+mod futex;
 pub mod options;
 pub mod topology;
 
 use core::ffi::CStr;
-use core::sync::atomic::AtomicU32;
+
+pub use futex::{futex_wait, futex_wake};
 
 pub const PAGE_SIZE: usize = 4096;
 
@@ -160,38 +162,6 @@ pub unsafe fn decommit(address: *mut u8, size: usize) {
 pub fn advise(address: *mut u8, size: usize, advice: libc::c_int) -> bool {
     // SAFETY: these advices only change kernel policy for the range, never its contents.
     unsafe { libc::madvise(address as *mut libc::c_void, size, advice) == 0 }
-}
-
-/// Sleeps while `word` holds `expected`, until a [`futex_wake`] on it (or a signal, or a
-/// spurious wake-up: the caller re-checks its condition). Returns at once if `word` no longer
-/// holds `expected`. False when the kernel refused the call itself (a sandbox that forbids
-/// `futex`), so the caller knows it did not wait.
-pub fn futex_wait(word: &AtomicU32, expected: u32) -> bool {
-    // SAFETY: FUTEX_WAIT reads the aligned 32-bit word we borrow and sleeps on its address; no
-    // timeout pointer is passed, and no memory of ours is written.
-    let result = unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-            expected,
-            core::ptr::null::<libc::timespec>(),
-        )
-    };
-    result == 0 || matches!(errno(), libc::EAGAIN | libc::EINTR)
-}
-
-/// Wakes at most `count` threads sleeping in [`futex_wait`] on `word`.
-pub fn futex_wake(word: &AtomicU32, count: i32) {
-    // SAFETY: FUTEX_WAKE only looks up sleepers on the address of the word we borrow.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            count,
-        )
-    };
 }
 
 pub const MPOL_PREFERRED: libc::c_int = 1;

@@ -159,3 +159,61 @@ pub fn check_moved(p: *const u8, filled_at: usize, size: usize) {
         );
     }
 }
+
+/// `threads` threads in a ring: each makes `ops` objects with `make` (which returns the
+/// object's address and size, filled as [`fill`] does over its first 512 bytes), hands about
+/// half to the next thread, which checks and frees them with `release`, keeps the rest (at most
+/// 64 at a time, a random one freed beyond that) and frees what it kept at the end. Objects
+/// still in flight when the workers are done are freed by the caller's thread.
+#[allow(dead_code)]
+pub fn hand_off_ring(
+    threads: usize,
+    ops: usize,
+    make: fn(&mut Rng) -> (usize, usize),
+    release: fn(usize, usize),
+) {
+    use std::sync::mpsc;
+    let checked_release = move |p: usize, size: usize| {
+        check(p as *const u8, size.min(512));
+        release(p, size);
+    };
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads)
+        .map(|_| mpsc::channel::<(usize, usize)>())
+        .unzip();
+    let mut handles = Vec::new();
+    for (t, receiver) in receivers.into_iter().enumerate() {
+        let next = senders[(t + 1) % threads].clone();
+        handles.push(std::thread::spawn(move || {
+            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1));
+            let mut live: Vec<(usize, usize)> = Vec::new();
+            for _ in 0..ops {
+                let object = make(&mut rng);
+                if rng.next() % 2 == 0 {
+                    next.send(object).unwrap();
+                } else {
+                    live.push(object);
+                }
+                if live.len() > 64 {
+                    let (p, size) = live.swap_remove((rng.next() % 64) as usize);
+                    checked_release(p, size);
+                }
+                while let Ok((p, size)) = receiver.try_recv() {
+                    checked_release(p, size);
+                }
+            }
+            drop(next);
+            for (p, size) in live {
+                checked_release(p, size);
+            }
+            receiver
+        }));
+    }
+    drop(senders);
+    // Every worker is done before any receiver is dropped: a slower one may still send.
+    let receivers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    for receiver in receivers {
+        while let Ok((p, size)) = receiver.try_recv() {
+            checked_release(p, size);
+        }
+    }
+}

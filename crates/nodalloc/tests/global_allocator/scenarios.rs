@@ -5,7 +5,6 @@
 use super::common::*;
 use super::GLOBAL;
 use std::alloc::{GlobalAlloc, Layout};
-use std::sync::mpsc;
 
 /// Pins the calling thread to `cpu` alone.
 fn pin(cpu: usize) {
@@ -325,61 +324,22 @@ pub fn stress(threads: usize, ops: usize) {
     // Spread the workers over every node, not the harness thread's one.
     use_every_cpu();
     let before = nodalloc::stats();
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads)
-        .map(|_| mpsc::channel::<(usize, usize)>())
-        .unzip();
-    let mut handles = Vec::new();
-    for (t, receiver) in receivers.into_iter().enumerate() {
-        let next = senders[(t + 1) % threads].clone();
-        handles.push(std::thread::spawn(move || {
-            let mut rng = Rng(0x9E3779B97F4A7C15 ^ (t as u64 + 1));
-            let mut live: Vec<(usize, usize)> = Vec::new();
-            for _ in 0..ops {
-                let size = rng.size();
-                let layout = Layout::from_size_align(size, 8).unwrap();
-                // SAFETY: a valid non-zero layout.
-                let p = unsafe { GLOBAL.alloc(layout) };
-                assert!(!p.is_null());
-                fill(p, size.min(512));
-                if rng.next() % 2 == 0 {
-                    next.send((p as usize, size)).unwrap();
-                } else {
-                    live.push((p as usize, size));
-                }
-                if live.len() > 64 {
-                    let (p, size) = live.swap_remove((rng.next() % 64) as usize);
-                    check(p as *const u8, size.min(512));
-                    // SAFETY: allocated above with this layout, freed once.
-                    unsafe {
-                        GLOBAL.dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap())
-                    };
-                }
-                while let Ok((p, size)) = receiver.try_recv() {
-                    check(p as *const u8, size.min(512));
-                    // SAFETY: allocated by another thread with this layout, handed to us.
-                    unsafe {
-                        GLOBAL.dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap())
-                    };
-                }
-            }
-            drop(next);
-            for (p, size) in live {
-                check(p as *const u8, size.min(512));
-                // SAFETY: allocated above with this layout, freed once.
-                unsafe { GLOBAL.dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap()) };
-            }
-            receiver
-        }));
-    }
-    drop(senders);
-    let receivers: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    for receiver in receivers {
-        while let Ok((p, size)) = receiver.try_recv() {
-            check(p as *const u8, size.min(512));
-            // SAFETY: allocated by a worker with this layout, never freed.
-            unsafe { GLOBAL.dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap()) };
-        }
-    }
+    hand_off_ring(
+        threads,
+        ops,
+        |rng| {
+            let size = rng.size();
+            // SAFETY: a valid non-zero layout.
+            let p = unsafe { GLOBAL.alloc(Layout::from_size_align(size, 8).unwrap()) };
+            assert!(!p.is_null());
+            fill(p, size.min(512));
+            (p as usize, size)
+        },
+        // SAFETY: each object was allocated by `make` with this layout and is freed once.
+        |p, size| unsafe {
+            GLOBAL.dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap())
+        },
+    );
     let after = nodalloc::stats();
     let allocs = after.allocs - before.allocs;
     let frees = after.frees - before.frees;
