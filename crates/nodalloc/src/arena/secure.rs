@@ -56,12 +56,15 @@ pub fn mix(mut x: u64) -> u64 {
 }
 
 /// The object to carve `index`-th from a bag of `capacity` objects, in the order `seed` picks:
-/// a bijection of `0..capacity`. Three rounds of add-key, multiply by an odd number and xor-shift,
-/// each a bijection of `bits`-bit numbers, then cycle-walking back into `0..capacity` (fewer than
-/// two rounds on average, since `capacity > 2^(bits - 1)`). The 32-bit seed is spread over 64
-/// bits first (a bijective mix), so each round's key draws on all of it; a round uses at most 11
-/// bits of key (bags hold at most 2048 objects), so 32 bits lose nothing.
+/// a bijection of `0..capacity`. Four rounds of add-key, multiply by a fixed odd constant and
+/// xor-shift, each a bijection of `bits`-bit numbers, then cycle-walking back into `0..capacity`
+/// (fewer than two rounds on average, since `capacity > 2^(bits - 1)`). The 32-bit seed is
+/// spread over 64 bits first (a bijective mix) and each round adds its own 16 bits of it (bags
+/// hold at most 4096 objects). The multipliers are constants, not key bits: a keyed multiplier
+/// that happened to be 1 or -1 modulo `2^bits` left a round near the identity, and about one
+/// bag in 120 of 128 objects was carved nearly in address order.
 pub fn carve_order(index: u32, capacity: u32, seed: u32) -> u32 {
+    const MULTIPLIERS: [u32; 4] = [0x7F4A_7C15, 0x27D4_EB4F, 0x9E37_79F9, 0x1656_67C5];
     let seed = mix(u64::from(seed));
     debug_assert!(index < capacity);
     if capacity <= 1 {
@@ -72,10 +75,10 @@ pub fn carve_order(index: u32, capacity: u32, seed: u32) -> u32 {
     let shift = bits / 2 + 1;
     let mut value = index;
     loop {
-        for round in 0..3 {
-            let key = (seed >> (round * 21)) as u32;
+        for (round, multiplier) in MULTIPLIERS.iter().enumerate() {
+            let key = (seed >> (round * 16)) as u32 & 0xffff;
             value = value.wrapping_add(key) & mask;
-            value = value.wrapping_mul(key | 1) & mask;
+            value = value.wrapping_mul(*multiplier) & mask;
             value ^= value >> shift;
         }
         if value < capacity {
@@ -332,6 +335,21 @@ mod tests {
             ascending < 32,
             "{ascending} of 511 steps go to the next object"
         );
+    }
+
+    /// Over 4 000 seeds, no bag of 128 objects is carved with more than 15 steps between
+    /// neighbours (a random shuffle of 128 shows at most ~10 in 20 000 tries; keyed
+    /// multipliers showed 16 or more for about one seed in 120, up to 85).
+    #[test]
+    fn no_seed_carves_a_bag_nearly_in_address_order() {
+        for seed in 0..4000u32 {
+            let order: Vec<u32> = (0..128).map(|i| carve_order(i, 128, seed)).collect();
+            let neighbours = order
+                .windows(2)
+                .filter(|w| w[0].abs_diff(w[1]) == 1)
+                .count();
+            assert!(neighbours < 16, "seed {seed}: {neighbours} neighbour steps");
+        }
     }
 
     #[test]
