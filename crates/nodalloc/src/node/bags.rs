@@ -176,16 +176,24 @@ impl NodeHeaps {
         }
     }
 
-    /// Takes back a batch a thread of `node` drained: into the ring if it has room, else into
-    /// the bags. Every object must be of `class` and from `node`'s region.
+    /// Takes back a batch a thread of `node` drained: into the ring if it has room (a slot, and
+    /// the objects within [`ring_objects`]: a grown thread list cuts batches of many times the
+    /// class's batch), else into the bags. Every object must be of `class` and from `node`'s
+    /// region.
     pub fn release(&self, node: NodeId, class: SizeClass, batch: Batch) {
         let class_heap = self.class(node, class);
-        let cap = (RING_BYTES / (class.batch() * class.size())).clamp(2, RING_SLOTS);
         class_heap.ring_touched.store(true, Ordering::Relaxed);
-        if let Err(batch) = class_heap.ring_push(batch, cap) {
-            if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head) {
-                report(object, misuse);
+        let room = class_heap.in_ring.load(Ordering::Relaxed) + batch.count <= ring_objects(class);
+        let batch = if room {
+            match class_heap.ring_push(batch, RING_SLOTS) {
+                Ok(()) => return,
+                Err(batch) => batch,
             }
+        } else {
+            batch
+        };
+        if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head) {
+            report(object, misuse);
         }
     }
 

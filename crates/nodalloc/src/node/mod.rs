@@ -53,6 +53,12 @@ pub(crate) use upkeep::upkeep_period;
 /// bag lock too often.
 const RING_BYTES: usize = 128 << 10;
 
+/// Objects of `class` a transfer ring may hold: [`RING_BYTES`] of them, and at least two of the
+/// class's batches (for classes whose batch alone comes near the budget).
+pub(crate) fn ring_objects(class: SizeClass) -> usize {
+    (RING_BYTES / class.size()).max(2 * class.batch())
+}
+
 /// Per class, per node: the transfer ring and the central bag lists.
 pub struct ClassHeap {
     ring: TransferRing,

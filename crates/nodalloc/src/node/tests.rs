@@ -266,3 +266,52 @@ pub(in crate::node) fn hand_over_under_contention(class: SizeClass, sweep: bool)
 fn bags_hand_objects_to_one_owner_at_a_time_under_contention() {
     hand_over_under_contention(class_of(96, 8).unwrap(), false);
 }
+
+/// A transfer ring holds at most `ring_objects` objects, however large the batches released
+/// to it (a grown thread list cuts many batches' worth at once); the rest goes to the bags, and
+/// every object is accounted for.
+#[test]
+fn a_ring_holds_no_more_than_its_byte_budget_whatever_the_batch_sizes() {
+    let heaps = NodeHeaps::create(test_arena(1, 64 << 20, 0)).unwrap();
+    let class = class_of(8192, 8).unwrap();
+    let bound = ring_objects(class);
+    let class_heap = heaps.class(NodeId(0), class);
+    for count in [
+        1,
+        class.batch(),
+        3 * class.batch(),
+        bound,
+        bound + 1,
+        10 * class.batch(),
+    ] {
+        let batch = heaps.take_from_bags(NodeId(0), class, count).unwrap();
+        // A batch from the bags may be short; count what it holds.
+        let mut held = 0;
+        let mut object = batch.head;
+        while !object.is_null() {
+            held += 1;
+            // SAFETY: walking the batch we were handed.
+            object = unsafe { next_of(object) };
+        }
+        heaps.release(
+            NodeId(0),
+            class,
+            Batch {
+                count: held,
+                ..batch
+            },
+        );
+        let in_ring = class_heap.in_ring.load(Ordering::Relaxed);
+        assert!(
+            in_ring <= bound,
+            "{in_ring} objects in a ring bounded by {bound}"
+        );
+    }
+    assert!(
+        class_heap.in_ring.load(Ordering::Relaxed) > 0,
+        "the ring took nothing"
+    );
+    heaps.flush_all();
+    assert_eq!(class_heap.in_ring.load(Ordering::Relaxed), 0);
+    assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 0);
+}
