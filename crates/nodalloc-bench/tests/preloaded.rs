@@ -81,6 +81,28 @@ fn every_classic_workload_passes_its_checks() {
     }
 }
 
+/// `server-model` (the call-site workload, run by hand until partitions join the showdown)
+/// passes its checks and reports the RSS left with only its caches live.
+#[test]
+fn server_model_reports_the_rss_its_caches_keep() {
+    for alloc in contenders() {
+        for threads in [1, 4] {
+            let out = run("server-model", threads, &alloc);
+            let f = result_fields(&out).unwrap();
+            let cache_bytes: u64 = preload::field(&f, "cache_bytes").unwrap();
+            let after: u64 = preload::field(&f, "rss_after_kib").unwrap();
+            let idle: u64 = preload::field(&f, "rss_idle_kib").unwrap();
+            // At SCALE=0 each worker keeps 500 entries of 64..512 B.
+            assert!(
+                cache_bytes >= threads as u64 * 500 * 64,
+                "{}: {out}",
+                alloc.name
+            );
+            assert!(after > 0 && idle > 0, "{}: {out}", alloc.name);
+        }
+    }
+}
+
 #[test]
 fn bad_arguments_are_refused() {
     let t = tools();

@@ -7,7 +7,7 @@
  * One workload family per file: handoff.c (larson, xmalloc), cache.c
  * (cache-thrash, cache-scratch), stress.c (mstress, glibc-simple,
  * glibc-thread, malloc-large), profiles.c (frag, latency, rss-time), traffic.c
- * (xthread, churn, alloc-test), tstress.c (tstress); helpers
+ * (xthread, churn, alloc-test), tstress.c (tstress), server.c (server-model); helpers
  * that are not inline live in common.c.  main.c describes the program and its
  * output protocol.  Small helpers are `static inline` here so that every
  * workload's hot loop compiles as it did when the program was one file.
@@ -154,6 +154,9 @@ void run_iter_workers(void *(*fn)(void *), uint64_t base_iters);
  * workers=N", then `extra` (space-separated key=value fields) if any. */
 void print_result(uint64_t ops, uint64_t elapsed, int workers, const char *extra);
 
+/* Resident set in KiB from /proc/self/statm, without touching malloc (0 if unreadable). */
+uint64_t rss_kib(void);
+
 /* The workloads, one family per file. */
 void wl_larson(void);        /* handoff.c */
 void wl_xmalloc(void);       /* handoff.c */
@@ -170,5 +173,6 @@ void wl_xthread(void);       /* traffic.c */
 void wl_churn(void);         /* traffic.c */
 void wl_alloc_test(void);    /* traffic.c */
 void wl_tstress(void);       /* tstress.c */
+void wl_server_model(void); /* server.c */
 
 #endif /* CLASSIC_H */

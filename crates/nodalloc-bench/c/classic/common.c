@@ -90,3 +90,27 @@ void print_result(uint64_t ops, uint64_t elapsed, int workers, const char *extra
            extra && *extra ? " " : "", extra ? extra : "");
     fflush(stdout);
 }
+
+/* Resident set in KiB from /proc/self/statm, without touching malloc. */
+uint64_t rss_kib(void)
+{
+    char buf[256];
+    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    const char *s = buf;
+    while (*s && *s != ' ')
+        s++; /* skip "size" */
+    while (*s == ' ')
+        s++;
+    uint64_t pages = 0;
+    while (*s >= '0' && *s <= '9')
+        pages = pages * 10 + (uint64_t)(*s++ - '0');
+    long page_kib = sysconf(_SC_PAGESIZE) / 1024;
+    return pages * (uint64_t)(page_kib > 0 ? page_kib : 4);
+}

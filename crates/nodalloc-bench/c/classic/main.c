@@ -24,7 +24,7 @@
  *   Bad arguments or an unknown workload: message on stderr, exit 2.
  *
  * Workloads (all written from their published descriptions; xthread, churn and
- * alloc-test are described in traffic.c, tstress in tstress.c):
+ * alloc-test are described in traffic.c, tstress in tstress.c, server-model in server.c):
  *
  *   larson        Larson & Krishnan server simulation.  Each thread owns an
  *                 array of 1000 slots holding blocks of random size
@@ -97,6 +97,7 @@
  *   frag:      requested=BYTES usable=BYTES
  *   latency:   p50=NS p90=NS p99=NS p999=NS max=NS clock_overhead_ns=NS
  *   rss-time:  peak_rss_kib=K final_rss_kib=K peak_live_bytes=B
+ *   server-model: rss_after_kib=K rss_idle_kib=K cache_bytes=B rss_per_cache_byte=X
  * Before the result line:
  *   latency:   226 lines "cdf NS FRACTION" (fractions 0.005..0.99 in steps of
  *              0.005, then 0.0005 up to 0.999, then 0.0001 up to 0.9999,
@@ -127,6 +128,7 @@ static const struct {
     {"frag", wl_frag},
     {"latency", wl_latency},
     {"rss-time", wl_rss_time},
+    {"server-model", wl_server_model},
     {"xthread", wl_xthread},
     {"churn", wl_churn},
     {"alloc-test", wl_alloc_test},

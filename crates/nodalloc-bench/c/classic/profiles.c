@@ -206,37 +206,13 @@ static _Atomic uint64_t rss_live;
 static _Atomic int rss_phase;
 static _Atomic int rss_stop;
 static uint64_t rss_t0;
-static long rss_page_kib;
-
-/* Resident set in KiB from /proc/self/statm, without touching malloc. */
-static uint64_t read_rss_kib(void)
-{
-    char buf[256];
-    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    const char *s = buf;
-    while (*s && *s != ' ')
-        s++; /* skip "size" */
-    while (*s == ' ')
-        s++;
-    uint64_t pages = 0;
-    while (*s >= '0' && *s <= '9')
-        pages = pages * 10 + (uint64_t)(*s++ - '0');
-    return pages * (uint64_t)rss_page_kib;
-}
 
 static void rss_take_sample(void)
 {
     if (rss_nsamples >= RSS_MAX_SAMPLES)
         return;
     rss_sample_t *s = &rss_samples[rss_nsamples];
-    s->rss_kib = read_rss_kib();
+    s->rss_kib = rss_kib();
     s->live = atomic_load_explicit(&rss_live, memory_order_relaxed);
     s->phase = atomic_load_explicit(&rss_phase, memory_order_relaxed);
     s->t_ms = (now_ns() - rss_t0) / 1000000;
@@ -300,9 +276,6 @@ static inline void rss_check(const rss_obj_t *o)
 
 void wl_rss_time(void)
 {
-    rss_page_kib = sysconf(_SC_PAGESIZE) / 1024;
-    if (rss_page_kib <= 0)
-        rss_page_kib = 4;
     uint64_t target = g_scale == 0 ? (256ull << 20) / 100 : (256ull << 20) * g_scale;
     uint64_t churn_steps = scaled(1000000);
     uint64_t sleep_ms = g_scale == 0 ? 20 : 1000;

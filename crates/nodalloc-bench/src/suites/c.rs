@@ -28,6 +28,7 @@ pub const CLASSIC_C: &[(&str, &str)] = &[
     ("profiles.c", include_str!("../../c/classic/profiles.c")),
     ("traffic.c", include_str!("../../c/classic/traffic.c")),
     ("tstress.c", include_str!("../../c/classic/tstress.c")),
+    ("server.c", include_str!("../../c/classic/server.c")),
 ];
 
 /// The timed cases and the profiles that are selected.
