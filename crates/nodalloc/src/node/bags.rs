@@ -183,17 +183,10 @@ impl NodeHeaps {
     pub fn release(&self, node: NodeId, class: SizeClass, batch: Batch) {
         let class_heap = self.class(node, class);
         class_heap.ring_touched.store(true, Ordering::Relaxed);
-        let room = class_heap.in_ring.load(Ordering::Relaxed) + batch.count <= ring_objects(class);
-        let batch = if room {
-            match class_heap.ring_push(batch, RING_SLOTS) {
-                Ok(()) => return,
-                Err(batch) => batch,
+        if let Err(batch) = class_heap.ring_push(batch, ring_objects(class)) {
+            if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head) {
+                report(object, misuse);
             }
-        } else {
-            batch
-        };
-        if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head) {
-            report(object, misuse);
         }
     }
 

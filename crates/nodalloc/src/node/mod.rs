@@ -90,9 +90,14 @@ impl ClassHeap {
         Some(batch)
     }
 
-    fn ring_push(&self, batch: Batch, cap: usize) -> Result<(), Batch> {
+    /// Pushes `batch` if the ring has a slot and would hold at most `max_objects` objects with
+    /// it (see [`ring_objects`]); gives the batch back otherwise.
+    fn ring_push(&self, batch: Batch, max_objects: usize) -> Result<(), Batch> {
         let count = batch.count;
-        self.ring.push(batch, cap)?;
+        if self.in_ring.load(Ordering::Relaxed) + count > max_objects {
+            return Err(batch);
+        }
+        self.ring.push(batch, RING_SLOTS)?;
         self.in_ring.fetch_add(count, Ordering::Relaxed);
         Ok(())
     }

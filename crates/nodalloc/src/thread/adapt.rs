@@ -5,10 +5,11 @@
 //! handed back and forth) and would bounce batches between the thread and its node heap: its
 //! limit grows by a batch at each such refill, up to [`cache_limit_max`]. A class that overflows
 //! [`CUTS_TO_SHRINK`] times without running dry in between mostly frees (a consumer of another
-//! thread's objects): its limit shrinks by a batch. What the grown limits add up to is bounded per thread
-//! ([`THREAD_GROWN_BYTES`]) and per node ([`NODE_GROWN_BYTES`], tcmalloc's overall thread-cache
-//! budget), and an idle class or a flushed heap goes back to the base. A heap lost without its
-//! flush (the other threads of a forked parent) keeps its share of the node's budget counted.
+//! thread's objects): its limit shrinks by a batch. What the grown limits add up to is bounded
+//! per thread ([`THREAD_GROWN_BYTES`]) and per node ([`NODE_GROWN_BYTES`], tcmalloc's overall
+//! thread-cache budget), and an idle class or a flushed heap goes back to the base. A heap lost
+//! without its flush (the other threads of a forked parent) keeps its share of the node's budget
+//! counted.
 
 use super::free_list::cache_limit_max;
 use super::ThreadHeap;
@@ -57,12 +58,11 @@ impl ThreadHeap {
     /// Back to the class's base limit (an idle class, a flushed heap). The list must be unarmed.
     pub(super) fn reset_limit(&mut self, class: SizeClass) {
         self.cuts[class.index()] = 0;
-        if class.cache_limit() != 0 {
-            self.resize(class, class.cache_limit());
-        }
+        self.resize(class, class.cache_limit());
     }
 
-    /// Sets `class`'s limit as close to `want` as its bounds and the thread's budget allow.
+    /// Sets `class`'s limit as close to `want` as its bounds and the thread's budget allow (a
+    /// class threads do not cache keeps its zero limit).
     fn resize(&mut self, class: SizeClass, want: usize) {
         let base = class.cache_limit();
         let old = self.lists[class.index()].limit();

@@ -28,6 +28,13 @@ fn heaps(nodes: usize) -> &'static NodeHeaps {
     NodeHeaps::create(test_arena(nodes, 64 << 20, 0)).unwrap()
 }
 
+/// A heap attached to `heaps`, homed on `node`.
+fn attached(heaps: &'static NodeHeaps, node: NodeId) -> Box<ThreadHeap> {
+    let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
+    heap.attach(heaps, node);
+    heap
+}
+
 /// A drain or a park whose upkeep re-homes the thread (it migrated to another node) still
 /// gives the objects it cut from the list back to their own node, not the new home: the
 /// node heap refuses foreign objects and aborts naming one.
@@ -50,8 +57,7 @@ fn a_drain_that_re_homes_the_thread_returns_its_batch_to_the_old_node() {
         // Frees before upkeep is due: up to one below the drain (or one parked object).
         let quiet = class.cache_limit().saturating_sub(1).max(1);
         let want = quiet + 2 * class.batch().max(1) + 2;
-        let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
-        heap.attach(heaps, away);
+        let mut heap = attached(heaps, away);
         heap.follow_cpu = true;
         heap.next_upkeep = u64::MAX;
         let mut objects = Vec::new();
@@ -93,8 +99,7 @@ fn a_drain_that_re_homes_the_thread_returns_its_batch_to_the_old_node() {
 #[test]
 fn cache_stays_within_its_limit_and_drains_the_oldest_batch() {
     let heaps = heaps(1);
-    let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
-    heap.attach(heaps, NodeId(0));
+    let mut heap = attached(heaps, NodeId(0));
     let class = class_of(64, 8).unwrap();
     let n = 10 * class.cache_limit();
     let objects: Vec<*mut u8> = (0..n).map(|_| allocate(&mut heap, class)).collect();
@@ -121,8 +126,7 @@ fn cache_stays_within_its_limit_and_drains_the_oldest_batch() {
 #[test]
 fn nth_marker_survives_pops_below_the_batch() {
     let heaps = heaps(1);
-    let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
-    heap.attach(heaps, NodeId(0));
+    let mut heap = attached(heaps, NodeId(0));
     let class = class_of(16, 8).unwrap();
     let batch = class.batch();
     let mut live: Vec<*mut u8> = Vec::new();
@@ -152,10 +156,8 @@ fn nth_marker_survives_pops_below_the_batch() {
 #[test]
 fn remote_frees_go_home_and_are_never_reused_by_the_freeing_node() {
     let heaps = heaps(2);
-    let mut home = Box::new(ThreadHeap::with_attach_hook(None));
-    let mut remote = Box::new(ThreadHeap::with_attach_hook(None));
-    home.attach(heaps, NodeId(0));
-    remote.attach(heaps, NodeId(1));
+    let mut home = attached(heaps, NodeId(0));
+    let mut remote = attached(heaps, NodeId(1));
     let class = class_of(128, 8).unwrap();
     let objects: Vec<*mut u8> = (0..1000)
         .map(|_| {
@@ -217,8 +219,7 @@ fn frees_to_a_node_without_threads_are_sorted_by_other_nodes_upkeep() {
         heaps.class(NodeId(1), class).bags.load(Ordering::Relaxed),
         1
     );
-    let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
-    heap.attach(heaps, NodeId(0));
+    let mut heap = attached(heaps, NodeId(0));
     for &object in &objects {
         // SAFETY: each object is live and freed once.
         unsafe { heap.free(object, class) };
@@ -242,10 +243,8 @@ fn frees_to_a_node_without_threads_are_sorted_by_other_nodes_upkeep() {
 #[test]
 fn secure_heaps_keep_the_fast_paths_empty_and_send_remote_frees_home() {
     let heaps = NodeHeaps::create(crate::arena::tests::test_arena_secure(2, true)).unwrap();
-    let mut home = Box::new(ThreadHeap::with_attach_hook(None));
-    let mut remote = Box::new(ThreadHeap::with_attach_hook(None));
-    home.attach(heaps, NodeId(0));
-    remote.attach(heaps, NodeId(1));
+    let mut home = attached(heaps, NodeId(0));
+    let mut remote = attached(heaps, NodeId(1));
     let class = class_of(96, 8).unwrap();
     let mut live: Vec<*mut u8> = Vec::new();
     let mut rng = 99u64;
@@ -288,8 +287,7 @@ fn secure_heaps_keep_the_fast_paths_empty_and_send_remote_frees_home() {
 #[test]
 fn retired_heap_serves_late_calls_without_caching() {
     let heaps = heaps(1);
-    let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
-    heap.attach(heaps, NodeId(0));
+    let mut heap = attached(heaps, NodeId(0));
     let class = class_of(32, 8).unwrap();
     let p = heap.alloc_slow(class);
     heap.retire();
@@ -316,10 +314,8 @@ fn retired_heap_serves_late_calls_without_caching() {
 fn big_classes_park_one_object_per_thread_and_the_statistics_show_where_bytes_sit() {
     use crate::size_class::MAX_CACHED;
     let heaps = heaps(1);
-    let mut first = Box::new(ThreadHeap::with_attach_hook(None));
-    let mut second = Box::new(ThreadHeap::with_attach_hook(None));
-    first.attach(heaps, NodeId(0));
-    second.attach(heaps, NodeId(0));
+    let mut first = attached(heaps, NodeId(0));
+    let mut second = attached(heaps, NodeId(0));
 
     let small = class_of(64, 8).unwrap();
     let p = allocate(&mut first, small);
@@ -408,8 +404,7 @@ fn grown_bytes(heap: &ThreadHeap) -> usize {
 #[test]
 fn a_class_used_both_ways_grows_its_limit_until_the_heap_is_flushed() {
     let heaps = heaps(1);
-    let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
-    heap.attach(heaps, NodeId(0));
+    let mut heap = attached(heaps, NodeId(0));
     heap.next_upkeep = u64::MAX;
     let class = class_of(1024, 8).unwrap();
     let base = class.cache_limit();
@@ -442,8 +437,7 @@ fn a_class_used_both_ways_grows_its_limit_until_the_heap_is_flushed() {
 #[test]
 fn grown_limits_stay_within_their_bounds_under_random_traffic() {
     let heaps = heaps(1);
-    let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
-    heap.attach(heaps, NodeId(0));
+    let mut heap = attached(heaps, NodeId(0));
     heap.next_upkeep = u64::MAX;
     let classes: Vec<SizeClass> = (0..NUM_CLASSES)
         .map(|index| SizeClass(index as u8))
