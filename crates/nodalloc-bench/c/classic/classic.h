@@ -153,6 +153,8 @@ void run_iter_workers(void *(*fn)(void *), uint64_t base_iters);
 /* The last line of stdout: "result workload=W threads=T ops=N elapsed_ns=E
  * workers=N", then `extra` (space-separated key=value fields) if any. */
 void print_result(uint64_t ops, uint64_t elapsed, int workers, const char *extra);
+/* The result line of a workload run in rounds of short-lived threads (threads_created=N). */
+void print_rounds_result(uint64_t ops, uint64_t elapsed, int workers, uint64_t threads_created);
 
 /* Resident set in KiB from /proc/self/statm, without touching malloc (0 if unreadable). */
 uint64_t rss_kib(void);

@@ -114,3 +114,10 @@ uint64_t rss_kib(void)
     long page_kib = sysconf(_SC_PAGESIZE) / 1024;
     return pages * (uint64_t)(page_kib > 0 ? page_kib : 4);
 }
+
+void print_rounds_result(uint64_t ops, uint64_t elapsed, int workers, uint64_t threads_created)
+{
+    char extra[64];
+    snprintf(extra, sizeof extra, "threads_created=%llu", (unsigned long long)threads_created);
+    print_result(ops, elapsed, workers, extra);
+}

@@ -224,10 +224,7 @@ void wl_churn(void)
     }
     xmunmap(args, sizeof(ch_arg_t) * (size_t)workers);
     xmunmap(tids, sizeof(pthread_t) * (size_t)workers);
-    char extra[64];
-    snprintf(extra, sizeof extra, "threads_created=%llu",
-             (unsigned long long)(rounds * (uint64_t)workers));
-    print_result(atomic_load(&ch_allocs), elapsed, workers, extra);
+    print_rounds_result(atomic_load(&ch_allocs), elapsed, workers, rounds * (uint64_t)workers);
 }
 
 /* ------------------------------------------------------------------------ */

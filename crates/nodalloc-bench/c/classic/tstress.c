@@ -154,8 +154,5 @@ void wl_tstress(void)
     }
     xmunmap(args, sizeof(ts_arg_t) * (size_t)T);
     xmunmap(tids, sizeof(pthread_t) * (size_t)T);
-    char extra[64];
-    snprintf(extra, sizeof extra, "threads_created=%llu",
-             (unsigned long long)(rounds * (uint64_t)T));
-    print_result(atomic_load(&ts_allocs), elapsed, T, extra);
+    print_rounds_result(atomic_load(&ts_allocs), elapsed, T, rounds * (uint64_t)T);
 }
