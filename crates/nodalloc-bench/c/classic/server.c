@@ -47,6 +47,7 @@ typedef struct {
     size_t cache_entries;
     uint64_t ops;
     uint64_t cache_bytes;
+    entry_t *cache; /* left live for the main thread to measure, then free */
 } server_arg_t;
 
 static inline uint64_t server_check(const void *p, size_t size)
@@ -123,6 +124,7 @@ static void *server_thread(void *arg)
     entry_t *cache = xmmap(sizeof(entry_t) * a->cache_entries);
     request_t *flight = xmmap(sizeof(request_t) * BURST);
     uint64_t ops = 0;
+    gate_wait();
     for (size_t i = 0; i < a->cache_entries; i++) {
         cache[i].size = rng_logu(&rng, 64, 512);
         cache[i].p = cache_entry_new(cache[i].size);
@@ -158,31 +160,22 @@ static void *server_thread(void *arg)
         bytes += cache[i].size;
     a->ops = ops;
     a->cache_bytes = bytes;
-    /* The cache stays live until the main thread has measured RSS; it is freed by the caller
-     * through the returned mapping. */
+    a->cache = cache;
     xmunmap(flight, sizeof(request_t) * BURST);
-    return cache;
+    return NULL;
 }
 
 void wl_server_model(void)
 {
     int T = g_threads;
     server_arg_t *args = xmmap(sizeof(server_arg_t) * (size_t)T);
-    pthread_t *tids = xmmap(sizeof(pthread_t) * (size_t)T);
     size_t entries = g_scale == 0 ? 500 : 12000 * (size_t)g_scale;
-    uint64_t t0 = now_ns();
     for (int i = 0; i < T; i++) {
         args[i].id = i;
         args[i].requests = scaled(60000);
         args[i].cache_entries = entries;
-        int rc = pthread_create(&tids[i], NULL, server_thread, &args[i]);
-        if (rc != 0)
-            die("pthread_create failed: %s", strerror(rc));
     }
-    void **caches = xmmap(sizeof(void *) * (size_t)T);
-    for (int i = 0; i < T; i++)
-        pthread_join(tids[i], &caches[i]);
-    uint64_t elapsed = now_ns() - t0;
+    uint64_t elapsed = run_threads(T, server_thread, args, sizeof(server_arg_t));
     uint64_t rss_after = rss_kib();
     /* Allocators that return memory after a delay get one second (idle: no allocation). */
     for (int i = 0; i < 100; i++) {
@@ -194,10 +187,9 @@ void wl_server_model(void)
     for (int i = 0; i < T; i++) {
         ops += args[i].ops;
         cache_bytes += args[i].cache_bytes;
-        entry_t *cache = caches[i];
         for (size_t k = 0; k < entries; k++)
-            server_free(cache[k].p, cache[k].size);
-        xmunmap(cache, sizeof(entry_t) * entries);
+            server_free(args[i].cache[k].p, args[i].cache[k].size);
+        xmunmap(args[i].cache, sizeof(entry_t) * entries);
     }
     char extra[200];
     snprintf(extra, sizeof extra,
@@ -205,8 +197,6 @@ void wl_server_model(void)
              (unsigned long long)rss_after, (unsigned long long)rss_idle,
              (unsigned long long)cache_bytes,
              cache_bytes ? (double)rss_idle * 1024.0 / (double)cache_bytes : 0.0);
-    xmunmap(caches, sizeof(void *) * (size_t)T);
-    xmunmap(tids, sizeof(pthread_t) * (size_t)T);
     xmunmap(args, sizeof(server_arg_t) * (size_t)T);
     print_result(ops, elapsed, T, extra);
 }
