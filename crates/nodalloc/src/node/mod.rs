@@ -94,7 +94,10 @@ impl ClassHeap {
     /// it (see [`ring_objects`]); gives the batch back otherwise.
     fn ring_push(&self, batch: Batch, max_objects: usize) -> Result<(), Batch> {
         let count = batch.count;
-        if self.in_ring.load(Ordering::Relaxed) + count > max_objects {
+        // A hint: a pop's subtraction can overtake the push's addition, leaving it briefly
+        // below zero (wrapped), as the statistics also read it.
+        let in_ring = (self.in_ring.load(Ordering::Relaxed) as isize).max(0) as usize;
+        if in_ring + count > max_objects {
             return Err(batch);
         }
         self.ring.push(batch, RING_SLOTS)?;

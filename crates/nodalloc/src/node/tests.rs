@@ -315,3 +315,20 @@ fn a_ring_holds_no_more_than_its_byte_budget_whatever_the_batch_sizes() {
     assert_eq!(class_heap.in_ring.load(Ordering::Relaxed), 0);
     assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 0);
 }
+
+/// The ring's object count is a hint that a pop's subtraction can leave briefly below zero
+/// (wrapped); a release that reads it then must neither overflow nor lose its batch.
+#[test]
+fn a_release_that_reads_a_wrapped_ring_count_keeps_its_batch() {
+    let heaps = NodeHeaps::create(test_arena(1, 64 << 20, 0)).unwrap();
+    let class = class_of(64, 8).unwrap();
+    let class_heap = heaps.class(NodeId(0), class);
+    let batch = heaps
+        .take_from_bags(NodeId(0), class, class.batch())
+        .unwrap();
+    class_heap.in_ring.store(usize::MAX, Ordering::Relaxed);
+    heaps.release(NodeId(0), class, batch);
+    class_heap.in_ring.fetch_add(1, Ordering::Relaxed);
+    heaps.flush_all();
+    assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 0);
+}
