@@ -73,6 +73,35 @@ impl NodeStats {
     }
 }
 
+/// Partitions a snapshot details: the ones holding the most live bytes.
+pub const TOP_PARTITIONS: usize = 16;
+
+/// One call-site partition's figures, summed over the nodes (`NODALLOC_CALLSITE`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PartitionStats {
+    /// Its number, `0 ..< P`.
+    pub partition: usize,
+    /// The first call site seen allocating in it (a return address; 0 when none was recorded,
+    /// as for the Rust face's scopes).
+    pub site: usize,
+    /// Bytes of its live objects (class sizes).
+    pub live: usize,
+    /// Bags currently carved for it.
+    pub bags: usize,
+    /// Bags that went back to the region when their last object came back.
+    pub reclaimed: u64,
+    /// Times a refill took freed objects out of one of its bags whose other objects were still
+    /// out (a bag picked apart rather than drained).
+    pub picked: u64,
+}
+
+impl PartitionStats {
+    /// Bags reclaimed whole, in percent of reclaims and pick-aparts (0 with neither).
+    pub fn reclaim_percent(&self) -> u64 {
+        reclaim_percent(self.reclaimed, self.picked)
+    }
+}
+
 /// A snapshot of the whole allocator.
 #[derive(Clone, Copy, Debug)]
 pub struct Stats {
@@ -104,10 +133,20 @@ pub struct Stats {
     pub limit: usize,
     /// The most ever committed at once.
     pub peak_committed: usize,
+    /// Call-site partitions, P (0: the mode is off).
+    pub partitions: usize,
+    /// Partitions that ever had a bag.
+    pub partitions_used: usize,
+    /// Bags reclaimed whole, over all partitions (see [`PartitionStats::reclaimed`]).
+    pub bags_reclaimed: u64,
+    /// Bags picked apart, over all partitions (see [`PartitionStats::picked`]).
+    pub bags_picked: u64,
     pub(crate) node_count: usize,
     pub(crate) simulated: bool,
     pub(crate) nodes: [NodeStats; MAX_NODES],
     pub(crate) classes: [ClassStats; NUM_CLASSES],
+    pub(crate) top: [PartitionStats; TOP_PARTITIONS],
+    pub(crate) top_len: usize,
 }
 
 impl Stats {
@@ -127,11 +166,38 @@ impl Stats {
             threads: 0,
             limit: 0,
             peak_committed: 0,
+            partitions: 0,
+            partitions_used: 0,
+            bags_reclaimed: 0,
+            bags_picked: 0,
             node_count: 0,
             simulated: false,
             nodes: [NodeStats::default(); MAX_NODES],
             classes: [ClassStats::default(); NUM_CLASSES],
+            top: [PartitionStats::default(); TOP_PARTITIONS],
+            top_len: 0,
         }
+    }
+
+    /// The partitions with the most live bytes, most first (at most [`TOP_PARTITIONS`]; none
+    /// with the mode off).
+    pub fn top_partitions(&self) -> &[PartitionStats] {
+        &self.top[..self.top_len]
+    }
+
+    /// Keeps `partition` among the top ones if it holds more live bytes than the last.
+    pub(crate) fn offer_partition(&mut self, partition: PartitionStats) {
+        let mut at = self.top_len;
+        while at > 0 && self.top[at - 1].live < partition.live {
+            at -= 1;
+        }
+        if at >= TOP_PARTITIONS {
+            return;
+        }
+        let end = (self.top_len + 1).min(TOP_PARTITIONS);
+        self.top.copy_within(at..end - 1, at + 1);
+        self.top[at] = partition;
+        self.top_len = end;
     }
 
     /// Usable nodes.
@@ -232,6 +298,9 @@ impl Stats {
             .size(in_rings as u64)
             .str(")\n");
         w.write_to(fd);
+        if self.partitions != 0 {
+            self.write_partitions(fd, &mut w);
+        }
         for class in self.classes.iter().filter(|class| class.bags != 0) {
             let live = class.allocs.saturating_sub(class.frees) as usize * class.size;
             w.clear();
@@ -251,4 +320,53 @@ impl Stats {
             w.write_to(fd);
         }
     }
+
+    /// The call-site partitions' lines: totals, then the top partitions by live bytes, each
+    /// with its call site's symbol (`dladdr`, outside the allocator's paths).
+    fn write_partitions(&self, fd: i32, w: &mut Writer) {
+        w.clear();
+        w.str("  call-site partitions: ")
+            .decimal(self.partitions_used as u64)
+            .str(" of ")
+            .decimal(self.partitions as u64)
+            .str(" used, ");
+        write_reclaims(w, self.bags_reclaimed, self.bags_picked);
+        w.str("\n");
+        w.write_to(fd);
+        for partition in self.top_partitions() {
+            w.clear();
+            w.str("    partition ")
+                .decimal(partition.partition as u64)
+                .str(": live ")
+                .size(partition.live as u64)
+                .str(", bags ")
+                .decimal(partition.bags as u64)
+                .str(", ");
+            write_reclaims(w, partition.reclaimed, partition.picked);
+            if partition.site != 0 {
+                w.str(", site ").hex(partition.site);
+                crate::os::symbolize(partition.site, w);
+            }
+            w.str("\n");
+            w.write_to(fd);
+        }
+    }
+}
+
+/// `bags reclaimed whole R, picked apart P (S% whole)`.
+fn write_reclaims(w: &mut Writer, reclaimed: u64, picked: u64) {
+    w.str("bags reclaimed whole ")
+        .decimal(reclaimed)
+        .str(", picked apart ")
+        .decimal(picked)
+        .str(" (")
+        .decimal(reclaim_percent(reclaimed, picked))
+        .str("% whole)");
+}
+
+/// Reclaims in percent of reclaims and pick-aparts (0 with neither).
+fn reclaim_percent(reclaimed: u64, picked: u64) -> u64 {
+    (reclaimed * 100)
+        .checked_div(reclaimed + picked)
+        .unwrap_or(0)
 }

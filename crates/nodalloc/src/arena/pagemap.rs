@@ -137,6 +137,7 @@ impl Role {
                 },
                 seed: 0,
                 zeroed,
+                partition: 0,
             },
         }
     }
@@ -182,6 +183,9 @@ pub struct BagState {
     /// Its memory read as zero when it was handed out (fresh or decommitted), so an object
     /// carved from it for the first time is zero but for the link word carving wrote.
     pub zeroed: bool,
+    /// The call-site partition whose class heap owns it (0 with partitions off); set when the
+    /// bag is carved, constant while any of its objects is out.
+    pub partition: u16,
 }
 
 /// A large object's own state.

@@ -140,7 +140,8 @@ impl Instance {
     /// heap, or an allocation on a chosen node). Null when no memory is left.
     pub(crate) fn alloc_single(self, node: Option<NodeId>, class: SizeClass) -> *mut u8 {
         let node = node.unwrap_or_else(|| self.current_node());
-        self.heaps.alloc_single(node, class)
+        self.heaps
+            .alloc_single(node, crate::node::Partition::DEFAULT, class)
     }
 
     /// Takes back a small object of `class` from `origin` without a thread cache.

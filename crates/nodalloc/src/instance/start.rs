@@ -64,7 +64,7 @@ pub(super) fn create() -> Option<&'static NodeHeaps> {
         },
         secure: options.secure,
     };
-    let heaps = NodeHeaps::start(topology, &config);
+    let heaps = NodeHeaps::start(topology, &config, options.callsite_partitions);
     // SAFETY: the scratch mapping is ours and the arena copied the topology.
     unsafe { os::unmap(scratch as *mut u8, core::mem::size_of::<Topology>()) };
     let Some(heaps) = heaps else {

@@ -5,20 +5,27 @@
 use super::*;
 
 impl NodeHeaps {
-    /// A batch of free objects of `class` for a thread of `node`: from the ring, else carved from
-    /// the node's bags, else (own region exhausted) stolen from the nearest node that has some.
-    pub fn refill(&self, node: NodeId, class: SizeClass) -> Option<Batch> {
-        let class_heap = self.class(node, class);
+    /// A batch of free objects of `class` in partition `part` for a thread of `node`: from the
+    /// ring, else carved from the node's bags, else (own region exhausted) stolen from the
+    /// nearest node that has some.
+    pub fn refill(&self, node: NodeId, part: Partition, class: SizeClass) -> Option<Batch> {
+        let class_heap = self.class_in(node, part, class);
         if let Some(batch) = class_heap.ring_pop() {
             class_heap.ring_touched.store(true, Ordering::Relaxed);
             return Some(batch);
         }
-        self.take_from_bags(node, class, class.batch())
+        self.take_from_bags(node, part, class, class.batch())
     }
 
     /// Up to `want` objects from bags, own node first, then other nodes nearest first.
-    pub fn take_from_bags(&self, node: NodeId, class: SizeClass, want: usize) -> Option<Batch> {
-        if let Some(batch) = self.take_from_node_bags(node, class, want, &mut false) {
+    pub fn take_from_bags(
+        &self,
+        node: NodeId,
+        part: Partition,
+        class: SizeClass,
+        want: usize,
+    ) -> Option<Batch> {
+        if let Some(batch) = self.take_from_node_bags(node, part, class, want, &mut false) {
             return Some(batch);
         }
         let mut order = [0u8; MAX_NODES];
@@ -26,9 +33,9 @@ impl NodeHeaps {
         for &other in &order[..count] {
             let other = NodeId(other as usize);
             let stolen = self
-                .class(other, class)
+                .class_in(other, part, class)
                 .ring_pop()
-                .or_else(|| self.take_from_node_bags(other, class, want, &mut false));
+                .or_else(|| self.take_from_node_bags(other, part, class, want, &mut false));
             if stolen.is_some() {
                 self.node(node).steals.fetch_add(1, Ordering::Relaxed);
                 return stolen;
@@ -43,11 +50,14 @@ impl NodeHeaps {
     fn take_from_node_bags(
         &self,
         node: NodeId,
+        part: Partition,
         class: SizeClass,
         want: usize,
         head_zeroed: &mut bool,
     ) -> Option<Batch> {
-        let class_heap = self.class(node, class);
+        self.activate(node, part, class);
+        let class_heap = self.class_in(node, part, class);
+        let info = self.partition_info(part);
         let arena = self.arena;
         let map = arena.map();
         let size = class.size();
@@ -70,6 +80,8 @@ impl NodeHeaps {
                 };
                 class_heap.bags.fetch_add(1, Ordering::Relaxed);
                 *partial = map.meta(map.unit_of(address));
+                // SAFETY: the class lock is held and the bag is new, on no list but ours.
+                unsafe { (**partial).role.bag.partition = part.0 };
                 if secure {
                     // SAFETY: the class lock is held and the bag is new, on no list but ours.
                     unsafe { (**partial).role.bag.seed = arena.bag_seed() };
@@ -79,6 +91,11 @@ impl NodeHeaps {
             let start = map.address_of(map.unit_of_meta(bag));
             // SAFETY: the class lock is held and `bag` is one of this class's bags.
             unsafe {
+                if let Some(info) = info {
+                    if !(*bag).role.bag.free.is_null() && (*bag).role.bag.live != 0 {
+                        info.picked.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
                 while batch.count < want {
                     *head_zeroed = false;
                     let object = if !(*bag).role.bag.free.is_null() {
@@ -126,17 +143,23 @@ impl NodeHeaps {
 
     /// One object of `class` for the program, straight from the bags (a thread without a cache:
     /// retired, detached, or `alloc_on_node`). Null when no memory is left.
-    pub fn alloc_single(&self, node: NodeId, class: SizeClass) -> *mut u8 {
-        let Some(batch) = self.take_from_bags(node, class, 1) else {
+    pub fn alloc_single(&self, node: NodeId, part: Partition, class: SizeClass) -> *mut u8 {
+        let Some(batch) = self.take_from_bags(node, part, class, 1) else {
             return null_mut();
         };
-        self.hand_out_single(node, class, batch.head)
+        self.hand_out_single(node, part, class, batch.head)
     }
 
     /// Counts one object taken straight from the bags as the program's (and marks it in the
     /// allocation bitmap in secure mode).
-    fn hand_out_single(&self, node: NodeId, class: SizeClass, object: *mut u8) -> *mut u8 {
-        self.class(node, class)
+    fn hand_out_single(
+        &self,
+        node: NodeId,
+        part: Partition,
+        class: SizeClass,
+        object: *mut u8,
+    ) -> *mut u8 {
+        self.class_in(node, part, class)
             .allocs
             .fetch_add(1, Ordering::Relaxed);
         if self.arena.is_secure() {
@@ -148,10 +171,15 @@ impl NodeHeaps {
     /// One object of `class` for `calloc`, straight from `node`'s own bags, and whether it is
     /// known to read as zero but for its first word (carved for the first time from a bag whose
     /// memory was untouched). `None` when the node's bags and region are exhausted.
-    pub fn alloc_single_zeroed(&self, node: NodeId, class: SizeClass) -> Option<(*mut u8, bool)> {
+    pub fn alloc_single_zeroed(
+        &self,
+        node: NodeId,
+        part: Partition,
+        class: SizeClass,
+    ) -> Option<(*mut u8, bool)> {
         let mut zeroed = false;
-        let batch = self.take_from_node_bags(node, class, 1, &mut zeroed)?;
-        Some((self.hand_out_single(node, class, batch.head), zeroed))
+        let batch = self.take_from_node_bags(node, part, class, 1, &mut zeroed)?;
+        Some((self.hand_out_single(node, part, class, batch.head), zeroed))
     }
 
     /// Takes back one object of `class` from `origin`'s region that the program frees without a
@@ -166,12 +194,9 @@ impl NodeHeaps {
                 report(object, refusal.into());
             }
         }
-        self.class(origin, class)
-            .frees
-            .fetch_add(1, Ordering::Relaxed);
         // SAFETY: the object is ours now; make it a one-object chain.
         unsafe { self.arena.write_link(object, null_mut()) };
-        if let Err((object, misuse)) = self.return_to_bags(origin, class, object) {
+        if let Err((object, misuse)) = self.return_to_bags(origin, class, object, true) {
             report(object, misuse);
         }
     }
@@ -180,65 +205,98 @@ impl NodeHeaps {
     /// the objects within [`ring_objects`]: a grown thread list cuts batches of many times the
     /// class's batch), else into the bags. Every object must be of `class` and from `node`'s
     /// region.
-    pub fn release(&self, node: NodeId, class: SizeClass, batch: Batch) {
-        let class_heap = self.class(node, class);
+    pub fn release(&self, node: NodeId, part: Partition, class: SizeClass, batch: Batch) {
+        let class_heap = self.class_in(node, part, class);
         class_heap.ring_touched.store(true, Ordering::Relaxed);
         if let Err(batch) = class_heap.ring_push(batch, ring_objects(class)) {
-            if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head) {
+            if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head, false) {
                 report(object, misuse);
             }
         }
     }
 
     /// Returns a null-terminated chain of `class` objects of `node`'s region to their bags,
-    /// releasing bags that fall empty. Stops at the first object that is not a live object of
-    /// this class (an invalid or double free) and reports it.
+    /// releasing bags that fall empty, and counts them as the program's frees when
+    /// `count_frees`. Each object goes to the class heap of its bag's partition (one lock per
+    /// run of objects of one partition). Stops at the first object that is not a live object
+    /// of this class (an invalid or double free) and reports it.
     pub fn return_to_bags(
         &self,
         node: NodeId,
         class: SizeClass,
         chain: *mut u8,
+        count_frees: bool,
     ) -> Result<(), (*mut u8, Misuse)> {
-        let class_heap = self.class(node, class);
         let map = self.arena.map();
         let size = class.size();
         let capacity = class.capacity() as u32;
+        let partitioned = self.partitions() != 0;
         // The node's next upkeep deadline dates the returns for the sweep.
         let stamp = self.node(node).next_upkeep.load(Ordering::Relaxed).max(1);
-        let _guard = class_heap.lock.lock();
-        // SAFETY: the class lock is held for the rest of this function.
-        let partial = unsafe { &mut *class_heap.partial.get() };
+        let mut part = self.partition_of(chain as usize);
+        let mut class_heap = self.class_in(node, part, class);
+        let mut guard = class_heap.lock.lock();
+        // Objects returned under the current lock, and whether the current object made us
+        // switch locks already (a second switch for one object is a misuse, not a race).
+        let mut run = 0u64;
+        let mut switched = false;
         let mut object = chain;
-        while !object.is_null() {
-            // SAFETY: chains given to us are linked through first words of free objects.
-            let next = unsafe { self.arena.read_link(object, Expect::Class(class)) };
+        let result = loop {
+            if object.is_null() {
+                break Ok(());
+            }
             let address = object as usize;
             if self.arena.origin_of(address) != Some(node.index()) {
-                return Err((object, Misuse::InvalidPointer));
+                break Err((object, Misuse::InvalidPointer));
             }
             let Some(tag) = self.arena.tag_checked(address) else {
-                return Err((object, Misuse::InvalidPointer));
+                break Err((object, Misuse::InvalidPointer));
             };
             if !tag.is_bag() || tag.class() != class {
-                return Err((object, Misuse::InvalidPointer));
+                break Err((object, Misuse::InvalidPointer));
             }
             let first = map.unit_of(address) - tag.offset_units();
             let start = map.address_of(first);
             if (address - start) % size != 0 {
-                return Err((object, Misuse::InvalidPointer));
+                break Err((object, Misuse::InvalidPointer));
             }
             let bag = map.meta(first);
-            // SAFETY: the class lock is held and the tag says `bag` is a bag of this class.
+            if partitioned {
+                // SAFETY: the tag says `bag` is a bag descriptor. Read without its lock, so
+                // volatile: only a misuse (a bag carved again meanwhile) makes it change.
+                let owner =
+                    unsafe { core::ptr::addr_of!((*bag).role.bag.partition).read_volatile() };
+                if owner != part.0 {
+                    if switched {
+                        break Err((object, Misuse::InvalidPointer));
+                    }
+                    self.finish_run(class_heap, run, count_frees);
+                    drop(guard);
+                    run = 0;
+                    part = Partition(owner);
+                    class_heap = self.class_in(node, part, class);
+                    guard = class_heap.lock.lock();
+                    switched = true;
+                    continue;
+                }
+            }
+            switched = false;
+            // SAFETY: the class lock is held for the rest of this function.
+            let partial = unsafe { &mut *class_heap.partial.get() };
+            // SAFETY: chains given to us are linked through first words of free objects.
+            let next = unsafe { self.arena.read_link(object, Expect::Class(class)) };
+            // SAFETY: the class lock is held and the tag says `bag` is a bag of this class (of
+            // this partition, checked above).
             unsafe {
                 // Secure mode carves in a random order, so the count says nothing about which
                 // objects were carved (and the allocation bitmap vouched for this one).
                 if !self.arena.is_secure()
                     && (address - start) / size >= (*bag).role.bag.carved as usize
                 {
-                    return Err((object, Misuse::InvalidPointer));
+                    break Err((object, Misuse::InvalidPointer));
                 }
                 if (*bag).role.bag.live == 0 {
-                    return Err((object, Misuse::DoubleFree));
+                    break Err((object, Misuse::DoubleFree));
                 }
                 let was_full = is_full(bag, capacity);
                 self.arena.write_link(object, (*bag).role.bag.free);
@@ -246,11 +304,15 @@ impl NodeHeaps {
                 (*bag).role.bag.live -= 1;
                 (*bag).role.bag.sweep.returned_at = stamp;
                 class_heap.out_of_bags.fetch_sub(1, Ordering::Relaxed);
+                run += 1;
                 if (*bag).role.bag.live == 0 {
                     if !was_full {
                         unlink(partial, bag);
                     }
                     class_heap.bags.fetch_sub(1, Ordering::Relaxed);
+                    if let Some(info) = self.partition_info(part) {
+                        info.reclaimed.fetch_add(1, Ordering::Relaxed);
+                    }
                     self.forget_released(node, class, bag);
                     // SAFETY: no object of the bag is out any more.
                     self.arena.free_span(start, (*bag).units);
@@ -259,9 +321,22 @@ impl NodeHeaps {
                 }
             }
             object = next;
+        };
+        self.finish_run(class_heap, run, count_frees);
+        drop(guard);
+        result
+    }
+
+    /// The end of a run of `return_to_bags` under one class lock: the class heap has bags to
+    /// sweep, and the run's objects are counted as frees if asked.
+    fn finish_run(&self, class_heap: &ClassHeap, run: u64, count_frees: bool) {
+        if run == 0 {
+            return;
         }
         class_heap.to_sweep.store(true, Ordering::Relaxed);
-        Ok(())
+        if count_frees {
+            class_heap.frees.fetch_add(run, Ordering::Relaxed);
+        }
     }
 
     /// Hands a chain of objects of `origin`'s region to that node's inbox.
@@ -289,10 +364,9 @@ impl NodeHeaps {
             return;
         }
         let mut object = node_heap.inbox.take_all();
-        // Group by class so each class lock is taken once, and each class's free count (remote
-        // frees are counted here, not by the freeing thread) is added once.
+        // Group by class so each class lock is taken once (per partition), and each class's free
+        // count (remote frees are counted here, not by the freeing thread) is added once.
         let mut chains = [null_mut::<u8>(); NUM_CLASSES];
-        let mut counts = [0u64; NUM_CLASSES];
         while !object.is_null() {
             // SAFETY: inbox chains are linked through first words of freed objects.
             let next = unsafe { self.arena.read_link(object, Expect::Node(node.index())) };
@@ -304,16 +378,12 @@ impl NodeHeaps {
             // SAFETY: as above; we own the object now.
             unsafe { self.arena.write_link(object, chains[class]) };
             chains[class] = object;
-            counts[class] += 1;
             object = next;
         }
         for (class, &chain) in chains.iter().enumerate() {
             if !chain.is_null() {
-                self.class(node, SizeClass(class as u8))
-                    .frees
-                    .fetch_add(counts[class], Ordering::Relaxed);
                 if let Err((object, misuse)) =
-                    self.return_to_bags(node, SizeClass(class as u8), chain)
+                    self.return_to_bags(node, SizeClass(class as u8), chain, true)
                 {
                     report(object, misuse);
                 }

@@ -3,7 +3,7 @@
 //! allocation bitmap, and the counters thread heaps publish. The thread layer reaches the arena
 //! only through these.
 
-use super::{Misuse, NodeHeaps, NodeId};
+use super::{Misuse, NodeHeaps, NodeId, Partition};
 use crate::arena::secure::Expect;
 use crate::size_class::{SizeClass, UNIT_SHIFT};
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -39,10 +39,11 @@ impl HomeView {
 
 impl NodeHeaps {
     /// The view of `node`'s region for a thread heap homed there (never matching in secure
-    /// mode, whose frees all take the checked slow path).
+    /// mode, whose frees all take the checked slow path, nor with call-site partitions, whose
+    /// frees need the object's partition).
     pub(crate) fn home_view(&self, node: NodeId) -> HomeView {
         let arena = self.arena;
-        if arena.is_secure() {
+        if arena.is_secure() || self.partitions() != 0 {
             return HomeView::NONE;
         }
         let region_base = arena.region_start(node.index());
@@ -114,9 +115,16 @@ impl NodeHeaps {
         super::upkeep_period(self.arena.decommit.delay_ns)
     }
 
-    /// Adds a thread's published counts of `class` on `node`.
-    pub(crate) fn publish_counts(&self, node: NodeId, class: SizeClass, allocs: u32, frees: u32) {
-        let class_heap = self.class(node, class);
+    /// Adds a thread's published counts of `class` in `part` on `node`.
+    pub(crate) fn publish_counts(
+        &self,
+        node: NodeId,
+        part: Partition,
+        class: SizeClass,
+        allocs: u32,
+        frees: u32,
+    ) {
+        let class_heap = self.class_in(node, part, class);
         class_heap
             .allocs
             .fetch_add(allocs as u64, Ordering::Relaxed);

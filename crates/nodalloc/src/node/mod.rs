@@ -40,12 +40,15 @@ use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 mod bags;
 mod front;
 mod large;
+mod partition;
 mod stats;
 mod sweep;
 mod upkeep;
 
 pub(crate) use crate::ds::ring::Batch;
 pub(crate) use front::{HomeView, Tag, DENSE_OBJECT_MAX};
+pub use partition::Partition;
+use partition::Partitions;
 pub(crate) use upkeep::upkeep_period;
 
 /// Bytes of objects a class's transfer ring may hold per node. More would keep bags alive (and
@@ -133,6 +136,8 @@ unsafe impl Sync for NodeHeap {}
 pub struct NodeHeaps {
     pub arena: &'static Arena,
     heaps: *const NodeHeap,
+    /// Call-site partitions (`partition.rs`); none with the mode off.
+    partitions: Partitions,
 }
 
 // SAFETY: node heaps are Sync and live as long as the arena; the pointer is never written.
@@ -177,8 +182,13 @@ impl From<Refusal> for Misuse {
 impl NodeHeaps {
     /// Reserves the arena for `topology` (which it copies) and builds its node heaps: the
     /// instance's start-up. `None` if the address space or the mapping cannot be had.
-    pub(crate) fn start(topology: &Topology, config: &ArenaConfig) -> Option<&'static NodeHeaps> {
-        NodeHeaps::create(Arena::create(topology, config)?)
+    /// `partitions` call-site partitions (0: the mode is off).
+    pub(crate) fn start(
+        topology: &Topology,
+        config: &ArenaConfig,
+        partitions: usize,
+    ) -> Option<&'static NodeHeaps> {
+        NodeHeaps::create_with(Arena::create(topology, config)?, partitions)
     }
 
     /// The machine as the arena saw it.
@@ -216,8 +226,15 @@ impl NodeHeaps {
     }
 
     /// Builds the node heaps of `arena` in a fresh mapping. `None` if the mapping fails.
+    #[cfg(test)]
     pub fn create(arena: &'static Arena) -> Option<&'static NodeHeaps> {
+        NodeHeaps::create_with(arena, 0)
+    }
+
+    /// As [`Self::create`], with `partitions` call-site partitions (0: the mode is off).
+    pub fn create_with(arena: &'static Arena, partitions: usize) -> Option<&'static NodeHeaps> {
         let nodes = arena.node_count();
+        let partitions = Partitions::reserve(partitions, nodes)?;
         let bytes =
             core::mem::size_of::<NodeHeaps>() + 64 + nodes * core::mem::size_of::<NodeHeap>();
         let memory = os::reserve(bytes)?;
@@ -228,7 +245,11 @@ impl NodeHeaps {
         // the pages of classes in use are ever touched.
         unsafe {
             let heaps = memory.add(heaps_offset) as *const NodeHeap;
-            this.write(NodeHeaps { arena, heaps });
+            this.write(NodeHeaps {
+                arena,
+                heaps,
+                partitions,
+            });
             Some(&*this)
         }
     }
@@ -254,11 +275,12 @@ impl NodeHeaps {
 impl NodeHeaps {
     /// Takes every lock of the instance, node heaps first, then span locks (fork `prepare`).
     /// The order matches the only nesting the allocator has: class lock, then span lock.
+    /// The partitions' activation lock comes first: with it held, no class heap comes into use,
+    /// so every class lock a thread could hold is one taken here.
     pub fn lock_all(&self) {
+        self.lock_activation();
         for node in self.nodes() {
-            for class in &self.node(node).classes {
-                class.lock.acquire();
-            }
+            self.for_each_class_heap(node, |_, _, class_heap| class_heap.lock.acquire());
         }
         self.arena.lock_all();
     }
@@ -266,10 +288,9 @@ impl NodeHeaps {
     pub fn unlock_all(&self) {
         self.arena.unlock_all();
         for node in self.nodes() {
-            for class in &self.node(node).classes {
-                class.lock.release();
-            }
+            self.for_each_class_heap(node, |_, _, class_heap| class_heap.lock.release());
         }
+        self.unlock_activation();
     }
 }
 

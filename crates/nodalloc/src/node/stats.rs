@@ -40,8 +40,9 @@ impl NodeHeaps {
                 huge_pages: 0,
             };
             let mut live_small: i64 = 0;
-            for (index, class) in stats.classes.iter_mut().enumerate() {
-                let class_heap = heaps.class(node, SizeClass(index as u8));
+            heaps.for_each_class_heap(node, |_, size_class, class_heap| {
+                let index = size_class.index();
+                let class = &mut stats.classes[index];
                 let allocs = class_heap.allocs.load(Ordering::Relaxed);
                 let frees = class_heap.frees.load(Ordering::Relaxed);
                 class.allocs += allocs;
@@ -58,7 +59,7 @@ impl NodeHeaps {
                 // or freed across nodes make one node's figure drift; the sum balances).
                 out_minus_live[index] += out as i64 - (allocs as i64 - frees as i64);
                 live_small += (allocs as i64 - frees as i64) * class.size as i64;
-            }
+            });
             // Objects stolen from (or freed to) another node make per-node counts drift; the
             // totals balance.
             out.allocated = (out.allocated as i64 + live_small).max(0) as usize;
@@ -81,6 +82,7 @@ impl NodeHeaps {
                 stats.huge_pages += bytes;
             }
         });
+        self.collect_partition_stats(&mut stats);
         for (class, out_minus_live) in stats.classes.iter_mut().zip(out_minus_live) {
             class.cached = out_minus_live.max(0) as usize * class.size;
             stats.allocs += class.allocs;

@@ -24,7 +24,7 @@ use super::{NodeHeaps, NodeId};
 use crate::arena::pagemap::UnitMeta;
 use crate::arena::secure::Expect;
 use crate::os::PAGE_SIZE;
-use crate::size_class::{SizeClass, MAX_CAPACITY, NUM_CLASSES};
+use crate::size_class::{SizeClass, MAX_CAPACITY};
 use core::ops::Range;
 use core::ptr::null_mut;
 use core::sync::atomic::Ordering;
@@ -76,11 +76,9 @@ impl NodeHeaps {
             return;
         }
         let mut budget = PASS_BUDGET;
-        for class in 0..NUM_CLASSES {
-            let class = SizeClass(class as u8);
-            let class_heap = self.class(node, class);
+        self.for_each_class_heap(node, |_, class, class_heap| {
             if !force && !class_heap.to_sweep.load(Ordering::Relaxed) {
-                continue;
+                return;
             }
             let _guard = class_heap.lock.lock();
             class_heap.to_sweep.store(false, Ordering::Relaxed);
@@ -106,7 +104,7 @@ impl NodeHeaps {
             if waiting {
                 class_heap.to_sweep.store(true, Ordering::Relaxed);
             }
-        }
+        });
     }
 
     /// Releases the granules of `bag` that hold no live object, and takes the objects that
@@ -267,6 +265,7 @@ mod tests {
     use super::*;
     use crate::arena::tests::test_arena;
     use crate::ds::{next_of, set_next};
+    use crate::node::Partition;
     use crate::size_class::class_of;
     use std::collections::HashSet;
 
@@ -283,7 +282,7 @@ mod tests {
     /// Takes `count` objects of `class` from node 0's bags as a vector.
     fn take(heaps: &NodeHeaps, class: SizeClass, count: usize) -> Vec<*mut u8> {
         let batch = heaps
-            .take_from_bags(NodeId(0), class, count)
+            .take_from_bags(NodeId(0), Partition::DEFAULT, class, count)
             .expect("memory");
         let mut objects = Vec::new();
         let mut object = batch.head;
@@ -304,7 +303,7 @@ mod tests {
             chain = object;
         }
         heaps
-            .return_to_bags(NodeId(0), class, chain)
+            .return_to_bags(NodeId(0), class, chain, false)
             .expect("valid objects");
     }
 

@@ -71,7 +71,9 @@ fn only_first_carves_from_untouched_bags_are_known_zero() {
     // Retain budget unlimited: freed bags stay dirty (committed, contents kept).
     let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
     let class = class_of(100_000, 8).unwrap();
-    let (first, zeroed) = heaps.alloc_single_zeroed(NodeId(0), class).unwrap();
+    let (first, zeroed) = heaps
+        .alloc_single_zeroed(NodeId(0), Partition::DEFAULT, class)
+        .unwrap();
     assert!(zeroed, "a fresh bag's first object");
     // SAFETY: the object is ours, `class.size()` bytes.
     let bytes = unsafe { std::slice::from_raw_parts_mut(first, class.size()) };
@@ -82,7 +84,9 @@ fn only_first_carves_from_untouched_bags_are_known_zero() {
     unsafe { heaps.free_single(NodeId(0), class, first) };
     let mut seen = Vec::new();
     loop {
-        let (object, zeroed) = heaps.alloc_single_zeroed(NodeId(0), class).unwrap();
+        let (object, zeroed) = heaps
+            .alloc_single_zeroed(NodeId(0), Partition::DEFAULT, class)
+            .unwrap();
         seen.push(object);
         if object == first {
             assert!(!zeroed, "a reused object was reported zero");
@@ -96,7 +100,9 @@ fn only_first_carves_from_untouched_bags_are_known_zero() {
     }
     // The bag falls empty, goes back to the pool dirty, and a new bag over the same memory
     // is not known zero either.
-    let (again, zeroed) = heaps.alloc_single_zeroed(NodeId(0), class).unwrap();
+    let (again, zeroed) = heaps
+        .alloc_single_zeroed(NodeId(0), Partition::DEFAULT, class)
+        .unwrap();
     // SAFETY: as above.
     if unsafe { *again.add(8) } == 0xA5 {
         assert!(!zeroed, "a bag over dirty memory was reported zero");
@@ -108,7 +114,7 @@ fn secure_bags_carve_in_a_random_order_and_hand_each_object_out_once() {
     let heaps = NodeHeaps::create(crate::arena::tests::test_arena_secure(1, false)).unwrap();
     let class = class_of(256, 8).unwrap();
     let batch = heaps
-        .take_from_bags(NodeId(0), class, class.capacity())
+        .take_from_bags(NodeId(0), Partition::DEFAULT, class, class.capacity())
         .unwrap();
     let mut objects = Vec::new();
     let mut object = batch.head;
@@ -128,7 +134,9 @@ fn secure_bags_carve_in_a_random_order_and_hand_each_object_out_once() {
     sorted.sort();
     sorted.dedup();
     assert_eq!(sorted.len(), objects.len(), "an object was carved twice");
-    heaps.return_to_bags(NodeId(0), class, batch.head).unwrap();
+    heaps
+        .return_to_bags(NodeId(0), class, batch.head, false)
+        .unwrap();
     assert_eq!(
         heaps.class(NodeId(0), class).bags.load(Ordering::Relaxed),
         0
@@ -174,7 +182,7 @@ pub(in crate::node) fn hand_over_under_contention(class: SizeClass, sweep: bool)
                     if rng % 3 != 0 || held.is_empty() {
                         let want = 1 + (rng % 100) as usize;
                         let batch = heaps
-                            .take_from_bags(NodeId(0), class, want)
+                            .take_from_bags(NodeId(0), Partition::DEFAULT, class, want)
                             .expect("memory");
                         let mut object = batch.head;
                         let mut count = 0;
@@ -214,6 +222,7 @@ pub(in crate::node) fn hand_over_under_contention(class: SizeClass, sweep: bool)
                         if round % 2 == 0 {
                             heaps.release(
                                 NodeId(0),
+                                Partition::DEFAULT,
                                 class,
                                 Batch {
                                     head: chain,
@@ -223,7 +232,7 @@ pub(in crate::node) fn hand_over_under_contention(class: SizeClass, sweep: bool)
                             );
                         } else {
                             heaps
-                                .return_to_bags(NodeId(0), class, chain)
+                                .return_to_bags(NodeId(0), class, chain, false)
                                 .expect("valid objects");
                         }
                     }
@@ -233,7 +242,7 @@ pub(in crate::node) fn hand_over_under_contention(class: SizeClass, sweep: bool)
                     // SAFETY: we own the object; a one-object chain.
                     unsafe { set_next(object, null_mut()) };
                     heaps
-                        .return_to_bags(NodeId(0), class, object)
+                        .return_to_bags(NodeId(0), class, object, false)
                         .expect("valid objects");
                 }
             })
@@ -284,7 +293,9 @@ fn a_ring_holds_no_more_than_its_byte_budget_whatever_the_batch_sizes() {
         bound + 1,
         10 * class.batch(),
     ] {
-        let batch = heaps.take_from_bags(NodeId(0), class, count).unwrap();
+        let batch = heaps
+            .take_from_bags(NodeId(0), Partition::DEFAULT, class, count)
+            .unwrap();
         // A batch from the bags may be short; count what it holds.
         let mut held = 0;
         let mut object = batch.head;
@@ -295,6 +306,7 @@ fn a_ring_holds_no_more_than_its_byte_budget_whatever_the_batch_sizes() {
         }
         heaps.release(
             NodeId(0),
+            Partition::DEFAULT,
             class,
             Batch {
                 count: held,
@@ -324,10 +336,10 @@ fn a_release_that_reads_a_wrapped_ring_count_keeps_its_batch() {
     let class = class_of(64, 8).unwrap();
     let class_heap = heaps.class(NodeId(0), class);
     let batch = heaps
-        .take_from_bags(NodeId(0), class, class.batch())
+        .take_from_bags(NodeId(0), Partition::DEFAULT, class, class.batch())
         .unwrap();
     class_heap.in_ring.store(usize::MAX, Ordering::Relaxed);
-    heaps.release(NodeId(0), class, batch);
+    heaps.release(NodeId(0), Partition::DEFAULT, class, batch);
     class_heap.in_ring.fetch_add(1, Ordering::Relaxed);
     heaps.flush_all();
     assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 0);

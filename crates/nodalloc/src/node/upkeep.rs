@@ -37,21 +37,15 @@ impl NodeHeaps {
             return;
         }
         self.drain_inbox(node);
-        for class in 0..NUM_CLASSES {
-            let class = SizeClass(class as u8);
-            let class_heap = self.class(node, class);
+        self.for_each_class_heap(node, |_, class, class_heap| {
             if class_heap.ring.len_hint() == 0 {
-                continue;
+                return;
             }
             if class_heap.ring_touched.swap(false, Ordering::Relaxed) {
-                continue;
+                return;
             }
-            while let Some(batch) = class_heap.ring_pop() {
-                if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head) {
-                    report(object, misuse);
-                }
-            }
-        }
+            self.empty_ring(node, class, class_heap);
+        });
         self.sweep_node(node, due, false);
         self.arena.purge_node(node.index(), false);
     }
@@ -61,15 +55,19 @@ impl NodeHeaps {
     pub fn flush_all(&self) {
         for node in self.nodes() {
             self.drain_inbox(node);
-            for class in 0..NUM_CLASSES {
-                let class = SizeClass(class as u8);
-                while let Some(batch) = self.class(node, class).ring_pop() {
-                    if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head) {
-                        report(object, misuse);
-                    }
-                }
-            }
+            self.for_each_class_heap(node, |_, class, class_heap| {
+                self.empty_ring(node, class, class_heap)
+            });
             self.sweep_node(node, u64::MAX, true);
+        }
+    }
+
+    /// Returns every batch of a class heap's ring to its bags.
+    fn empty_ring(&self, node: NodeId, class: SizeClass, class_heap: &ClassHeap) {
+        while let Some(batch) = class_heap.ring_pop() {
+            if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head, false) {
+                report(object, misuse);
+            }
         }
     }
 }

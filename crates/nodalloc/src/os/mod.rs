@@ -6,11 +6,13 @@
 pub mod cpuset;
 mod futex;
 pub mod options;
+mod symbol;
 pub mod topology;
 
 use core::ffi::CStr;
 
 pub use futex::{futex_wait, futex_wake};
+pub use symbol::symbolize;
 
 pub const PAGE_SIZE: usize = 4096;
 

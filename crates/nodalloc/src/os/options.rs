@@ -95,6 +95,22 @@ pub const OPTIONS: &[OptionSpec] = &[
                   large object, a random allocation order in new bags; slower. The default is 1 \
                   when built with the cargo feature secure (NODALLOC_SECURE=0 still turns it off)",
     },
+    OptionSpec {
+        name: "NODALLOC_CALLSITE",
+        default: "0",
+        meaning: "call-site partitions: P > 0 gives every (node, partition, size class) its own \
+                  bags; the C library puts a block in partition hash(return address of its \
+                  malloc call) mod P, the Rust face in the partition of the thread's \
+                  nodalloc::partition scope. 0 is off (the fast paths untouched); at most 4096",
+    },
+    OptionSpec {
+        name: "NODALLOC_CALLSITE_DEPTH",
+        default: "1",
+        meaning: "the C library's call site: 1 is malloc's caller; 2-8 walk that many frames up \
+                  through frame pointers, for programs that allocate through a wrapper \
+                  (xmalloc, g_malloc); where a frame has no frame pointer, the walk stops at the \
+                  deepest frame it could verify",
+    },
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,11 +153,19 @@ pub struct Options {
     pub stats_at_exit: bool,
     /// Secure mode (see `arena::secure`).
     pub secure: bool,
+    /// Call-site partitions, P (0: off).
+    pub callsite_partitions: usize,
+    /// Frames from `malloc` to the call site (1: its caller).
+    pub callsite_depth: usize,
 }
 
 pub const DEFAULT_REGION_BYTES: u64 = 1 << 40;
 pub const MIN_REGION_BYTES: u64 = 64 << 20;
 const MAX_SIMULATED_NODES: usize = 32;
+/// The most call-site partitions (the node layer's `MAX_PARTITIONS`).
+pub const MAX_CALLSITE_PARTITIONS: usize = 4096;
+/// The deepest call site the C library walks to.
+pub const MAX_CALLSITE_DEPTH: usize = 8;
 
 impl Default for Options {
     fn default() -> Self {
@@ -159,6 +183,8 @@ impl Default for Options {
             limit_bytes: 0,
             stats_at_exit: false,
             secure: cfg!(feature = "secure"),
+            callsite_partitions: 0,
+            callsite_depth: 1,
         }
     }
 }
@@ -263,6 +289,22 @@ impl Options {
                     "0 or 1",
                     if cfg!(feature = "secure") { "1" } else { "0" },
                 ),
+            }
+        }
+        if let Some(value) = env(c"NODALLOC_CALLSITE") {
+            match parse_decimal(value) {
+                Some(count) if count <= MAX_CALLSITE_PARTITIONS => {
+                    options.callsite_partitions = count
+                }
+                _ => bad_value("NODALLOC_CALLSITE", value, "0-4096", "0"),
+            }
+        }
+        if let Some(value) = env(c"NODALLOC_CALLSITE_DEPTH") {
+            match parse_decimal(value) {
+                Some(depth) if (1..=MAX_CALLSITE_DEPTH).contains(&depth) => {
+                    options.callsite_depth = depth
+                }
+                _ => bad_value("NODALLOC_CALLSITE_DEPTH", value, "1-8", "1"),
             }
         }
         options

@@ -24,11 +24,14 @@
 mod adapt;
 mod free_list;
 mod outbox;
+mod partition;
 pub(crate) mod pool;
 mod secure;
 mod slow;
 mod upkeep;
 
+#[cfg(test)]
+mod partition_tests;
 #[cfg(test)]
 mod tests;
 
@@ -41,6 +44,7 @@ use core::ptr::null_mut;
 use core::sync::atomic::Ordering;
 use free_list::FreeList;
 use outbox::Outbox;
+use partition::PartitionCache;
 
 /// Where a thread heap is in its life.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -94,6 +98,13 @@ pub struct ThreadHeap {
     /// Called on the first slow path of a fresh heap to attach it (the instance binds the
     /// thread and homes the heap); returns false when no heap can be had.
     attach_hook: Option<fn(&mut ThreadHeap) -> bool>,
+    /// Call-site partitions (`partition.rs`): P (0: off, as the instance has it), the call
+    /// site of the current allocation (the C face; 0 for none), the scope set by the Rust
+    /// face (used when there is no call site), and the lists per (partition, class).
+    partitions: usize,
+    call_site: usize,
+    scope: usize,
+    parts: *mut PartitionCache,
 }
 
 impl ThreadHeap {
@@ -121,6 +132,10 @@ impl ThreadHeap {
             pooled: false,
             pool_next: null_mut(),
             follow_cpu: false,
+            partitions: 0,
+            call_site: 0,
+            scope: 0,
+            parts: null_mut(),
         }
     }
 
@@ -148,6 +163,7 @@ impl ThreadHeap {
         self.node = node;
         self.home = heaps.home_view(node);
         self.secure = heaps.is_secure();
+        self.partitions = heaps.partitions();
         for (index, list) in self.lists.iter_mut().enumerate() {
             list.configure(SizeClass(index as u8));
         }
@@ -266,7 +282,10 @@ impl ThreadHeap {
     /// True when a small object of `origin` freed now would go to this heap's cache (attached,
     /// not secure, homed on `origin`): what [`Self::free_local`] requires besides ownership.
     pub fn caches_node(&self, origin: NodeId) -> bool {
-        self.state == HeapState::Active && !self.secure && origin == self.node
+        self.state == HeapState::Active
+            && !self.secure
+            && self.partitions == 0
+            && origin == self.node
     }
 
     /// Pushes an object of this thread's node onto its class's list.
@@ -302,6 +321,9 @@ impl ThreadHeap {
     /// how a face confirms a suspected double free.
     #[cold]
     pub fn holds(&self, class: SizeClass, object: *mut u8) -> bool {
+        if self.partitions != 0 {
+            return self.partition_holds(class, object);
+        }
         let mut cursor = self.lists[class.index()].head;
         while !cursor.is_null() {
             if cursor == object {

@@ -4,7 +4,7 @@
 
 use super::{HeapState, ThreadHeap};
 use crate::ds::{next_of, set_next};
-use crate::node::{report, Misuse, NodeHeaps, NodeId, DENSE_OBJECT_MAX};
+use crate::node::{report, Misuse, NodeHeaps, NodeId, Partition, DENSE_OBJECT_MAX};
 use crate::size_class::SizeClass;
 use core::ptr::null_mut;
 
@@ -23,10 +23,9 @@ impl ThreadHeap {
             && self.state == HeapState::Active
             && !self.secure
         {
-            if let Some((fresh, zeroed)) = self
-                .heaps()
-                .and_then(|heaps| heaps.alloc_single_zeroed(self.node, class))
-            {
+            if let Some((fresh, zeroed)) = self.heaps().and_then(|heaps| {
+                heaps.alloc_single_zeroed(self.node, self.current_partition(heaps), class)
+            }) {
                 object = fresh;
                 if zeroed {
                     clear = bytes.min(2 * core::mem::size_of::<usize>());
@@ -54,7 +53,10 @@ impl ThreadHeap {
             return null_mut();
         };
         if self.state == HeapState::Retired {
-            return heaps.alloc_single(self.node, class);
+            return heaps.alloc_single(self.node, self.current_partition(heaps), class);
+        }
+        if self.partitions != 0 {
+            return self.partition_alloc(heaps, class);
         }
         if self.secure {
             return self.secure_alloc(heaps, class);
@@ -70,18 +72,24 @@ impl ThreadHeap {
     /// The upkeep due on a refill, then a batch from the node heap installed as the class's
     /// (empty) list. False when none was left.
     pub(super) fn refill(&mut self, heaps: &'static NodeHeaps, class: SizeClass) -> bool {
-        self.check_home();
-        self.flush_outboxes();
-        heaps.drain_inbox(self.node);
-        self.upkeep();
+        self.refill_duties(heaps);
         self.publish(class);
-        let Some(batch) = heaps.refill(self.node, class) else {
+        let Some(batch) = heaps.refill(self.node, Partition::DEFAULT, class) else {
             return false;
         };
         let secure = self.secure;
         self.lists[class.index()].install(batch, secure);
         self.limit_after_refill(class);
         true
+    }
+
+    /// What every refill does first: follow the thread's CPU, send the outboxes, sort the
+    /// node's inbox, and the upkeep due.
+    pub(super) fn refill_duties(&mut self, heaps: &'static NodeHeaps) {
+        self.check_home();
+        self.flush_outboxes();
+        heaps.drain_inbox(self.node);
+        self.upkeep();
     }
 
     /// A push reached its list's mark: arms `nth`, or drains the least recently used batch to
@@ -105,7 +113,7 @@ impl ThreadHeap {
         let Some(batch) = cut else { return };
         self.limit_after_cut(class);
         self.publish(class);
-        heaps.release(self.node, class, batch);
+        heaps.release(self.node, Partition::DEFAULT, class, batch);
         // Upkeep last: it may re-home the heap, and the batch belongs to the node it left.
         self.upkeep();
     }
@@ -146,7 +154,7 @@ impl ThreadHeap {
         };
         for (class, batch) in [leaving, stale].into_iter().flatten() {
             self.publish(class);
-            heaps.release(self.node, class, batch);
+            heaps.release(self.node, Partition::DEFAULT, class, batch);
         }
         // Upkeep last, as in `free_mark`.
         self.upkeep();
@@ -176,6 +184,10 @@ impl ThreadHeap {
         if self.state == HeapState::Retired {
             // SAFETY: forwarded contract.
             return unsafe { heaps.free_single(origin, class, object) };
+        }
+        if self.partitions != 0 {
+            // SAFETY: forwarded contract.
+            return unsafe { self.partition_free(heaps, origin, object, class) };
         }
         if self.secure {
             // SAFETY: forwarded contract.

@@ -5,7 +5,7 @@ use super::adapt::THREAD_GROWN_BYTES;
 use super::free_list::cache_limit_max;
 use super::*;
 use crate::arena::tests::test_arena;
-use crate::node::Batch;
+use crate::node::{Batch, Partition};
 use crate::size_class::class_of;
 
 fn allocate(heap: &mut ThreadHeap, class: SizeClass) -> *mut u8 {
@@ -18,7 +18,7 @@ fn allocate(heap: &mut ThreadHeap, class: SizeClass) -> *mut u8 {
 }
 
 /// One step of a xorshift generator, for the random operation sequences below.
-fn xorshift(state: &mut u64) {
+pub(super) fn xorshift(state: &mut u64) {
     *state ^= *state << 13;
     *state ^= *state >> 7;
     *state ^= *state << 17;
@@ -63,7 +63,7 @@ fn a_drain_that_re_homes_the_thread_returns_its_batch_to_the_old_node() {
         let mut objects = Vec::new();
         while objects.len() < want {
             let batch = heaps
-                .take_from_bags(away, class, want - objects.len())
+                .take_from_bags(away, Partition::DEFAULT, class, want - objects.len())
                 .unwrap();
             let mut object = batch.head;
             while !object.is_null() {
@@ -207,7 +207,9 @@ fn frees_to_a_node_without_threads_are_sorted_by_other_nodes_upkeep() {
     let heaps = heaps(2);
     let class = class_of(256, 8).unwrap();
     // Objects placed on node 1, as alloc_on_node does; no thread ever lives there.
-    let batch = heaps.take_from_bags(NodeId(1), class, 32).unwrap();
+    let batch = heaps
+        .take_from_bags(NodeId(1), Partition::DEFAULT, class, 32)
+        .unwrap();
     let mut objects = Vec::new();
     let mut object = batch.head;
     while !object.is_null() {

@@ -3,7 +3,7 @@
 //! the flush and retirement at thread exit.
 
 use super::{HeapState, ThreadHeap};
-use crate::node::{report, HomeView, NodeHeaps};
+use crate::node::{report, HomeView, NodeHeaps, Partition};
 use crate::size_class::{SizeClass, NUM_CLASSES};
 
 impl ThreadHeap {
@@ -26,6 +26,7 @@ impl ThreadHeap {
                 self.return_list(heaps, index);
             }
         }
+        self.partition_upkeep(heaps, true);
         self.publish_all();
         self.flush_outboxes();
         heaps.upkeep(self.node, now);
@@ -67,7 +68,7 @@ impl ThreadHeap {
         }
         let (allocs, frees) = list.take_counts();
         if let Some(heaps) = heaps {
-            heaps.publish_counts(self.node, class, allocs, frees);
+            heaps.publish_counts(self.node, Partition::DEFAULT, class, allocs, frees);
         }
     }
 
@@ -76,6 +77,9 @@ impl ThreadHeap {
     pub(crate) fn publish_all(&mut self) {
         for class in 0..NUM_CLASSES {
             self.publish(SizeClass(class as u8));
+        }
+        if let Some(heaps) = self.heaps() {
+            self.partition_upkeep(heaps, false);
         }
         self.flush_outboxes();
     }
@@ -88,6 +92,7 @@ impl ThreadHeap {
         for index in 0..NUM_CLASSES {
             self.return_list(heaps, index);
         }
+        self.partition_flush(heaps);
     }
 
     /// Empties one class's list into its bags.
@@ -96,7 +101,7 @@ impl ThreadHeap {
         self.reset_limit(SizeClass(index as u8));
         if !chain.is_null() {
             if let Err((object, misuse)) =
-                heaps.return_to_bags(self.node, SizeClass(index as u8), chain)
+                heaps.return_to_bags(self.node, SizeClass(index as u8), chain, false)
             {
                 report(object, misuse);
             }
@@ -107,6 +112,7 @@ impl ThreadHeap {
     pub(crate) fn retire(&mut self) {
         if self.state == HeapState::Active {
             self.flush();
+            self.drop_partition_cache();
             self.state = HeapState::Retired;
             // Every free now fails the region check and takes the slow path.
             self.home = HomeView::NONE;

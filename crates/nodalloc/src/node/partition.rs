@@ -1,0 +1,330 @@
+//! Call-site partitions, the node side (btmalloc's idea: objects born at one call site tend to
+//! die together). With `NODALLOC_CALLSITE=P`, every (node, partition, class) owns its own class
+//! heap — ring and bags — so objects of different partitions never share a bag, and a bag whose
+//! partition's objects all died goes back to the region whole.
+//!
+//! Partition 0 is the node heap's own class heaps (the only partition with the mode off). The
+//! class heaps of partitions 1 ..< P live in one mapping of `nodes × P` [`PartitionHeap`]s that
+//! is touched lazily: a class heap's page is written the first time its partition allocates
+//! that class on that node. Those in use are marked *used* (per class) and *active* (per
+//! partition) under the activation lock, which a fork's `lock_all` takes first: every class
+//! heap whose lock a thread could hold is then one `lock_all` sees.
+//!
+//! A bag records its partition when it is carved ([`BagState::partition`]); frees and the
+//! inbox find an object's class heap from its bag, so they need not be told the partition.
+//!
+//! [`BagState::partition`]: crate::arena::pagemap::BagState
+
+use super::*;
+use crate::stats::{PartitionStats, Stats};
+
+/// The most partitions `NODALLOC_CALLSITE` may ask for.
+pub const MAX_PARTITIONS: usize = 4096;
+
+const ACTIVE_WORDS: usize = MAX_PARTITIONS / 64;
+
+/// A call-site partition, `0 ..< P`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(transparent)]
+pub struct Partition(pub(crate) u16);
+
+impl Partition {
+    /// The node heaps' own class heaps: every object's partition with the mode off.
+    pub const DEFAULT: Partition = Partition(0);
+
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// What the process knows of one partition, over all nodes.
+#[repr(C, align(64))]
+pub struct PartitionInfo {
+    /// The first call site seen allocating in it (0: none recorded, e.g. the Rust face's
+    /// explicit partitions).
+    pub site: AtomicUsize,
+    /// Bags that went back to the region when their last object came back: reclaimed whole.
+    pub reclaimed: AtomicU64,
+    /// Times a refill took freed objects back out of a bag whose other objects were still out:
+    /// a bag picked apart instead of draining.
+    pub picked: AtomicU64,
+}
+
+/// One node's class heaps of one partition.
+#[repr(C, align(64))]
+pub(super) struct PartitionHeap {
+    /// Bit `c` of word `c / 64`: class `c` is in use (set under the activation lock).
+    used: [AtomicU64; 2],
+    classes: [ClassHeap; NUM_CLASSES],
+}
+
+const _: () = assert!(NUM_CLASSES <= 128);
+
+/// The partitions of an instance: their records and their class heaps.
+pub(super) struct Partitions {
+    /// P (0: the mode is off and nothing else here exists).
+    count: usize,
+    infos: *const PartitionInfo,
+    /// Per node, `ACTIVE_WORDS` words: bit `p` set when partition `p` has a class heap in use
+    /// on that node.
+    active: *const AtomicU64,
+    /// `nodes × count` heaps, node-major; index 0 of each node is unused (partition 0 is the
+    /// node heap's).
+    heaps: *const PartitionHeap,
+    /// Taken to mark a class heap used, and by `lock_all` (before any class lock).
+    activation: SpinLock,
+}
+
+impl Partitions {
+    pub(super) fn off() -> Partitions {
+        Partitions {
+            count: 0,
+            infos: core::ptr::null(),
+            active: core::ptr::null(),
+            heaps: core::ptr::null(),
+            activation: SpinLock::new(),
+        }
+    }
+
+    /// Reserves the records and class heaps of `count` partitions (clamped to
+    /// [`MAX_PARTITIONS`]) on `nodes` nodes, touching nothing. Off for a count of 0; `None`
+    /// if the mapping fails.
+    pub(super) fn reserve(count: usize, nodes: usize) -> Option<Partitions> {
+        if count == 0 {
+            return Some(Partitions::off());
+        }
+        let count = count.min(MAX_PARTITIONS);
+        let infos_bytes = count * core::mem::size_of::<PartitionInfo>();
+        let active_bytes = (nodes * ACTIVE_WORDS * 8).next_multiple_of(64);
+        let heaps_bytes = nodes * count * core::mem::size_of::<PartitionHeap>();
+        let memory = os::reserve(infos_bytes + active_bytes + heaps_bytes)?;
+        // SAFETY: offsets inside the fresh mapping, each a multiple of 64; all-zero memory is a
+        // valid PartitionInfo, AtomicU64 and PartitionHeap (as for NodeHeap: empty rings and
+        // lists, unlocked locks, zero counters).
+        unsafe {
+            Some(Partitions {
+                count,
+                infos: memory as *const PartitionInfo,
+                active: memory.add(infos_bytes) as *const AtomicU64,
+                heaps: memory.add(infos_bytes + active_bytes) as *const PartitionHeap,
+                activation: SpinLock::new(),
+            })
+        }
+    }
+}
+
+impl NodeHeaps {
+    /// P, the number of call-site partitions (0: the mode is off).
+    #[inline(always)]
+    pub(crate) fn partitions(&self) -> usize {
+        self.partitions.count
+    }
+
+    /// The partition of a call site: a hash of its address modulo P.
+    pub(crate) fn partition_of_site(&self, site: usize) -> Partition {
+        partition_of_site(site, self.partitions.count)
+    }
+
+    /// The partition of an explicit id (the Rust face's scopes): `id` modulo P.
+    pub(crate) fn partition_of_id(&self, id: usize) -> Partition {
+        match self.partitions.count {
+            0 => Partition::DEFAULT,
+            count => Partition((id % count) as u16),
+        }
+    }
+
+    /// The record of `part` (`None` with the mode off).
+    pub(crate) fn partition_info(&self, part: Partition) -> Option<&PartitionInfo> {
+        if part.index() >= self.partitions.count {
+            return None;
+        }
+        // SAFETY: `infos` holds `count` records (see `Partitions::reserve`).
+        Some(unsafe { &*self.partitions.infos.add(part.index()) })
+    }
+
+    /// Records `site` as `part`'s call site if it has none yet.
+    pub(crate) fn note_site(&self, part: Partition, site: usize) {
+        if let Some(info) = self.partition_info(part) {
+            if site != 0 && info.site.load(Ordering::Relaxed) == 0 {
+                let _ = info
+                    .site
+                    .compare_exchange(0, site, Ordering::Relaxed, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn partition_heap(&self, node: NodeId, part: Partition) -> &PartitionHeap {
+        debug_assert!(part.index() != 0 && part.index() < self.partitions.count);
+        debug_assert!(node.index() < self.arena.node_count());
+        // SAFETY: `heaps` holds `nodes × count` heaps (see `Partitions::reserve`).
+        unsafe {
+            &*self
+                .partitions
+                .heaps
+                .add(node.index() * self.partitions.count + part.index())
+        }
+    }
+
+    fn active_words(&self, node: NodeId) -> &[AtomicU64] {
+        // SAFETY: `active` holds ACTIVE_WORDS words per node (see `Partitions::reserve`), and
+        // the mode is on whenever a partition other than 0 exists.
+        unsafe {
+            core::slice::from_raw_parts(
+                self.partitions.active.add(node.index() * ACTIVE_WORDS),
+                ACTIVE_WORDS,
+            )
+        }
+    }
+
+    /// The class heap of (`node`, `part`, `class`).
+    #[inline]
+    pub(crate) fn class_in(&self, node: NodeId, part: Partition, class: SizeClass) -> &ClassHeap {
+        if part.0 == 0 {
+            return self.class(node, class);
+        }
+        &self.partition_heap(node, part).classes[class.index()]
+    }
+
+    /// Marks the class heap of (`node`, `part`, `class`) in use, before its lock is first taken.
+    pub(super) fn activate(&self, node: NodeId, part: Partition, class: SizeClass) {
+        if part.0 == 0 {
+            return;
+        }
+        let heap = self.partition_heap(node, part);
+        let (word, bit) = (class.index() / 64, 1u64 << (class.index() % 64));
+        if heap.used[word].load(Ordering::Acquire) & bit != 0 {
+            return;
+        }
+        let _guard = self.partitions.activation.lock();
+        heap.used[word].fetch_or(bit, Ordering::Release);
+        self.active_words(node)[part.index() / 64]
+            .fetch_or(1 << (part.index() % 64), Ordering::Release);
+    }
+
+    /// Calls `f` with every class heap of `node` that may hold anything: partition 0's, and
+    /// the used ones of active partitions.
+    pub(super) fn for_each_class_heap(
+        &self,
+        node: NodeId,
+        mut f: impl FnMut(Partition, SizeClass, &ClassHeap),
+    ) {
+        for class in 0..NUM_CLASSES {
+            let class = SizeClass(class as u8);
+            f(Partition::DEFAULT, class, self.class(node, class));
+        }
+        if self.partitions.count == 0 {
+            return;
+        }
+        for (word_index, word) in self.active_words(node).iter().enumerate() {
+            let mut active = word.load(Ordering::Acquire);
+            while active != 0 {
+                let part = Partition((word_index * 64 + active.trailing_zeros() as usize) as u16);
+                active &= active - 1;
+                self.for_each_class_heap_of(node, part, |class, class_heap| {
+                    f(part, class, class_heap)
+                });
+            }
+        }
+    }
+
+    /// The partition of the bag holding the small object at `address` (0 for anything that is
+    /// not in a bag). Stable while the object is out: a bag keeps its partition until it goes
+    /// back to the region, which needs all its objects back.
+    pub(crate) fn partition_of(&self, address: usize) -> Partition {
+        if self.partitions.count == 0 {
+            return Partition::DEFAULT;
+        }
+        let Some(tag) = self.arena.tag_checked(address) else {
+            return Partition::DEFAULT;
+        };
+        if !tag.is_bag() {
+            return Partition::DEFAULT;
+        }
+        let map = self.arena.map();
+        let bag = map.meta(map.unit_of(address) - tag.offset_units());
+        // SAFETY: the tag says the unit heads a bag; its partition is written when the bag is
+        // carved, before any of its objects is handed out.
+        Partition(unsafe { (*bag).role.bag.partition })
+    }
+
+    /// The call-site partitions' share of a statistics snapshot: totals and the top partitions
+    /// by live bytes.
+    pub(super) fn collect_partition_stats(&self, stats: &mut Stats) {
+        stats.partitions = self.partitions.count;
+        for part in 0..self.partitions.count {
+            let part = Partition(part as u16);
+            let Some(info) = self.partition_info(part) else {
+                break;
+            };
+            let mut figures = PartitionStats {
+                partition: part.index(),
+                site: info.site.load(Ordering::Relaxed),
+                reclaimed: info.reclaimed.load(Ordering::Relaxed),
+                picked: info.picked.load(Ordering::Relaxed),
+                ..PartitionStats::default()
+            };
+            let mut live: i64 = 0;
+            for node in self.nodes() {
+                self.for_each_class_heap_of(node, part, |class, class_heap| {
+                    let allocs = class_heap.allocs.load(Ordering::Relaxed) as i64;
+                    let frees = class_heap.frees.load(Ordering::Relaxed) as i64;
+                    live += (allocs - frees) * class.size() as i64;
+                    figures.bags += class_heap.bags.load(Ordering::Relaxed);
+                });
+            }
+            figures.live = live.max(0) as usize;
+            stats.bags_reclaimed += figures.reclaimed;
+            stats.bags_picked += figures.picked;
+            if figures.bags != 0 || figures.reclaimed != 0 {
+                stats.partitions_used += 1;
+                stats.offer_partition(figures);
+            }
+        }
+    }
+
+    /// Calls `f` with every class heap of (`node`, `part`) that may hold anything.
+    fn for_each_class_heap_of(
+        &self,
+        node: NodeId,
+        part: Partition,
+        mut f: impl FnMut(SizeClass, &ClassHeap),
+    ) {
+        if part.0 == 0 {
+            for class in 0..NUM_CLASSES {
+                let class = SizeClass(class as u8);
+                f(class, self.class(node, class));
+            }
+            return;
+        }
+        let heap = self.partition_heap(node, part);
+        for (half, used) in heap.used.iter().enumerate() {
+            let mut used = used.load(Ordering::Acquire);
+            while used != 0 {
+                let class = half * 64 + used.trailing_zeros() as usize;
+                used &= used - 1;
+                f(SizeClass(class as u8), &heap.classes[class]);
+            }
+        }
+    }
+
+    /// Takes the activation lock (the first lock of `lock_all`).
+    pub(super) fn lock_activation(&self) {
+        self.partitions.activation.acquire();
+    }
+
+    pub(super) fn unlock_activation(&self) {
+        self.partitions.activation.release();
+    }
+}
+
+/// `site`'s partition among `count` (0: the mode is off): Fibonacci hashing, so call sites a
+/// few bytes apart land in unrelated partitions.
+pub(crate) fn partition_of_site(site: usize, count: usize) -> Partition {
+    if count <= 1 {
+        return Partition::DEFAULT;
+    }
+    let hash = (site as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+    Partition((hash % count as u64) as u16)
+}
+
+const _: () = assert!(MAX_PARTITIONS == crate::os::options::MAX_CALLSITE_PARTITIONS);

@@ -1,0 +1,370 @@
+//! Call-site partitions, the thread side. With the mode on (`NODALLOC_CALLSITE=P`), the class
+//! lists of [`ThreadHeap`] stay empty and the home view matches nothing (as in secure mode), so
+//! both fast paths miss to here, where lists are kept per (partition, class) in a
+//! **partition cache**: 128 sets of two lists, found by hashing the pair, one set per probe.
+//! A hit pops or pushes with no lock and no atomic, as the class lists do; a pair that finds
+//! no list in its set takes the set's older list's place, whose objects go back to their class
+//! heap first (one release).
+//!
+//! The partition of an allocation is the thread's current one: the C face sets it from the
+//! call site ([`ThreadHeap::enter_call_site`]) and the Rust face from its scopes
+//! ([`ThreadHeap::enter_scope`]). A free finds the object's partition from its bag.
+//!
+//! The cache lives in its own mapping, made on the first partitioned call and unmapped when the
+//! heap retires. Lists keep their base limit (the adaptive limits of `adapt.rs` are for the
+//! class lists). Secure mode keeps its checks: the lists' links are encoded, and every object
+//! is marked in the allocation bitmap while the program holds it.
+
+use super::free_list::FreeList;
+use super::ThreadHeap;
+use crate::ds::{next_of, set_next};
+use crate::node::{report, NodeHeaps, NodeId, Partition};
+use crate::os;
+use crate::size_class::{SizeClass, NUM_CLASSES};
+use core::ptr::null_mut;
+
+/// Lists in a partition cache: sets of two.
+const SLOTS: usize = 256;
+const SET_BITS: u32 = 7;
+
+/// A thread's lists of (partition, class) pairs.
+pub(super) struct PartitionCache {
+    /// Per slot, the key of the pair whose list it holds ([`key_of`]), 0 for none.
+    keys: [u32; SLOTS],
+    lists: [FreeList; SLOTS],
+}
+
+const _: () = assert!(SLOTS == 2 << SET_BITS);
+
+/// A pair's key: never 0.
+fn key_of(part: Partition, class: SizeClass) -> u32 {
+    (part.index() * NUM_CLASSES + class.index()) as u32 + 1
+}
+
+fn pair_of(key: u32) -> (Partition, SizeClass) {
+    let index = (key - 1) as usize;
+    (
+        Partition((index / NUM_CLASSES) as u16),
+        SizeClass((index % NUM_CLASSES) as u8),
+    )
+}
+
+/// The first slot of `key`'s set.
+fn set_of(key: u32) -> usize {
+    ((key.wrapping_mul(0x9E37_79B9) >> (32 - SET_BITS)) as usize) * 2
+}
+
+impl ThreadHeap {
+    /// The C face: the next allocations of this thread come from the call site `site` (a return
+    /// address; 0 for none known). Nothing happens with the mode off.
+    #[inline]
+    pub fn enter_call_site(&mut self, site: usize) {
+        self.call_site = site;
+    }
+
+    /// The Rust face: the next allocations of this thread go to partition `id` (modulo P);
+    /// returns the scope it replaces. Nothing happens with the mode off.
+    pub fn enter_scope(&mut self, id: usize) -> usize {
+        self.call_site = 0;
+        core::mem::replace(&mut self.scope, id)
+    }
+
+    /// True with call-site partitions on (once attached).
+    pub fn is_partitioned(&self) -> bool {
+        self.partitions != 0
+    }
+
+    /// The partition of the next allocation.
+    pub(super) fn current_partition(&self, heaps: &NodeHeaps) -> Partition {
+        if self.partitions == 0 {
+            Partition::DEFAULT
+        } else if self.call_site != 0 {
+            heaps.partition_of_site(self.call_site)
+        } else {
+            heaps.partition_of_id(self.scope)
+        }
+    }
+
+    fn cache(&mut self) -> Option<&mut PartitionCache> {
+        if self.parts.is_null() {
+            self.parts =
+                os::reserve(core::mem::size_of::<PartitionCache>())? as *mut PartitionCache;
+        }
+        // SAFETY: a mapping of one PartitionCache that only this heap's thread touches; all-zero
+        // bytes are a valid cache (no keys, empty lists).
+        Some(unsafe { &mut *self.parts })
+    }
+
+    /// The slot holding the list of (`part`, `class`), making room in its set if needed. `None`
+    /// when the cache cannot be mapped.
+    fn slot(
+        &mut self,
+        heaps: &'static NodeHeaps,
+        part: Partition,
+        class: SizeClass,
+    ) -> Option<usize> {
+        let key = key_of(part, class);
+        let set = set_of(key);
+        let cache = self.cache()?;
+        if cache.keys[set] == key {
+            return Some(set);
+        }
+        if cache.keys[set + 1] != key {
+            // The older list leaves; the newer one becomes the older.
+            self.evict(heaps, set + 1, false);
+            let cache = self.cache()?;
+            cache.keys[set + 1] = key;
+            cache.lists[set + 1].configure(class);
+            heaps.note_site(part, self.call_site);
+        }
+        let cache = self.cache()?;
+        cache.keys.swap(set, set + 1);
+        cache.lists.swap(set, set + 1);
+        Some(set)
+    }
+
+    /// Empties slot `index` into its pair's class heap (after publishing its counts) and frees
+    /// the slot: into the ring when `to_bags` is false (the objects may be wanted again soon),
+    /// else straight into the bags.
+    fn evict(&mut self, heaps: &'static NodeHeaps, index: usize, to_bags: bool) {
+        let node = self.node;
+        let secure = self.secure;
+        let Some(cache) = self.cache() else { return };
+        let key = core::mem::replace(&mut cache.keys[index], 0);
+        if key == 0 {
+            return;
+        }
+        let (part, class) = pair_of(key);
+        let list = &mut cache.lists[index];
+        let (allocs, frees) = list.take_counts();
+        heaps.publish_counts(node, part, class, allocs, frees);
+        let batch = list.take_all(secure);
+        if batch.count == 0 {
+            return;
+        }
+        if !to_bags {
+            return heaps.release(node, part, class, batch);
+        }
+        if let Err((object, misuse)) = heaps.return_to_bags(node, class, batch.head, false) {
+            report(object, misuse);
+        }
+    }
+
+    /// An allocation of `class` in the current partition (the heap is attached and active).
+    pub(super) fn partition_alloc(
+        &mut self,
+        heaps: &'static NodeHeaps,
+        class: SizeClass,
+    ) -> *mut u8 {
+        let part = self.current_partition(heaps);
+        if class.cache_limit() == 0 {
+            heaps.note_site(part, self.call_site);
+            self.upkeep();
+            return heaps.alloc_single(self.node, part, class);
+        }
+        let Some(mut index) = self.slot(heaps, part, class) else {
+            return heaps.alloc_single(self.node, part, class);
+        };
+        let secure = self.secure;
+        if self.partition_list(index).len() == 0 {
+            // As a class list's refill: the duties first (they may re-home the heap, which
+            // empties the cache), then a batch.
+            self.refill_duties(heaps);
+            index = match self.slot(heaps, part, class) {
+                Some(index) => index,
+                None => return heaps.alloc_single(self.node, part, class),
+            };
+            let Some(batch) = heaps.refill(self.node, part, class) else {
+                return null_mut();
+            };
+            self.partition_list(index).install(batch, secure);
+        }
+        let list = self.partition_list(index);
+        let object = if secure {
+            let object = list.secure_head;
+            // SAFETY: cached objects are free, ours, and linked through their first word.
+            list.secure_head = unsafe { heaps.read_link(object, class) };
+            object
+        } else {
+            let object = list.head;
+            // SAFETY: as above.
+            list.head = unsafe { next_of(object) };
+            object
+        };
+        list.popped();
+        if secure {
+            heaps.note_allocated(object);
+        }
+        object
+    }
+
+    fn partition_list(&mut self, index: usize) -> &mut FreeList {
+        debug_assert!(!self.parts.is_null() && index < SLOTS);
+        // SAFETY: `index` came from `slot`, which mapped the cache.
+        unsafe { &mut (*self.parts).lists[index] }
+    }
+
+    /// A free with partitions on: to the list of the object's (partition, class), or to its
+    /// node's outbox.
+    ///
+    /// # Safety
+    /// As for [`ThreadHeap::free`]; `origin` is the object's node.
+    pub(super) unsafe fn partition_free(
+        &mut self,
+        heaps: &'static NodeHeaps,
+        origin: NodeId,
+        object: *mut u8,
+        class: SizeClass,
+    ) {
+        if class.cache_limit() == 0 {
+            // SAFETY: forwarded contract (checked in secure mode).
+            unsafe { heaps.free_single(origin, class, object) };
+            return self.upkeep();
+        }
+        let secure = self.secure;
+        let home = origin == self.node;
+        let slot = if home {
+            let part = heaps.partition_of(object as usize);
+            match self.slot(heaps, part, class) {
+                Some(index) => Some(index),
+                // SAFETY: forwarded contract (checked there in secure mode).
+                None => return unsafe { heaps.free_single(origin, class, object) },
+            }
+        } else {
+            None
+        };
+        if secure {
+            if let Err(misuse) = heaps.note_freed(object, class) {
+                report(object, misuse);
+            }
+        }
+        let Some(index) = slot else {
+            // SAFETY: forwarded contract.
+            return unsafe { self.send_to_outbox(heaps, origin, object) };
+        };
+        let list = self.partition_list(index);
+        let full = if secure {
+            // SAFETY: the object is ours now and at least 8 bytes (every class is).
+            unsafe { heaps.write_link(object, list.secure_head) };
+            list.push_secure(object)
+        } else {
+            // SAFETY: as above.
+            unsafe { set_next(object, list.head) };
+            list.push(object)
+        };
+        if full {
+            self.partition_mark(heaps, index);
+        }
+    }
+
+    /// A push reached slot `index`'s mark: arms its marker, or releases its oldest objects.
+    #[cold]
+    fn partition_mark(&mut self, heaps: &'static NodeHeaps, index: usize) {
+        let secure = self.secure;
+        let node = self.node;
+        let Some(cache) = self.cache() else { return };
+        let (part, class) = pair_of(cache.keys[index]);
+        let list = &mut cache.lists[index];
+        let cut = list.arm_or_cut(
+            secure,
+            // SAFETY: `nth` is a cached object of this class, ours.
+            |nth| unsafe { heaps.read_link(nth, class) },
+            // SAFETY: as above; cutting the list after `nth`.
+            |nth, next| unsafe { heaps.write_link(nth, next) },
+        );
+        let Some(batch) = cut else { return };
+        let (allocs, frees) = list.take_counts();
+        heaps.publish_counts(node, part, class, allocs, frees);
+        heaps.release(node, part, class, batch);
+        // Upkeep last: it may re-home the heap, and the batch belongs to the node it left.
+        self.upkeep();
+    }
+
+    /// True when `object` is in this thread's list of its (partition, class).
+    pub(super) fn partition_holds(&self, class: SizeClass, object: *mut u8) -> bool {
+        let Some(heaps) = self.heaps() else {
+            return false;
+        };
+        if self.parts.is_null() {
+            return false;
+        }
+        let key = key_of(heaps.partition_of(object as usize), class);
+        let set = set_of(key);
+        // SAFETY: the cache is mapped (checked above) and only this thread touches it.
+        let cache = unsafe { &*self.parts };
+        for index in [set, set + 1] {
+            if cache.keys[index] == key {
+                let mut cursor = cache.lists[index].head;
+                while !cursor.is_null() {
+                    if cursor == object {
+                        return true;
+                    }
+                    // SAFETY: walking our own free list.
+                    cursor = unsafe { next_of(cursor) };
+                }
+            }
+        }
+        false
+    }
+
+    /// Publishes every list's counts (before a statistics snapshot); with `idle_only`, also
+    /// returns the objects of lists nothing used since the last pass (upkeep).
+    pub(super) fn partition_upkeep(&mut self, heaps: &'static NodeHeaps, return_idle: bool) {
+        if self.parts.is_null() {
+            return;
+        }
+        let node = self.node;
+        for index in 0..SLOTS {
+            // SAFETY: the cache is mapped (checked above) and only this thread touches it.
+            let cache = unsafe { &mut *self.parts };
+            let key = cache.keys[index];
+            if key == 0 {
+                continue;
+            }
+            let list = &mut cache.lists[index];
+            if return_idle && list.is_idle() && list.len() > 0 {
+                self.evict(heaps, index, true);
+                continue;
+            }
+            let (part, class) = pair_of(key);
+            let (allocs, frees) = list.take_counts();
+            if allocs != 0 || frees != 0 {
+                heaps.publish_counts(node, part, class, allocs, frees);
+            }
+        }
+    }
+
+    /// Returns every list's objects to their bags (flush, re-homing, retirement).
+    pub(super) fn partition_flush(&mut self, heaps: &'static NodeHeaps) {
+        if self.parts.is_null() {
+            return;
+        }
+        for index in 0..SLOTS {
+            self.evict(heaps, index, true);
+        }
+    }
+
+    /// Unmaps the cache (emptied by a flush first): the heap retires.
+    pub(super) fn drop_partition_cache(&mut self) {
+        if self.parts.is_null() {
+            return;
+        }
+        // SAFETY: the cache's own mapping; the flush emptied it and nothing points into it.
+        unsafe {
+            os::unmap(
+                self.parts as *mut u8,
+                core::mem::size_of::<PartitionCache>(),
+            )
+        };
+        self.parts = null_mut();
+    }
+}
+
+#[cfg(test)]
+pub(super) fn cache_keys_in_use(heap: &ThreadHeap) -> usize {
+    if heap.parts.is_null() {
+        return 0;
+    }
+    // SAFETY: the cache is mapped (checked above); the test's thread owns the heap.
+    unsafe { (*heap.parts).keys.iter().filter(|&&key| key != 0).count() }
+}
