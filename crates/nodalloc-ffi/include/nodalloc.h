@@ -42,6 +42,13 @@ void *nodalloc_malloc_on_node(size_t size, int node);
 /* Sets a hard limit on the bytes nodalloc commits (0 removes it). Returns 0, or -1 with errno. */
 int nodalloc_set_limit(size_t bytes);
 
+/* With call-site partitions (NODALLOC_CALLSITE=P): the partition (0 .. P-1) of the small block
+ * at `ptr`, or -1 with the mode off or for anything but a small block of nodalloc. */
+int nodalloc_partition_of(const void *ptr);
+
+/* The first call site (a return address) recorded for `partition`, or NULL. */
+void *nodalloc_partition_site(int partition);
+
 #ifdef __cplusplus
 }
 #endif

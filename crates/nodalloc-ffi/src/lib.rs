@@ -11,11 +11,13 @@
 //! thread-exit destructors) from the node heaps directly.
 #![deny(missing_docs)]
 
+mod callsite;
 mod foreign;
 mod screen;
 mod threads;
 mod tls;
 
+use callsite::entry_stub;
 use core::ffi::{c_int, c_void};
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -155,6 +157,32 @@ extern "C" fn allocate(size: usize, align: usize) -> *mut c_void {
     handed_out(raw::alloc(heap_or_create(), size, align))
 }
 
+/// [`allocate`] for a call from `site` (with the caller's `frame` pointer; see `callsite.rs`).
+fn allocate_at(size: usize, align: usize, site: usize, frame: usize) -> *mut c_void {
+    let mut heap = heap_or_create();
+    if let Some(heap) = heap.as_deref_mut() {
+        heap.enter_call_site(callsite::resolve(site, frame));
+    }
+    handed_out(raw::alloc(heap, size, align))
+}
+
+/// `malloc` for a call from `site`, for the entry points that allocate a block of their own
+/// (`realloc`, the aligned ones): the block goes to their caller's partition.
+fn malloc_at(size: usize, site: usize, frame: usize) -> *mut c_void {
+    match (class_of_malloc(size), heap_or_create()) {
+        (Some(class), Some(heap)) => {
+            heap.enter_call_site(callsite::resolve(site, frame));
+            let p = heap.alloc_cached(class);
+            handed_out(if p.is_null() {
+                heap.alloc_slow(class)
+            } else {
+                p
+            })
+        }
+        _ => allocate(size, MALLOC_ALIGN),
+    }
+}
+
 /// What every allocation path returns: ENOMEM for null, else the block with its double-free
 /// mark cleared.
 fn handed_out(p: *mut u8) -> *mut c_void {
@@ -201,18 +229,30 @@ unsafe fn malloc_class(size: usize, class: SizeClass) -> *mut c_void {
         screen::clear_mark(p);
         return p as *mut c_void;
     }
-    malloc_slow(size, heap)
+    // SAFETY: the stub passes its arguments on; a tail jump, so it reads `malloc`'s caller.
+    unsafe { nodalloc_malloc_miss(size, heap as *mut c_void) }
 }
 
+entry_stub!(fn nodalloc_malloc_miss(size: usize, heap: *mut c_void) -> *mut c_void
+    => malloc_slow, site: "rdx", frame: "rcx");
+
 /// A `malloc` of `size` (a small class) that missed the cache of `heap` (the slot's value,
-/// maybe detached). The class is looked up again rather than passed: the fast path then keeps
-/// no register for it.
+/// maybe detached), called from `site`. The class is looked up again rather than passed: the
+/// fast path then keeps no register for it.
 #[cold]
 #[inline(never)]
-extern "C" fn malloc_slow(size: usize, heap: *mut ThreadHeap) -> *mut c_void {
-    match (live(heap), class_of_malloc(size)) {
-        (Some(heap), Some(class)) => handed_out(heap.alloc_slow(class)),
-        _ => allocate(size, MALLOC_ALIGN),
+extern "C" fn malloc_slow(
+    size: usize,
+    heap: *mut c_void,
+    site: usize,
+    frame: usize,
+) -> *mut c_void {
+    match (live(heap as *mut ThreadHeap), class_of_malloc(size)) {
+        (Some(heap), Some(class)) => {
+            heap.enter_call_site(callsite::resolve(site, frame));
+            handed_out(heap.alloc_slow(class))
+        }
+        _ => allocate_at(size, MALLOC_ALIGN, site, frame),
     }
 }
 
@@ -250,18 +290,26 @@ unsafe extern "C" fn free_slow(ptr: *mut u8) {
 /// C's `calloc`.
 #[no_mangle]
 pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
+    // SAFETY: the stub passes its arguments on; a tail jump, so it reads our caller.
+    unsafe { nodalloc_calloc_entry(count, size) }
+}
+
+entry_stub!(fn nodalloc_calloc_entry(count: usize, size: usize) -> *mut c_void
+    => calloc_at, site: "rdx", frame: "rcx");
+
+extern "C" fn calloc_at(count: usize, size: usize, site: usize, frame: usize) -> *mut c_void {
     let Some(total) = count.checked_mul(size) else {
         set_errno(libc::ENOMEM);
         return null_mut();
     };
     if let (Some(class), Some(heap)) = (class_of_malloc(total), heap()) {
+        heap.enter_call_site(callsite::resolve(site, frame));
         // Zeroed as far as asked (which covers the double-free mark's word: every C-face class
         // is at least 16 bytes and `total` may be less, so clear it too).
         let p = heap.alloc_zeroed(class, total);
         return handed_out(p);
     }
-    // SAFETY: plain malloc.
-    let p = unsafe { malloc(total) };
+    let p = malloc_at(total, site, frame);
     let fresh =
         !p.is_null() && class_of_malloc(total).is_none() && raw::large_is_zeroed(p as *const u8);
     if !p.is_null() && !fresh {
@@ -285,9 +333,23 @@ fn usable(ptr: *mut u8) -> Option<usize> {
 /// C's `realloc`.
 #[no_mangle]
 pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
+    // SAFETY: as for `calloc`.
+    unsafe { nodalloc_realloc_entry(ptr, size) }
+}
+
+entry_stub!(fn nodalloc_realloc_entry(ptr: *mut c_void, size: usize) -> *mut c_void
+    => realloc_at, site: "rdx", frame: "rcx");
+
+/// # Safety
+/// C's `realloc`, called from `site`.
+unsafe extern "C" fn realloc_at(
+    ptr: *mut c_void,
+    size: usize,
+    site: usize,
+    frame: usize,
+) -> *mut c_void {
     if ptr.is_null() {
-        // SAFETY: plain malloc.
-        return unsafe { malloc(size) };
+        return malloc_at(size, site, frame);
     }
     if size == 0 {
         // glibc frees and returns NULL.
@@ -312,8 +374,7 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
         Ok(Pointer::Foreign) => foreign::readable_bytes(old),
         Err(misuse) => raw::report_misuse(old, misuse),
     };
-    // SAFETY: plain malloc.
-    let new = unsafe { malloc(size) };
+    let new = malloc_at(size, site, frame);
     if new.is_null() {
         return null_mut();
     }
@@ -329,9 +390,25 @@ pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
 /// glibc's `reallocarray`.
 #[no_mangle]
 pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, count: usize, size: usize) -> *mut c_void {
+    // SAFETY: as for `calloc`.
+    unsafe { nodalloc_reallocarray_entry(ptr, count, size) }
+}
+
+entry_stub!(fn nodalloc_reallocarray_entry(ptr: *mut c_void, count: usize, size: usize)
+    -> *mut c_void => reallocarray_at, site: "rcx", frame: "r8");
+
+/// # Safety
+/// glibc's `reallocarray`, called from `site`.
+unsafe extern "C" fn reallocarray_at(
+    ptr: *mut c_void,
+    count: usize,
+    size: usize,
+    site: usize,
+    frame: usize,
+) -> *mut c_void {
     match count.checked_mul(size) {
         // SAFETY: forwarded contract.
-        Some(total) => unsafe { realloc(ptr, total) },
+        Some(total) => unsafe { realloc_at(ptr, total, site, frame) },
         None => {
             set_errno(libc::ENOMEM);
             null_mut()
@@ -339,24 +416,39 @@ pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, count: usize, size: usiz
     }
 }
 
-/// An aligned allocation; `align` must already be a valid power of two.
-fn allocate_aligned(align: usize, size: usize) -> *mut c_void {
+/// An aligned allocation from `site`; `align` must already be a valid power of two.
+fn allocate_aligned(align: usize, size: usize, site: usize, frame: usize) -> *mut c_void {
     if align <= MALLOC_ALIGN {
-        // SAFETY: plain malloc.
-        return unsafe { malloc(size) };
+        return malloc_at(size, site, frame);
     }
-    allocate(size, align)
+    allocate_at(size, align, site, frame)
 }
 
 /// # Safety
 /// POSIX `posix_memalign`: `out` must be writable.
 #[no_mangle]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    // SAFETY: as for `calloc`.
+    unsafe { nodalloc_posix_memalign_entry(out, align, size) }
+}
+
+entry_stub!(fn nodalloc_posix_memalign_entry(out: *mut *mut c_void, align: usize, size: usize)
+    -> c_int => posix_memalign_at, site: "rcx", frame: "r8");
+
+/// # Safety
+/// `posix_memalign`, called from `site`.
+unsafe extern "C" fn posix_memalign_at(
+    out: *mut *mut c_void,
+    align: usize,
+    size: usize,
+    site: usize,
+    frame: usize,
+) -> c_int {
     if !align.is_power_of_two() || align % core::mem::size_of::<*mut c_void>() != 0 {
         return libc::EINVAL;
     }
     let saved = errno();
-    let p = allocate_aligned(align, size);
+    let p = allocate_aligned(align, size, site, frame);
     if p.is_null() {
         set_errno(saved);
         return libc::ENOMEM;
@@ -375,42 +467,79 @@ fn errno() -> c_int {
 /// C11 `aligned_alloc` (glibc: any power-of-two alignment, any size).
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    // SAFETY: as for `calloc`.
+    unsafe { nodalloc_aligned_alloc_entry(align, size) }
+}
+
+entry_stub!(fn nodalloc_aligned_alloc_entry(align: usize, size: usize) -> *mut c_void
+    => aligned_alloc_at, site: "rdx", frame: "rcx");
+
+extern "C" fn aligned_alloc_at(
+    align: usize,
+    size: usize,
+    site: usize,
+    frame: usize,
+) -> *mut c_void {
     if !align.is_power_of_two() {
         set_errno(libc::EINVAL);
         return null_mut();
     }
-    allocate_aligned(align, size)
+    allocate_aligned(align, size, site, frame)
 }
 
 /// # Safety
 /// glibc's `memalign`: a non-power-of-two alignment is rounded up to one.
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    // SAFETY: as for `calloc`.
+    unsafe { nodalloc_memalign_entry(align, size) }
+}
+
+entry_stub!(fn nodalloc_memalign_entry(align: usize, size: usize) -> *mut c_void
+    => memalign_at, site: "rdx", frame: "rcx");
+
+extern "C" fn memalign_at(align: usize, size: usize, site: usize, frame: usize) -> *mut c_void {
     // glibc: alignments above SIZE_MAX / 2 + 1 are invalid; up to it they round to a power of
     // two (and a request that cannot be met is then ENOMEM, not EINVAL).
     let Some(align) = align.max(1).checked_next_power_of_two() else {
         set_errno(libc::EINVAL);
         return null_mut();
     };
-    allocate_aligned(align, size)
+    allocate_aligned(align, size, site, frame)
 }
 
 /// # Safety
 /// glibc's `valloc`.
 #[no_mangle]
 pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
-    allocate_aligned(PAGE, size)
+    // SAFETY: as for `calloc`.
+    unsafe { nodalloc_valloc_entry(size) }
+}
+
+entry_stub!(fn nodalloc_valloc_entry(size: usize) -> *mut c_void
+    => valloc_at, site: "rsi", frame: "rdx");
+
+extern "C" fn valloc_at(size: usize, site: usize, frame: usize) -> *mut c_void {
+    allocate_aligned(PAGE, size, site, frame)
 }
 
 /// # Safety
 /// glibc's `pvalloc`: page aligned, size rounded up to whole pages.
 #[no_mangle]
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
+    // SAFETY: as for `calloc`.
+    unsafe { nodalloc_pvalloc_entry(size) }
+}
+
+entry_stub!(fn nodalloc_pvalloc_entry(size: usize) -> *mut c_void
+    => pvalloc_at, site: "rsi", frame: "rdx");
+
+extern "C" fn pvalloc_at(size: usize, site: usize, frame: usize) -> *mut c_void {
     let Some(rounded) = size.max(1).checked_next_multiple_of(PAGE) else {
         set_errno(libc::ENOMEM);
         return null_mut();
     };
-    allocate_aligned(PAGE, rounded)
+    allocate_aligned(PAGE, rounded, site, frame)
 }
 
 /// # Safety
@@ -462,5 +591,21 @@ pub extern "C" fn nodalloc_set_limit(bytes: usize) -> c_int {
     } else {
         set_errno(libc::ENOMEM);
         -1
+    }
+}
+
+/// The call-site partition of the small block at `ptr`: -1 with partitions off
+/// (`NODALLOC_CALLSITE` unset or 0) or for anything but a small block of this allocator.
+#[no_mangle]
+pub extern "C" fn nodalloc_partition_of(ptr: *const c_void) -> c_int {
+    raw::partition_of(ptr as *const u8).map_or(-1, |partition| partition as c_int)
+}
+
+/// The first call site (a return address) recorded for `partition`, or NULL.
+#[no_mangle]
+pub extern "C" fn nodalloc_partition_site(partition: c_int) -> *mut c_void {
+    match usize::try_from(partition) {
+        Ok(partition) => raw::partition_site(partition) as *mut c_void,
+        Err(_) => null_mut(),
     }
 }

@@ -55,6 +55,10 @@ pub(crate) unsafe fn free_classified(
         // SAFETY: forwarded contract; a block of this heap's node.
         Some(heap) if heap.caches_node(origin) => unsafe { screen_and_push(heap, ptr, class) },
         // SAFETY: forwarded contract.
+        Some(heap) if heap.partitions_node(origin) => unsafe {
+            screen_partitioned(heap, ptr, class)
+        },
+        // SAFETY: forwarded contract.
         heap => unsafe { raw::free_small(heap, ptr, class, origin) },
     }
 }
@@ -74,6 +78,24 @@ unsafe fn screen_and_push(heap: &mut ThreadHeap, ptr: *mut u8, class: SizeClass)
     unsafe { *mark = FREED_MARK };
     // SAFETY: forwarded contract.
     unsafe { heap.free_local(ptr, class) };
+}
+
+/// [`screen_and_push`] for a heap with call-site partitions, whose lists the core keeps (the
+/// block goes to the list of its partition).
+///
+/// # Safety
+/// As for [`screen_and_push`].
+#[cold]
+unsafe fn screen_partitioned(heap: &mut ThreadHeap, ptr: *mut u8, class: SizeClass) {
+    let mark = ptr.wrapping_add(8) as *mut usize;
+    // SAFETY: blocks of every C-face class are at least 16 bytes, 8-aligned, and ours.
+    if unsafe { *mark } == FREED_MARK && heap.holds(class, ptr) {
+        raw::report_misuse(ptr, PointerMisuse::DoubleFree);
+    }
+    // SAFETY: as above.
+    unsafe { *mark = FREED_MARK };
+    // SAFETY: forwarded contract.
+    unsafe { heap.free(ptr, class) };
 }
 
 /// A block that carries the mark: a double free if it is in the cache (reported), else

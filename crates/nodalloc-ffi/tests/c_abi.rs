@@ -69,7 +69,10 @@ fn compile(name: &str, mode: Mode) -> PathBuf {
     let partial = out_dir.join(format!("{name}-{suffix}.{}.partial", std::process::id()));
     let source = crate_dir().join("tests/c").join(format!("{name}.c"));
     let mut cc = Command::new("cc");
-    cc.args(["-O1", "-g", "-Wall", "-Werror", "-pthread", "-I"])
+    // Frame pointers and a dynamic symbol table: `callsite.c` walks frames and names its
+    // functions with dladdr.
+    cc.args(["-O1", "-g", "-fno-omit-frame-pointer", "-rdynamic"])
+        .args(["-Wall", "-Werror", "-pthread", "-I"])
         .arg(crate_dir().join("include"))
         .arg("-o")
         .arg(&partial)
@@ -109,7 +112,11 @@ fn command(name: &str, mode: Mode) -> Command {
 }
 
 fn run_passing(name: &str, mode: Mode, command: &mut Command) -> Finished {
-    let finished = run_bounded(command, TIME_LIMIT);
+    run_passing_result(name, mode, run_bounded(command, TIME_LIMIT))
+}
+
+/// Checks that a run of `name` passed (exit 0 and its final `ok` line).
+fn run_passing_result(name: &str, mode: Mode, finished: Finished) -> Finished {
     assert!(
         finished.succeeded(),
         "{name} ({mode:?}) failed: {}",
@@ -208,6 +215,75 @@ fn threads_exchanging_blocks_survive_a_thousand_forks() {
     for mode in MODES {
         run_passing("threads_fork", mode, &mut command("threads_fork", mode));
     }
+}
+
+// ---- Call-site partitions (NODALLOC_CALLSITE) ----
+
+/// Every allocating entry point records its caller (at depth 1 and 2), and the depth walk
+/// survives hostile frame pointers; with the mode off, blocks have no partition. A debug build
+/// of the library keeps stack frames in its entry points, so it cannot read the caller there:
+/// against it the program only checks that blocks have partitions and the walk survives.
+#[test]
+fn every_allocating_entry_point_names_its_caller_for_call_site_partitions() {
+    let depths: &[&str] = if cfg!(debug_assertions) {
+        &["loose"]
+    } else {
+        &["1", "2"]
+    };
+    for mode in MODES {
+        for &depth in depths {
+            // Partitions are a hash of addresses, which address-space randomisation moves, so
+            // two call sites share a partition now and then (about one run in twenty here):
+            // the program then reports a site recorded from another function. A fresh run
+            // draws fresh addresses; a lost call site fails every run.
+            for attempt in 1.. {
+                let mut callsite = command("callsite", mode);
+                callsite.arg(depth).env("NODALLOC_CALLSITE", "4096").env(
+                    "NODALLOC_CALLSITE_DEPTH",
+                    if depth == "loose" { "2" } else { depth },
+                );
+                let finished = run_bounded(&mut callsite, TIME_LIMIT);
+                let collided = finished.stderr.contains("was recorded from")
+                    || finished.stderr.contains("share partition");
+                if finished.succeeded() || !collided || attempt == 4 {
+                    run_passing_result("callsite", mode, finished);
+                    break;
+                }
+            }
+        }
+        let mut off = command("callsite", mode);
+        off.arg("off");
+        run_passing("callsite", mode, &mut off);
+    }
+}
+
+/// The fuzzer's random sequences of every entry point, and threads exchanging blocks across
+/// forks, with call-site partitions (and with secure mode beside them).
+#[test]
+fn random_sequences_and_forks_keep_their_contract_with_call_site_partitions() {
+    for env in [
+        &[("NODALLOC_CALLSITE", "64")][..],
+        &[("NODALLOC_CALLSITE", "7"), ("NODALLOC_SECURE", "1")],
+    ] {
+        for mode in MODES {
+            let mut fuzz = command("fuzz", mode);
+            fuzz.args(["5", "20000", "4"]).envs(env.iter().copied());
+            run_passing("fuzz", mode, &mut fuzz);
+            let mut threads_fork = command("threads_fork", mode);
+            threads_fork
+                .env("NODALLOC_SIMULATE_NODES", "2")
+                .envs(env.iter().copied());
+            run_passing("threads_fork", mode, &mut threads_fork);
+        }
+    }
+}
+
+#[test]
+fn misuse_is_still_caught_with_call_site_partitions() {
+    let partitions = [("NODALLOC_CALLSITE", "64")];
+    assert_bad_free_aborts_with("double-small", "double free of", &partitions);
+    assert_bad_free_aborts_with("middle-small", "invalid pointer", &partitions);
+    assert_bad_free_aborts_with("double-big", "double free of", &partitions);
 }
 
 /// With four simulated nodes the four threads are bound to different nodes, so most frees are

@@ -296,4 +296,49 @@ mod face {
     pub fn options() -> &'static [OptionSpec] {
         OPTIONS
     }
+
+    /// The calling thread's allocations go to call-site partition `id` (modulo
+    /// `NODALLOC_CALLSITE`) while the returned scope lives; dropping it restores the partition
+    /// before. Without the mode (`NODALLOC_CALLSITE` unset or 0) a scope changes nothing.
+    ///
+    /// Rust's allocator interface does not know who calls it, so the Rust face partitions by
+    /// explicit scopes: give each kind of work whose objects die together its own id, e.g. a
+    /// request handler `let _scope = nodalloc::partition(REQUESTS);` and a cache that outlives
+    /// requests `let _scope = nodalloc::partition(CACHE);` around its insertions. Frees need
+    /// no scope: an object returns to its own partition's bags wherever it is freed.
+    pub fn partition(id: usize) -> PartitionScope {
+        let previous = with_heap(|heap| heap.enter_scope(id));
+        PartitionScope {
+            previous,
+            _thread: core::marker::PhantomData,
+        }
+    }
+
+    /// A scope of [`partition`]; not `Send`, as it belongs to the thread that made it.
+    #[must_use = "the partition applies only while the scope lives"]
+    pub struct PartitionScope {
+        previous: usize,
+        _thread: core::marker::PhantomData<*const ()>,
+    }
+
+    impl Drop for PartitionScope {
+        fn drop(&mut self) {
+            with_heap(|heap| heap.enter_scope(self.previous));
+        }
+    }
+
+    /// One allocation in call-site partition `id` (see [`partition`]); null when no memory is
+    /// left. Free it as any allocation of `layout` (`dealloc`).
+    pub fn alloc_in(id: usize, layout: Layout) -> *mut u8 {
+        let _scope = partition(id);
+        // SAFETY: GlobalAlloc's contract asks for a non-zero size; NodAlloc's `alloc` also
+        // takes a zero-size layout (it gets an object of the smallest class).
+        unsafe { NodAlloc.alloc(layout) }
+    }
+
+    /// The call-site partition of the small object at `ptr`; `None` with partitions off or for
+    /// anything but a small object nodalloc handed out.
+    pub fn partition_of(ptr: *const u8) -> Option<usize> {
+        Instance::existing()?.partition_of(ptr)
+    }
 }

@@ -14,7 +14,7 @@ pub use crate::node::Misuse as PointerMisuse;
 pub use crate::node::NodeId;
 pub use crate::os::cpuset::CpuSet;
 pub use crate::os::options::parse_size;
-pub use crate::os::{env, read_file, thread_affinity};
+pub use crate::os::{env, mapping_of, read_file, thread_affinity};
 pub use crate::size_class::{class_of_malloc, class_of_small_malloc, SizeClass};
 pub use crate::thread::ThreadHeap;
 
@@ -133,4 +133,21 @@ pub fn start() -> bool {
 /// The number of usable nodes (starting the allocator if needed).
 pub fn node_count() -> usize {
     Instance::get().map_or(0, |instance| instance.node_count())
+}
+
+/// `NODALLOC_CALLSITE_DEPTH`: how many frames up from `malloc` the C library's call site is
+/// (1 before the allocator started).
+pub fn callsite_depth() -> usize {
+    instance::callsite_depth()
+}
+
+/// The call-site partition of the small block at `ptr` (`None` with partitions off, or for
+/// anything but a small block of this allocator).
+pub fn partition_of(ptr: *const u8) -> Option<usize> {
+    Instance::existing()?.partition_of(ptr)
+}
+
+/// The first call site recorded for `partition` (0 for none).
+pub fn partition_site(partition: usize) -> usize {
+    Instance::existing().map_or(0, |instance| instance.partition_site(partition))
 }

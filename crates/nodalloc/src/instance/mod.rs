@@ -25,7 +25,7 @@ use crate::thread::ThreadHeap;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 
-pub(crate) use start::attach_current_thread;
+pub(crate) use start::{attach_current_thread, callsite_depth};
 
 static INSTANCE: AtomicPtr<NodeHeaps> = AtomicPtr::new(core::ptr::null_mut());
 
@@ -121,6 +121,28 @@ impl Instance {
     /// The machine as the allocator saw it at start-up.
     pub(crate) fn topology(self) -> &'static Topology {
         self.heaps.topology()
+    }
+
+    /// The call-site partition of the small object at `ptr`; `None` with partitions off or for
+    /// anything but a small object nodalloc handed out.
+    pub(crate) fn partition_of(self, ptr: *const u8) -> Option<usize> {
+        if self.heaps.partitions() == 0 {
+            return None;
+        }
+        match self.classify(ptr) {
+            Ok(Pointer::Small { .. }) => Some(self.heaps.partition_of(ptr as usize).index()),
+            _ => None,
+        }
+    }
+
+    /// The first call site recorded for `partition` (0: none, or no such partition).
+    pub(crate) fn partition_site(self, partition: usize) -> usize {
+        if partition >= self.heaps.partitions() {
+            return 0;
+        }
+        self.heaps
+            .partition_info(crate::node::Partition(partition as u16))
+            .map_or(0, |info| info.site.load(Ordering::Relaxed))
     }
 
     /// The node whose region holds `address`, if nodalloc's heap holds it.

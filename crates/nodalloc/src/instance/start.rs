@@ -26,6 +26,11 @@ unsafe impl Sync for OptionsCell {}
 
 static OPTIONS: OptionsCell = OptionsCell(UnsafeCell::new(None));
 
+/// `NODALLOC_CALLSITE_DEPTH` (1 before the instance exists).
+pub(crate) fn callsite_depth() -> usize {
+    options().map_or(1, |options| options.callsite_depth)
+}
+
 fn options() -> Option<&'static Options> {
     super::Instance::existing()?;
     // SAFETY: OPTIONS was written before INSTANCE was published (see OptionsCell).

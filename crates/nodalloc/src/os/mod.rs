@@ -305,22 +305,49 @@ pub fn read_file<'a>(path: &CStr, buffer: &'a mut [u8]) -> Option<&'a [u8]> {
 }
 
 /// Calls `visit(start, huge_bytes)` for every mapping of this process that holds transparent
-/// huge pages (`AnonHugePages` of `/proc/self/smaps`, in bytes), streaming the file through a
-/// stack buffer. False when the file cannot be read (no /proc). No allocation.
+/// huge pages (`AnonHugePages` of `/proc/self/smaps`, in bytes). False when the file cannot be
+/// read (no /proc). No allocation.
 pub fn for_each_huge_mapping(mut visit: impl FnMut(usize, usize)) -> bool {
+    let mut mapping_start = 0;
+    for_each_line(c"/proc/self/smaps", |line| {
+        if let Some(kib) = line.strip_prefix(b"AnonHugePages:") {
+            let kib = parse_decimal(kib);
+            if kib > 0 {
+                visit(mapping_start, kib << 10);
+            }
+        } else if let Some((start, _)) = parse_mapping_range(line) {
+            mapping_start = start;
+        }
+        true
+    })
+}
+
+/// The `[start, end)` of this process's mapping that holds `address`, from `/proc/self/maps`;
+/// `None` when there is none or the file cannot be read. No allocation.
+pub fn mapping_of(address: usize) -> Option<(usize, usize)> {
+    let mut found = None;
+    for_each_line(c"/proc/self/maps", |line| match parse_mapping_range(line) {
+        Some((start, end)) if (start..end).contains(&address) => {
+            found = Some((start, end));
+            false
+        }
+        _ => true,
+    });
+    found
+}
+
+/// Calls `visit` with every line of the file at `path` (without its newline) until it returns
+/// false, streaming the file through a stack buffer; a line longer than the buffer (a long path
+/// name) is skipped. False when the file cannot be opened. No allocation.
+pub fn for_each_line(path: &CStr, mut visit: impl FnMut(&[u8]) -> bool) -> bool {
     // SAFETY: the path is NUL-terminated; flags ask for a read-only descriptor.
-    let fd = unsafe {
-        libc::open(
-            c"/proc/self/smaps".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        )
-    };
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd < 0 {
         return false;
     }
     let mut buffer = [0u8; 4096];
-    let (mut filled, mut mapping_start) = (0usize, 0usize);
-    loop {
+    let mut filled = 0usize;
+    'read: loop {
         // SAFETY: we read into the unfilled tail of `buffer`, which we own.
         let n = unsafe {
             libc::read(
@@ -339,19 +366,12 @@ pub fn for_each_huge_mapping(mut visit: impl FnMut(usize, usize)) -> bool {
         // Every complete line; a partial one moves to the front for the next read.
         let mut line_start = 0;
         while let Some(length) = buffer[line_start..filled].iter().position(|&b| b == b'\n') {
-            let line = &buffer[line_start..line_start + length];
-            if let Some(kib) = line.strip_prefix(b"AnonHugePages:") {
-                let kib = parse_decimal(kib);
-                if kib > 0 {
-                    visit(mapping_start, kib << 10);
-                }
-            } else if let Some(start) = parse_mapping_start(line) {
-                mapping_start = start;
+            if !visit(&buffer[line_start..line_start + length]) {
+                break 'read;
             }
             line_start += length + 1;
         }
         if line_start == 0 && filled == buffer.len() {
-            // A line longer than the buffer (a long path name): drop it.
             filled = 0;
         } else {
             buffer.copy_within(line_start..filled, 0);
@@ -373,14 +393,19 @@ fn parse_decimal(text: &[u8]) -> usize {
         })
 }
 
-/// The start address of an smaps mapping header (`7f12a000-7f12b000 rw-p ...`), `None` for
-/// any other line.
-fn parse_mapping_start(line: &[u8]) -> Option<usize> {
-    let dash = line.iter().position(|&b| b == b'-')?;
-    if dash == 0 || !line[..dash].iter().all(u8::is_ascii_hexdigit) {
+/// The `[start, end)` of a maps or smaps mapping header (`7f12a000-7f12b000 rw-p ...`), `None`
+/// for any other line.
+fn parse_mapping_range(line: &[u8]) -> Option<(usize, usize)> {
+    let range = line.split(|&b| b == b' ').next()?;
+    let dash = range.iter().position(|&b| b == b'-')?;
+    Some((parse_hex(&range[..dash])?, parse_hex(&range[dash + 1..])?))
+}
+
+fn parse_hex(text: &[u8]) -> Option<usize> {
+    if text.is_empty() {
         return None;
     }
-    line[..dash].iter().try_fold(0usize, |value, &b| {
+    text.iter().try_fold(0usize, |value, &b| {
         let digit = (b as char).to_digit(16)? as usize;
         value.checked_mul(16)?.checked_add(digit)
     })
@@ -604,9 +629,17 @@ mod tests {
     #[test]
     fn smaps_lines_parse_into_mapping_starts_and_sizes() {
         let header = b"7f12a000-7f12b000 rw-p 00000000 00:00 0 ";
-        assert_eq!(parse_mapping_start(header), Some(0x7f12_a000));
-        assert_eq!(parse_mapping_start(b"Rss:                 12 kB"), None);
-        assert_eq!(parse_mapping_start(b"VmFlags: rd wr mr mw me ac"), None);
+        assert_eq!(
+            parse_mapping_range(header),
+            Some((0x7f12_a000, 0x7f12_b000))
+        );
+        assert_eq!(parse_mapping_range(b"Rss:                 12 kB"), None);
+        assert_eq!(parse_mapping_range(b"VmFlags: rd wr mr mw me ac"), None);
+        assert_eq!(parse_mapping_range(b"zz-7f10 rw-p"), None);
+        let here = 0u8;
+        let address = &here as *const u8 as usize;
+        let (start, end) = mapping_of(address).expect("the stack's mapping");
+        assert!(start <= address && address < end);
         assert_eq!(parse_decimal(b"         2048 kB"), 2048);
         assert_eq!(parse_decimal(b" kB"), 0);
     }

@@ -288,6 +288,13 @@ impl ThreadHeap {
             && origin == self.node
     }
 
+    /// True when a small object of `origin` freed now would go to one of this heap's partition
+    /// lists (attached, partitions on, homed on `origin`): the C face screens it for a double
+    /// free first, as it does for [`Self::caches_node`].
+    pub fn partitions_node(&self, origin: NodeId) -> bool {
+        self.state == HeapState::Active && self.partitions != 0 && origin == self.node
+    }
+
     /// Pushes an object of this thread's node onto its class's list.
     ///
     /// # Safety
