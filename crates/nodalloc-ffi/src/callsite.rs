@@ -54,6 +54,13 @@ pub(crate) use entry_stub;
 /// `NODALLOC_CALLSITE_DEPTH`, once the allocator started (0: not read yet).
 static DEPTH: AtomicUsize = AtomicUsize::new(0);
 
+/// True when the call site is the return address itself (depth 1, once the allocator
+/// started): the partition cache's fast pop may use it as it is.
+#[inline(always)]
+pub(crate) fn is_direct() -> bool {
+    DEPTH.load(Ordering::Relaxed) == 1
+}
+
 /// The call site of an allocation entered with return address `site` and frame pointer `frame`.
 #[inline]
 pub(crate) fn resolve(site: usize, frame: usize) -> usize {

@@ -238,8 +238,9 @@ entry_stub!(fn nodalloc_malloc_miss(size: usize, heap: *mut c_void) -> *mut c_vo
 
 /// A `malloc` of `size` (a small class) that missed the cache of `heap` (the slot's value,
 /// maybe detached), called from `site`. The class is looked up again rather than passed: the
-/// fast path then keeps no register for it.
-#[cold]
+/// fast path then keeps no register for it. With call-site partitions, the partition cache's
+/// pop is tried first; everything else goes on to [`malloc_miss`] (a tail call, so this part
+/// keeps no stack frame).
 #[inline(never)]
 extern "C" fn malloc_slow(
     size: usize,
@@ -247,9 +248,35 @@ extern "C" fn malloc_slow(
     site: usize,
     frame: usize,
 ) -> *mut c_void {
+    if callsite::is_direct() {
+        if let (Some(heap), Some(class)) = (live(heap as *mut ThreadHeap), class_of_malloc(size)) {
+            let p = heap.partition_pop(class, site);
+            if !p.is_null() {
+                screen::clear_mark(p);
+                return p as *mut c_void;
+            }
+        }
+    }
+    malloc_miss(size, heap, site, frame)
+}
+
+#[cold]
+#[inline(never)]
+extern "C" fn malloc_miss(
+    size: usize,
+    heap: *mut c_void,
+    site: usize,
+    frame: usize,
+) -> *mut c_void {
     match (live(heap as *mut ThreadHeap), class_of_malloc(size)) {
         (Some(heap), Some(class)) => {
-            heap.enter_call_site(callsite::resolve(site, frame));
+            let site = callsite::resolve(site, frame);
+            let p = heap.partition_pop(class, site);
+            if !p.is_null() {
+                screen::clear_mark(p);
+                return p as *mut c_void;
+            }
+            heap.enter_call_site(site);
             handed_out(heap.alloc_slow(class))
         }
         _ => allocate_at(size, MALLOC_ALIGN, site, frame),
@@ -272,9 +299,24 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     unsafe { free_slow(ptr as *mut u8) }
 }
 
-#[cold]
+/// A `free` the home fast path did not take. With call-site partitions, a small block of the
+/// heap's node goes to its partition's list here (no stack frame: every call is a tail call);
+/// everything else goes on to [`free_general`].
 #[inline(never)]
 unsafe extern "C" fn free_slow(ptr: *mut u8) {
+    if let Some(heap) = heap() {
+        if let Some((class, part)) = heap.partition_class_of(ptr) {
+            // SAFETY: a small block of this heap's node, which the caller gives up.
+            return unsafe { screen::free_partitioned(heap, ptr, class, part) };
+        }
+    }
+    // SAFETY: forwarded contract.
+    unsafe { free_general(ptr) }
+}
+
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn free_general(ptr: *mut u8) {
     match raw::classify(ptr) {
         Ok(Pointer::Foreign) => foreign::free(ptr),
         // SAFETY: a live nodalloc block the caller gives up, of this class and node.

@@ -7,7 +7,7 @@
 //! The screen costs one load, one compare and one store on the free fast path, and one store on
 //! the malloc fast path.
 
-use nodalloc_core::raw::{self, NodeId, PointerMisuse, SizeClass, ThreadHeap};
+use nodalloc_core::raw::{self, NodeId, Partition, PointerMisuse, SizeClass, ThreadHeap};
 
 /// Written into the second word of a block this face frees. Any value works (a match is
 /// confirmed before anything is reported); this one is unlikely as program data.
@@ -87,15 +87,69 @@ unsafe fn screen_and_push(heap: &mut ThreadHeap, ptr: *mut u8, class: SizeClass)
 /// As for [`screen_and_push`].
 #[cold]
 unsafe fn screen_partitioned(heap: &mut ThreadHeap, ptr: *mut u8, class: SizeClass) {
+    // SAFETY: forwarded contract.
+    unsafe { screen(heap, ptr, class) };
+    // SAFETY: forwarded contract.
+    unsafe { heap.free(ptr, class) };
+}
+
+/// The free path of a heap with call-site partitions for a small block of its node, whose
+/// class and partition [`ThreadHeap::partition_class_of`] found: screened, then pushed onto
+/// its partition's list.
+///
+/// # Safety
+/// As for [`screen_and_push`], and `part` is the block's partition.
+#[inline(always)]
+pub(crate) unsafe fn free_partitioned(
+    heap: &mut ThreadHeap,
+    ptr: *mut u8,
+    class: SizeClass,
+    part: Partition,
+) {
     let mark = ptr.wrapping_add(8) as *mut usize;
     // SAFETY: blocks of every C-face class are at least 16 bytes, 8-aligned, and ours.
+    if unsafe { *mark } == FREED_MARK {
+        // SAFETY: forwarded contract (a tail call: the fast path keeps no frame).
+        return unsafe { free_marked_partitioned(heap, ptr, class, part) };
+    }
+    // SAFETY: as above.
+    unsafe { *mark = FREED_MARK };
+    // SAFETY: forwarded contract.
+    unsafe { heap.partition_push(ptr, class, part) };
+}
+
+/// [`free_marked`] for [`free_partitioned`].
+///
+/// # Safety
+/// As for [`free_partitioned`].
+#[cold]
+#[inline(never)]
+unsafe fn free_marked_partitioned(
+    heap: &mut ThreadHeap,
+    ptr: *mut u8,
+    class: SizeClass,
+    part: Partition,
+) {
+    if heap.holds(class, ptr) {
+        raw::report_misuse(ptr, PointerMisuse::DoubleFree);
+    }
+    // SAFETY: forwarded contract; the mark is already in place.
+    unsafe { heap.partition_push(ptr, class, part) };
+}
+
+/// Reports a double free of a block still in the heap's cache, and marks the block as freed.
+///
+/// # Safety
+/// `ptr` is a small block of at least 16 bytes, 8-aligned, that the caller gives up.
+#[inline(always)]
+unsafe fn screen(heap: &ThreadHeap, ptr: *mut u8, class: SizeClass) {
+    let mark = ptr.wrapping_add(8) as *mut usize;
+    // SAFETY: contract above.
     if unsafe { *mark } == FREED_MARK && heap.holds(class, ptr) {
         raw::report_misuse(ptr, PointerMisuse::DoubleFree);
     }
     // SAFETY: as above.
     unsafe { *mark = FREED_MARK };
-    // SAFETY: forwarded contract.
-    unsafe { heap.free(ptr, class) };
 }
 
 /// A block that carries the mark: a double free if it is in the cache (reported), else

@@ -11,7 +11,7 @@ use core::ptr::null_mut;
 
 pub use crate::instance::Pointer;
 pub use crate::node::Misuse as PointerMisuse;
-pub use crate::node::NodeId;
+pub use crate::node::{NodeId, Partition};
 pub use crate::os::cpuset::CpuSet;
 pub use crate::os::options::parse_size;
 pub use crate::os::{env, mapping_of, read_file, thread_affinity};

@@ -308,6 +308,11 @@ impl PageMap {
         self.tags
     }
 
+    /// The descriptor array (unit `u`'s at index `u`), for views that index it without a call.
+    pub fn metas(&self) -> *const UnitMeta {
+        self.metas
+    }
+
     /// The tag of the unit holding `address` (which must lie inside the arena).
     #[inline(always)]
     pub fn tag(&self, address: usize) -> Tag {

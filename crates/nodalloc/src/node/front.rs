@@ -42,10 +42,15 @@ impl NodeHeaps {
     /// mode, whose frees all take the checked slow path, nor with call-site partitions, whose
     /// frees need the object's partition).
     pub(crate) fn home_view(&self, node: NodeId) -> HomeView {
-        let arena = self.arena;
-        if arena.is_secure() || self.partitions() != 0 {
+        if self.arena.is_secure() || self.partitions() != 0 {
             return HomeView::NONE;
         }
+        self.home_view_of_region(node)
+    }
+
+    /// The view of `node`'s region, whatever the mode.
+    pub(super) fn home_view_of_region(&self, node: NodeId) -> HomeView {
+        let arena = self.arena;
         let region_base = arena.region_start(node.index());
         let map = arena.map();
         HomeView {

@@ -49,6 +49,7 @@ pub(crate) use crate::ds::ring::Batch;
 pub(crate) use front::{HomeView, Tag, DENSE_OBJECT_MAX};
 pub use partition::Partition;
 use partition::Partitions;
+pub(crate) use partition::{partition_of_site, PartitionView};
 pub(crate) use upkeep::upkeep_period;
 
 /// Bytes of objects a class's transfer ring may hold per node. More would keep bags alive (and

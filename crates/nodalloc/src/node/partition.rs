@@ -16,6 +16,7 @@
 //! [`BagState::partition`]: crate::arena::pagemap::BagState
 
 use super::*;
+use crate::size_class::UNIT_SHIFT;
 use crate::stats::{PartitionStats, Stats};
 
 /// The most partitions `NODALLOC_CALLSITE` may ask for.
@@ -23,7 +24,7 @@ pub const MAX_PARTITIONS: usize = 4096;
 
 const ACTIVE_WORDS: usize = MAX_PARTITIONS / 64;
 
-/// A call-site partition, `0 ..< P`.
+/// A call-site partition, `0 ..< P` (`NODALLOC_CALLSITE`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[repr(transparent)]
 pub struct Partition(pub(crate) u16);
@@ -32,6 +33,7 @@ impl Partition {
     /// The node heaps' own class heaps: every object's partition with the mode off.
     pub const DEFAULT: Partition = Partition(0);
 
+    /// Its number, `0 ..< P`.
     pub fn index(self) -> usize {
         self.0 as usize
     }
@@ -120,7 +122,7 @@ impl NodeHeaps {
         self.partitions.count
     }
 
-    /// The partition of a call site: a hash of its address modulo P.
+    /// The partition of a call site: a hash of its address, reduced to `0 ..< P`.
     pub(crate) fn partition_of_site(&self, site: usize) -> Partition {
         partition_of_site(site, self.partitions.count)
     }
@@ -317,14 +319,79 @@ impl NodeHeaps {
     }
 }
 
-/// `site`'s partition among `count` (0: the mode is off): Fibonacci hashing, so call sites a
-/// few bytes apart land in unrelated partitions.
+/// `site`'s partition among `count` (0 or 1: partition 0): Fibonacci hashing, so call sites a
+/// few bytes apart land in unrelated partitions, then a multiply-shift into `0 ..< count`
+/// (no division).
+#[inline(always)]
 pub(crate) fn partition_of_site(site: usize, count: usize) -> Partition {
-    if count <= 1 {
-        return Partition::DEFAULT;
-    }
     let hash = (site as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
-    Partition((hash % count as u64) as u16)
+    Partition(((hash * count as u64) >> 32) as u16)
+}
+
+/// What the free path of a thread heap with partitions needs to find a small object's class
+/// and partition without a call: its home region's tags (as [`HomeView`]) and bag descriptors.
+#[derive(Clone, Copy)]
+pub(crate) struct PartitionView {
+    home: HomeView,
+    /// The descriptor of the region's first unit.
+    metas: *const UnitMeta,
+}
+
+impl PartitionView {
+    /// A view no address matches.
+    pub(crate) const NONE: PartitionView = PartitionView {
+        home: HomeView::NONE,
+        metas: core::ptr::null(),
+    };
+
+    /// The class and partition of `object` if it is a small object of the home region at an
+    /// object boundary; `None`, touching nothing else, for anything else. Three loads: the
+    /// unit's tag, the class's magic, the bag's partition.
+    #[inline(always)]
+    pub(crate) fn small_object(&self, object: *const u8) -> Option<(SizeClass, Partition)> {
+        let home = &self.home;
+        let from_region = (object as usize).wrapping_sub(home.region_base);
+        let unit = from_region >> UNIT_SHIFT;
+        if unit >= home.region_units {
+            return None;
+        }
+        // SAFETY: a unit of the home region (`NONE` has no units), whose tag is readable
+        // whether or not anything was ever written there.
+        let tag = Tag(unsafe { &*home.region_tags.add(unit) }.load(Ordering::Relaxed));
+        if !tag.is_bag() {
+            return None;
+        }
+        let class = tag.class();
+        let first = unit - tag.offset_units();
+        if !crate::size_class::is_multiple(from_region - (first << UNIT_SHIFT), class.start_magic())
+        {
+            return None;
+        }
+        // SAFETY: the tag says unit `first` heads a bag, whose descriptor is mapped; its
+        // partition is constant while the object is out (volatile: only a misuse races it).
+        let part = unsafe {
+            core::ptr::addr_of!((*self.metas.add(first)).role.bag.partition).read_volatile()
+        };
+        Some((class, Partition(part)))
+    }
+}
+
+impl NodeHeaps {
+    /// The partition view of `node`'s region (no address matches with partitions off or in
+    /// secure mode, whose frees take the checked paths).
+    pub(crate) fn partition_view(&self, node: NodeId) -> PartitionView {
+        if self.partitions.count == 0 || self.arena.is_secure() {
+            return PartitionView::NONE;
+        }
+        let map = self.arena.map();
+        let first = map.unit_of(self.arena.region_start(node.index()));
+        PartitionView {
+            home: self.home_view_of_region(node),
+            // SAFETY: the region's units are units of the arena, so their descriptors are in
+            // the array.
+            metas: unsafe { map.metas().add(first) },
+        }
+    }
 }
 
 const _: () = assert!(MAX_PARTITIONS == crate::os::options::MAX_CALLSITE_PARTITIONS);

@@ -36,7 +36,7 @@ mod partition_tests;
 mod tests;
 
 use crate::ds::{next_of, set_next};
-use crate::node::{HomeView, NodeHeaps, NodeId, Tag};
+use crate::node::{HomeView, NodeHeaps, NodeId, PartitionView, Tag};
 use crate::os::cpuset::CpuSet;
 use crate::os::topology::MAX_NODES;
 use crate::size_class::{self, SizeClass, NUM_CLASSES, UNIT_SHIFT};
@@ -105,6 +105,10 @@ pub struct ThreadHeap {
     call_site: usize,
     scope: usize,
     parts: *mut PartitionCache,
+    /// The partition lists' fast paths are open (attached, partitions on, not secure), and
+    /// the view their frees use.
+    part_fast: bool,
+    part_view: PartitionView,
 }
 
 impl ThreadHeap {
@@ -136,6 +140,8 @@ impl ThreadHeap {
             call_site: 0,
             scope: 0,
             parts: null_mut(),
+            part_fast: false,
+            part_view: PartitionView::NONE,
         }
     }
 
@@ -164,6 +170,8 @@ impl ThreadHeap {
         self.home = heaps.home_view(node);
         self.secure = heaps.is_secure();
         self.partitions = heaps.partitions();
+        self.part_view = heaps.partition_view(node);
+        self.part_fast = self.partitions != 0 && !self.secure;
         for (index, list) in self.lists.iter_mut().enumerate() {
             list.configure(SizeClass(index as u8));
         }

@@ -18,7 +18,7 @@
 use super::free_list::FreeList;
 use super::ThreadHeap;
 use crate::ds::{next_of, set_next};
-use crate::node::{report, NodeHeaps, NodeId, Partition};
+use crate::node::{partition_of_site, report, NodeHeaps, NodeId, Partition};
 use crate::os;
 use crate::size_class::{SizeClass, NUM_CLASSES};
 use core::ptr::null_mut;
@@ -72,6 +72,92 @@ impl ThreadHeap {
     /// True with call-site partitions on (once attached).
     pub fn is_partitioned(&self) -> bool {
         self.partitions != 0
+    }
+
+    /// The partition cache's pop for a call from `site`: the object at the head of the list of
+    /// (`site`'s partition, `class`), or null when that list is not in the cache or is empty,
+    /// or the fast paths are closed (then take [`ThreadHeap::alloc_slow`] after
+    /// [`ThreadHeap::enter_call_site`]). No lock, no atomic.
+    #[inline]
+    pub fn partition_pop(&mut self, class: SizeClass, site: usize) -> *mut u8 {
+        if !self.part_fast || self.parts.is_null() {
+            return null_mut();
+        }
+        let key = key_of(partition_of_site(site, self.partitions), class);
+        let set = set_of(key);
+        // SAFETY: the cache is mapped (checked above) and only this heap's thread touches it.
+        let cache = unsafe { &mut *self.parts };
+        if cache.keys[set] != key {
+            return null_mut();
+        }
+        let list = &mut cache.lists[set];
+        let object = list.head;
+        if !object.is_null() {
+            // SAFETY: cached objects are free, ours, and linked through their first word.
+            list.head = unsafe { next_of(object) };
+            list.popped();
+        }
+        object
+    }
+
+    /// The class and partition of `object` when it is a small object of the home region that a
+    /// free may push with [`ThreadHeap::partition_push`] (the fast paths are open); `None`,
+    /// touching nothing, for anything else, which [`ThreadHeap::free`] sorts out.
+    #[inline]
+    pub fn partition_class_of(&self, object: *const u8) -> Option<(SizeClass, Partition)> {
+        if !self.part_fast {
+            return None;
+        }
+        self.part_view.small_object(object)
+    }
+
+    /// Pushes a freed object onto the list of its (`part`, `class`), which
+    /// [`ThreadHeap::partition_class_of`] found; through the general path when that list is
+    /// not in the cache.
+    ///
+    /// # Safety
+    /// `object` is a live object of `class` and `part`, of this heap's node, that the caller
+    /// gives up.
+    #[inline]
+    pub unsafe fn partition_push(&mut self, object: *mut u8, class: SizeClass, part: Partition) {
+        let key = key_of(part, class);
+        let set = set_of(key);
+        if !self.parts.is_null() {
+            // SAFETY: the cache is mapped (checked above) and only this thread touches it.
+            let cache = unsafe { &mut *self.parts };
+            if cache.keys[set] == key {
+                let list = &mut cache.lists[set];
+                // SAFETY: the object is ours now and at least 8 bytes (every class is).
+                unsafe { set_next(object, list.head) };
+                if list.push(object) {
+                    self.partition_mark_cold(set);
+                }
+                return;
+            }
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.partition_push_slow(object, class) }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn partition_mark_cold(&mut self, index: usize) {
+        if let Some(heaps) = self.heaps() {
+            self.partition_mark(heaps, index);
+        }
+    }
+
+    /// # Safety
+    /// As for [`ThreadHeap::partition_push`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn partition_push_slow(&mut self, object: *mut u8, class: SizeClass) {
+        let Some(heaps) = self.heaps() else {
+            return;
+        };
+        let node = self.node;
+        // SAFETY: forwarded contract.
+        unsafe { self.partition_free(heaps, node, object, class) }
     }
 
     /// The partition of the next allocation.

@@ -168,6 +168,12 @@ impl ThreadHeap {
     #[cold]
     #[inline(never)]
     pub unsafe fn free_slow(&mut self, object: *mut u8, class: SizeClass) {
+        if let Some((found, part)) = self.partition_class_of(object) {
+            if found == class {
+                // SAFETY: forwarded contract; a small object of this heap's node.
+                return unsafe { self.partition_push(object, class, part) };
+            }
+        }
         if self.state == HeapState::Fresh {
             if !self.run_attach_hook() {
                 report(object, Misuse::InvalidPointer);

@@ -3,7 +3,7 @@
 //! the flush and retirement at thread exit.
 
 use super::{HeapState, ThreadHeap};
-use crate::node::{report, HomeView, NodeHeaps, Partition};
+use crate::node::{report, HomeView, NodeHeaps, Partition, PartitionView};
 use crate::size_class::{SizeClass, NUM_CLASSES};
 
 impl ThreadHeap {
@@ -116,6 +116,8 @@ impl ThreadHeap {
             self.state = HeapState::Retired;
             // Every free now fails the region check and takes the slow path.
             self.home = HomeView::NONE;
+            self.part_fast = false;
+            self.part_view = PartitionView::NONE;
         }
     }
 }
