@@ -35,6 +35,35 @@ impl HomeView {
         region_units: 0,
         region_tags: core::ptr::null(),
     };
+
+    /// The class of `object` and the region-relative unit that heads its bag, if it is a small
+    /// object of the region at an object boundary (`magic` gives a class's
+    /// [`SizeClass::start_magic`], from wherever the caller keeps it); `None`, touching nothing
+    /// else, for anything else. One load besides the view and `magic`: the unit's tag.
+    #[inline(always)]
+    pub(crate) fn bag_object(
+        &self,
+        object: *const u8,
+        magic: impl FnOnce(SizeClass) -> u64,
+    ) -> Option<(SizeClass, usize)> {
+        let from_region = (object as usize).wrapping_sub(self.region_base);
+        let unit = from_region >> UNIT_SHIFT;
+        if unit >= self.region_units {
+            return None;
+        }
+        // SAFETY: a unit of the region (`NONE` has no units), whose tag is readable whether or
+        // not anything was ever written there.
+        let tag = Tag(unsafe { &*self.region_tags.add(unit) }.load(Ordering::Relaxed));
+        if !tag.is_bag() {
+            return None;
+        }
+        let class = tag.class();
+        let first = unit - tag.offset_units();
+        if !crate::size_class::is_multiple(from_region - (first << UNIT_SHIFT), magic(class)) {
+            return None;
+        }
+        Some((class, first))
+    }
 }
 
 impl NodeHeaps {

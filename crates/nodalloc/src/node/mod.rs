@@ -46,7 +46,7 @@ mod sweep;
 mod upkeep;
 
 pub(crate) use crate::ds::ring::Batch;
-pub(crate) use front::{HomeView, Tag, DENSE_OBJECT_MAX};
+pub(crate) use front::{HomeView, DENSE_OBJECT_MAX};
 pub use partition::Partition;
 use partition::Partitions;
 pub(crate) use partition::{partition_of_site, PartitionView};

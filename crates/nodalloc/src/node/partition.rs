@@ -16,7 +16,6 @@
 //! [`BagState::partition`]: crate::arena::pagemap::BagState
 
 use super::*;
-use crate::size_class::UNIT_SHIFT;
 use crate::stats::{PartitionStats, Stats};
 
 /// The most partitions `NODALLOC_CALLSITE` may ask for.
@@ -349,25 +348,8 @@ impl PartitionView {
     /// unit's tag, the class's magic, the bag's partition.
     #[inline(always)]
     pub(crate) fn small_object(&self, object: *const u8) -> Option<(SizeClass, Partition)> {
-        let home = &self.home;
-        let from_region = (object as usize).wrapping_sub(home.region_base);
-        let unit = from_region >> UNIT_SHIFT;
-        if unit >= home.region_units {
-            return None;
-        }
-        // SAFETY: a unit of the home region (`NONE` has no units), whose tag is readable
-        // whether or not anything was ever written there.
-        let tag = Tag(unsafe { &*home.region_tags.add(unit) }.load(Ordering::Relaxed));
-        if !tag.is_bag() {
-            return None;
-        }
-        let class = tag.class();
-        let first = unit - tag.offset_units();
-        if !crate::size_class::is_multiple(from_region - (first << UNIT_SHIFT), class.start_magic())
-        {
-            return None;
-        }
-        // SAFETY: the tag says unit `first` heads a bag, whose descriptor is mapped; its
+        let (class, first) = self.home.bag_object(object, SizeClass::start_magic)?;
+        // SAFETY: unit `first` of the region heads a bag, whose descriptor is mapped; its
         // partition is constant while the object is out (volatile: only a misuse races it).
         let part = unsafe {
             core::ptr::addr_of!((*self.metas.add(first)).role.bag.partition).read_volatile()

@@ -36,12 +36,11 @@ mod partition_tests;
 mod tests;
 
 use crate::ds::{next_of, set_next};
-use crate::node::{HomeView, NodeHeaps, NodeId, PartitionView, Tag};
+use crate::node::{HomeView, NodeHeaps, NodeId, PartitionView};
 use crate::os::cpuset::CpuSet;
 use crate::os::topology::MAX_NODES;
-use crate::size_class::{self, SizeClass, NUM_CLASSES, UNIT_SHIFT};
+use crate::size_class::{SizeClass, NUM_CLASSES, UNIT_SHIFT};
 use core::ptr::null_mut;
-use core::sync::atomic::Ordering;
 use free_list::FreeList;
 use outbox::Outbox;
 use partition::PartitionCache;
@@ -262,29 +261,14 @@ impl ThreadHeap {
     /// the unit's tag and the class's magic in the line of its list.
     #[inline(always)]
     pub fn home_class_of(&self, object: *const u8) -> Option<SizeClass> {
-        let home = &self.home;
-        let address = object as usize;
-        let from_region = address.wrapping_sub(home.region_base);
-        let unit = from_region >> UNIT_SHIFT;
-        if unit >= home.region_units {
-            return None;
-        }
-        // SAFETY: a unit of the home region (the view is attached: `NONE` has no units), whose
-        // tag is readable whether or not anything was ever written there.
-        let tag = Tag(unsafe { &*home.region_tags.add(unit) }.load(Ordering::Relaxed));
-        if !tag.is_bag() {
-            return None;
-        }
-        let class = tag.class();
-        let bag_offset = from_region - ((unit - tag.offset_units()) << UNIT_SHIFT);
-        // The list's copy of the class's magic: the line the push will write anyway.
-        // SAFETY: a SizeClass is always below NUM_CLASSES (a bag's tag holds one the node
-        // layer wrote), the array's length.
-        let start_magic = unsafe { self.lists.get_unchecked(class.index()) }.start_magic;
-        if !size_class::is_multiple(bag_offset, start_magic) {
-            return None;
-        }
-        Some(class)
+        self.home
+            .bag_object(object, |class| {
+                // The list's copy of the class's magic: the line the push will write anyway.
+                // SAFETY: a SizeClass is always below NUM_CLASSES (a bag's tag holds one the
+                // node layer wrote), the array's length.
+                unsafe { self.lists.get_unchecked(class.index()) }.start_magic
+            })
+            .map(|(class, _)| class)
     }
 
     /// True when a small object of `origin` freed now would go to this heap's cache (attached,

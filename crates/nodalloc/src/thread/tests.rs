@@ -7,6 +7,7 @@ use super::*;
 use crate::arena::tests::test_arena;
 use crate::node::{Batch, Partition};
 use crate::size_class::class_of;
+use core::sync::atomic::Ordering;
 
 fn allocate(heap: &mut ThreadHeap, class: SizeClass) -> *mut u8 {
     let p = heap.alloc_cached(class);
