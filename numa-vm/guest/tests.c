@@ -16,6 +16,11 @@ const struct test tests[] = {
      .environment = "NODALLOC_REGION_SIZE=64M NODALLOC_BIND=interleave"},
     {.name = "placement", .run = test_placement_plain, .peers = PEERS_MEASURED},
     {.name = "placement_agreeing", .run = test_placement_agreeing, .peers = PEERS_UNPLANNED},
+    /* Call-site partitions keep placement: every partition's bags come from its node's region. */
+    {.name = "placement_partitioned",
+     .run = test_placement_agreeing,
+     .peers = PEERS_SKIPPED,
+     .environment = "NODALLOC_CALLSITE=64"},
     {.name = "origin_reuse",
      .run = test_origin_reuse,
      .peers = PEERS_MEASURED,

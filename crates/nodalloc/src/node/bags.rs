@@ -208,7 +208,14 @@ impl NodeHeaps {
     pub fn release(&self, node: NodeId, part: Partition, class: SizeClass, batch: Batch) {
         let class_heap = self.class_in(node, part, class);
         class_heap.ring_touched.store(true, Ordering::Relaxed);
-        if let Err(batch) = class_heap.ring_push(batch, ring_objects(class)) {
+        // A partition's ring holds one batch: with many partitions, rings of the full budget
+        // would pin many times the memory one class heap's ring does.
+        let max_objects = if part == Partition::DEFAULT {
+            ring_objects(class)
+        } else {
+            class.batch()
+        };
+        if let Err(batch) = class_heap.ring_push(batch, max_objects) {
             if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head, false) {
                 report(object, misuse);
             }

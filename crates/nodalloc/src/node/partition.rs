@@ -88,10 +88,11 @@ impl Partitions {
     }
 
     /// Reserves the records and class heaps of `count` partitions (clamped to
-    /// [`MAX_PARTITIONS`]) on `nodes` nodes, touching nothing. Off for a count of 0; `None`
-    /// if the mapping fails.
+    /// [`MAX_PARTITIONS`]) on `nodes` nodes, touching nothing. Off for a count of 0 or 1;
+    /// `None` if the mapping fails.
     pub(super) fn reserve(count: usize, nodes: usize) -> Option<Partitions> {
-        if count == 0 {
+        // One partition is no partitioning: the allocator as it is with the mode off.
+        if count <= 1 {
             return Some(Partitions::off());
         }
         let count = count.min(MAX_PARTITIONS);

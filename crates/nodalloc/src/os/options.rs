@@ -101,7 +101,8 @@ pub const OPTIONS: &[OptionSpec] = &[
         meaning: "call-site partitions: P > 0 gives every (node, partition, size class) its own \
                   bags; the C library puts a block in partition hash(return address of its \
                   malloc call) mod P, the Rust face in the partition of the thread's \
-                  nodalloc::partition scope. 0 is off (the fast paths untouched); at most 4096",
+                  nodalloc::partition scope. 0 (or 1, one partition) is off, the fast paths \
+                  untouched; at most 4096",
     },
     OptionSpec {
         name: "NODALLOC_CALLSITE_DEPTH",
