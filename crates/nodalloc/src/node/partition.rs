@@ -128,6 +128,7 @@ impl NodeHeaps {
     }
 
     /// The partition of an explicit id (the Rust face's scopes): `id` modulo P.
+    #[cfg(test)]
     pub(crate) fn partition_of_id(&self, id: usize) -> Partition {
         match self.partitions.count {
             0 => Partition::DEFAULT,

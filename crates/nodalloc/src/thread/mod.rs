@@ -36,7 +36,7 @@ mod partition_tests;
 mod tests;
 
 use crate::ds::{next_of, set_next};
-use crate::node::{HomeView, NodeHeaps, NodeId, PartitionView};
+use crate::node::{HomeView, NodeHeaps, NodeId, Partition, PartitionView};
 use crate::os::cpuset::CpuSet;
 use crate::os::topology::MAX_NODES;
 use crate::size_class::{SizeClass, NUM_CLASSES, UNIT_SHIFT};
@@ -103,6 +103,8 @@ pub struct ThreadHeap {
     partitions: usize,
     call_site: usize,
     scope: usize,
+    /// The scope's partition (`scope` modulo P, kept so the pop needs no division).
+    scope_part: Partition,
     parts: *mut PartitionCache,
     /// The partition lists' fast paths are open (attached, partitions on, not secure), and
     /// the view their frees use.
@@ -138,6 +140,7 @@ impl ThreadHeap {
             partitions: 0,
             call_site: 0,
             scope: 0,
+            scope_part: Partition::DEFAULT,
             parts: null_mut(),
             part_fast: false,
             part_view: PartitionView::NONE,
@@ -169,6 +172,7 @@ impl ThreadHeap {
         self.home = heaps.home_view(node);
         self.secure = heaps.is_secure();
         self.partitions = heaps.partitions();
+        self.scope_part = partition::scope_partition(self.scope, self.partitions);
         self.part_view = heaps.partition_view(node);
         self.part_fast = self.partitions != 0 && !self.secure;
         for (index, list) in self.lists.iter_mut().enumerate() {

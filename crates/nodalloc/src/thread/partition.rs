@@ -36,6 +36,14 @@ pub(super) struct PartitionCache {
 
 const _: () = assert!(SLOTS == 2 << SET_BITS);
 
+/// The partition of scope `id` among `partitions` (0 with the mode off).
+pub(super) fn scope_partition(id: usize, partitions: usize) -> Partition {
+    match partitions {
+        0 => Partition::DEFAULT,
+        count => Partition((id % count) as u16),
+    }
+}
+
 /// A pair's key: never 0.
 fn key_of(part: Partition, class: SizeClass) -> u32 {
     (part.index() * NUM_CLASSES + class.index()) as u32 + 1
@@ -66,6 +74,7 @@ impl ThreadHeap {
     /// returns the scope it replaces. Nothing happens with the mode off.
     pub fn enter_scope(&mut self, id: usize) -> usize {
         self.call_site = 0;
+        self.scope_part = scope_partition(id, self.partitions);
         core::mem::replace(&mut self.scope, id)
     }
 
@@ -83,7 +92,29 @@ impl ThreadHeap {
         if !self.part_fast || self.parts.is_null() {
             return null_mut();
         }
-        let key = key_of(partition_of_site(site, self.partitions), class);
+        self.pop_in(partition_of_site(site, self.partitions), class)
+    }
+
+    /// [`ThreadHeap::partition_pop`] in the current partition (the last call site entered, or
+    /// the scope).
+    #[inline(always)]
+    pub(super) fn partition_pop_current(&mut self, class: SizeClass) -> *mut u8 {
+        if !self.part_fast || self.parts.is_null() {
+            return null_mut();
+        }
+        let part = if self.call_site != 0 {
+            partition_of_site(self.call_site, self.partitions)
+        } else {
+            self.scope_part
+        };
+        self.pop_in(part, class)
+    }
+
+    /// The pop of the partition cache's list of (`part`, `class`), or null (the cache is
+    /// mapped).
+    #[inline(always)]
+    fn pop_in(&mut self, part: Partition, class: SizeClass) -> *mut u8 {
+        let key = key_of(part, class);
         let set = set_of(key);
         // SAFETY: the cache is mapped (checked above) and only this heap's thread touches it.
         let cache = unsafe { &mut *self.parts };
@@ -167,7 +198,7 @@ impl ThreadHeap {
         } else if self.call_site != 0 {
             heaps.partition_of_site(self.call_site)
         } else {
-            heaps.partition_of_id(self.scope)
+            self.scope_part
         }
     }
 

@@ -43,9 +43,19 @@ impl ThreadHeap {
     }
 
     /// The refill path: a batch from the node heap (or a direct allocation once retired).
-    #[cold]
+    /// With call-site partitions, first the partition cache's pop for the current partition.
     #[inline(never)]
     pub fn alloc_slow(&mut self, class: SizeClass) -> *mut u8 {
+        let object = self.partition_pop_current(class);
+        if !object.is_null() {
+            return object;
+        }
+        self.alloc_refill(class)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn alloc_refill(&mut self, class: SizeClass) -> *mut u8 {
         if self.state == HeapState::Fresh && !self.run_attach_hook() {
             return null_mut();
         }
