@@ -126,6 +126,15 @@ int main(int argc, char **argv) {
         void *p = malloc(opaque_size(40));
         CHECK(NODALLOC(nodalloc_partition_of)(p) == -1, "partitions are off");
         free(p);
+        /* Without partitions a block freed by one call site is the next one another gets (the
+         * reuse that the partitioned run below must not show). */
+        void *x = site_malloc_a();
+        uintptr_t freed = (uintptr_t)x;
+        free(x);
+        void *y = site_malloc_b();
+        CHECK((uintptr_t)y == freed, "mode off: the freed block %#lx was not reused (got %p)",
+              (unsigned long)freed, y);
+        free(y);
         printf("ok callsite: %lu checks\n", checks_passed);
         return 0;
     }
@@ -146,6 +155,18 @@ int main(int argc, char **argv) {
     CHECK_ENTRY(site_memalign);
     CHECK_ENTRY(site_valloc);
     CHECK_ENTRY(site_medium);
+
+    /* A block freed by one call site is never handed to another (a dangling pointer of one
+     * kind of object cannot come to alias a new object of another kind). */
+    for (int i = 0; i < 1000 && !loose; i++) {
+        void *x = site_malloc_a();
+        uintptr_t freed = (uintptr_t)x;
+        free(x);
+        void *y = site_malloc_b();
+        CHECK((uintptr_t)y != freed, "the block %#lx freed by site_malloc_a went to site_malloc_b",
+              (unsigned long)freed);
+        free(y);
+    }
 
 wrapper:;
     void *a = wrapped_a(), *b = wrapped_b();
