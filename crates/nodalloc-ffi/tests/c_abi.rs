@@ -284,6 +284,46 @@ fn misuse_is_still_caught_with_call_site_partitions() {
     assert_bad_free_aborts_with("double-small", "double free of", &partitions);
     assert_bad_free_aborts_with("middle-small", "invalid pointer", &partitions);
     assert_bad_free_aborts_with("double-big", "double free of", &partitions);
+    let secure = [("NODALLOC_CALLSITE", "64"), ("NODALLOC_SECURE", "1")];
+    assert_bad_free_aborts_with("double-small", "double free of", &secure);
+    assert_bad_free_aborts_with("double-medium", "double free of", &secure);
+}
+
+/// The exit statistics list the partitions: totals, then each top partition with its call site
+/// named (`callsite.c` is built with -rdynamic, so dladdr knows its functions).
+#[test]
+fn statistics_name_the_call_sites_of_the_top_partitions() {
+    for mode in MODES {
+        let mut callsite = command("callsite", mode);
+        callsite
+            .arg("loose")
+            .env("NODALLOC_CALLSITE", "4096")
+            .env("NODALLOC_STATS", "1");
+        let finished = run_passing("callsite", mode, &mut callsite);
+        let stderr = &finished.stderr;
+        assert!(
+            stderr
+                .lines()
+                .any(|line| line.starts_with("  call-site partitions: ")
+                    && line.contains(" of 4096 used")),
+            "no partition totals ({mode:?}): {}",
+            finished.describe()
+        );
+        let named = stderr
+            .lines()
+            .filter(|line| line.starts_with("    partition ") && line.contains(", site 0x"))
+            .count();
+        assert!(
+            named >= 2,
+            "fewer than two partitions with a named site ({mode:?}): {}",
+            finished.describe()
+        );
+        assert!(
+            stderr.contains("(main+") || stderr.contains("(site_"),
+            "no call site of the program named ({mode:?}): {}",
+            finished.describe()
+        );
+    }
 }
 
 /// With four simulated nodes the four threads are bound to different nodes, so most frees are
