@@ -28,7 +28,8 @@ const ABOUT: &str = "Side-by-side allocator showdown: nodalloc vs glibc, mimallo
                   sqlite3, python3, redis (program); callgrind (fast-path instruction counts, run by default when \
                   valgrind is installed). Or an exact case name, see --list.\n\n\
                   Allocators: nodalloc, glibc (alias system), mimalloc, jemalloc, snmalloc, \
-                  numalloc (Rust crates), tcmalloc and nodalloc-secure (LD_PRELOAD suites only)."
+                  numalloc (Rust crates), tcmalloc and nodalloc-secure (LD_PRELOAD suites only); \
+                  nodalloc-callsite (NODALLOC_CALLSITE=64, LD_PRELOAD suites) only when named."
 )]
 pub struct Cli {
     /// Run only these suites, workload groups or case names (comma-separated).
@@ -149,7 +150,7 @@ impl Cli {
 }
 
 /// Allocators only the `LD_PRELOAD` suites have.
-const PRELOAD_ONLY: [&str; 2] = ["tcmalloc", "nodalloc-secure"];
+const PRELOAD_ONLY: [&str; 3] = ["tcmalloc", "nodalloc-secure", "nodalloc-callsite"];
 
 /// The selection of `--allocators`, by report name; empty means all.
 #[derive(Clone, Debug, Default)]
@@ -190,7 +191,12 @@ impl AllocatorFilter {
 
     /// Whether the allocator with this report name takes part.
     pub fn wants(&self, name: &str) -> bool {
-        self.names.is_empty() || self.names.iter().any(|f| f == name)
+        self.names.is_empty() || self.named(name)
+    }
+
+    /// Whether `--allocators` names this allocator (for contenders that only run when asked).
+    pub fn named(&self, name: &str) -> bool {
+        self.names.iter().any(|f| f == name)
     }
 
     /// The Rust contenders that were built and are selected, in table order.

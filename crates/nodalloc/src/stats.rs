@@ -370,3 +370,32 @@ fn reclaim_percent(reclaimed: u64, picked: u64) -> u64 {
         .checked_div(reclaimed + picked)
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_top_partitions_keep_the_most_live_bytes_in_order() {
+        let mut stats = Stats::empty();
+        let mut state = 12345u64;
+        let mut all = Vec::new();
+        for partition in 0..200 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let live = (state % 1000) as usize;
+            all.push(live);
+            stats.offer_partition(PartitionStats {
+                partition,
+                live,
+                ..PartitionStats::default()
+            });
+        }
+        all.sort_unstable_by(|a, b| b.cmp(a));
+        let top: Vec<usize> = stats.top_partitions().iter().map(|p| p.live).collect();
+        assert_eq!(top, all[..TOP_PARTITIONS].to_vec());
+        assert_eq!(reclaim_percent(3, 1), 75);
+        assert_eq!(reclaim_percent(0, 0), 0);
+    }
+}

@@ -212,7 +212,8 @@ impl<'a> Context<'a> {
     }
 
     /// The contenders of the suites that run C programs: the libraries plus
-    /// nodalloc in secure mode (when this nodalloc has it), as selected.
+    /// nodalloc in secure mode (when this nodalloc has it), as selected, and
+    /// nodalloc with call-site partitions (`NODALLOC_CALLSITE=64`) when named.
     pub fn preload_contenders(&mut self, rep: &mut Report) -> Vec<PreloadAlloc> {
         let mut allocs = self.libraries(rep).to_vec();
         if let Some(n) = allocs.iter().find(|a| a.name == "nodalloc").cloned() {
@@ -220,6 +221,13 @@ impl<'a> Context<'a> {
                 allocs.push(PreloadAlloc {
                     name: "nodalloc-secure".into(),
                     env: vec![("NODALLOC_SECURE".into(), "1".into())],
+                    ..n.clone()
+                });
+            }
+            if self.filter.named("nodalloc-callsite") {
+                allocs.push(PreloadAlloc {
+                    name: "nodalloc-callsite".into(),
+                    env: vec![("NODALLOC_CALLSITE".into(), "64".into())],
                     ..n
                 });
             }

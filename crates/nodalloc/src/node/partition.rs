@@ -379,3 +379,70 @@ impl NodeHeaps {
 }
 
 const _: () = assert!(MAX_PARTITIONS == crate::os::options::MAX_CALLSITE_PARTITIONS);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arena::tests::test_arena;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    /// Threads bring class heaps of new partitions into use while another thread plays `fork`
+    /// over and over: every `lock_all` must find every class heap in use locked by itself (none
+    /// left to a thread mid-activation), and nothing deadlocks.
+    #[test]
+    fn lock_all_holds_every_class_lock_a_thread_could_hold_while_partitions_come_into_use() {
+        let heaps = NodeHeaps::create_with(test_arena(2, 1 << 30, 0), 512).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let workers: Vec<_> = (0..3)
+            .map(|worker| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    let mut state = 0x9E37_79B9u64 + worker;
+                    while !stop.load(Ordering::Relaxed) {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        let part = Partition((state % 512) as u16);
+                        let class = SizeClass((state >> 16) as u8 % 24);
+                        let node = NodeId((state >> 32) as usize % 2);
+                        if let Some(batch) = heaps.take_from_bags(node, part, class, 4) {
+                            heaps.release(node, part, class, batch);
+                        }
+                    }
+                })
+            })
+            .collect();
+        let used = || -> usize {
+            heaps
+                .nodes()
+                .map(|node| {
+                    let mut count = 0;
+                    heaps.for_each_class_heap(node, |part, _, _| count += (part.0 != 0) as usize);
+                    count
+                })
+                .sum()
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut rounds = 0;
+        while (rounds < 300 || used() < 600) && std::time::Instant::now() < deadline {
+            heaps.lock_all();
+            for node in heaps.nodes() {
+                heaps.for_each_class_heap(node, |_, _, class_heap| {
+                    assert!(
+                        class_heap.lock.try_lock().is_none(),
+                        "a class lock lock_all missed"
+                    );
+                });
+            }
+            heaps.unlock_all();
+            rounds += 1;
+            std::thread::sleep(std::time::Duration::from_micros(300));
+        }
+        stop.store(true, Ordering::Relaxed);
+        for worker in workers {
+            worker.join().unwrap();
+        }
+        assert!(used() >= 600, "only {} class heaps came into use", used());
+    }
+}
