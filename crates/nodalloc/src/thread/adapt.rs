@@ -7,12 +7,15 @@
 //! [`CUTS_TO_SHRINK`] times without running dry in between mostly frees (a consumer of another
 //! thread's objects): its limit shrinks by a batch. What the grown limits add up to is bounded
 //! per thread ([`THREAD_GROWN_BYTES`]) and per node ([`NODE_GROWN_BYTES`], tcmalloc's overall
-//! thread-cache budget), and an idle class or a flushed heap goes back to the base. A heap lost
+//! thread-cache budget), and an idle class or a flushed heap goes back to the base. The lists of
+//! the partition cache (`partition.rs`) adapt the same way, each with its own count of cuts, and
+//! share the thread's budget; an evicted list goes back to the base. A heap lost
 //! without its flush (the other threads of a forked parent) keeps its share of the node's budget
 //! counted.
 
-use super::free_list::cache_limit_max;
+use super::free_list::{cache_limit_max, FreeList};
 use super::ThreadHeap;
+use crate::node::{NodeHeaps, NodeId};
 use crate::size_class::SizeClass;
 use core::sync::atomic::Ordering;
 
@@ -33,13 +36,7 @@ impl ThreadHeap {
     /// list's drain (a batch another thread's grown list cut).
     pub(super) fn limit_after_refill(&mut self, class: SizeClass) {
         let index = class.index();
-        let list = &self.lists[index];
-        let mut want = list.limit();
-        if self.cuts[index] != 0 {
-            want += class.batch();
-        }
-        want = want.max(list.len() + class.batch());
-        self.cuts[index] = 0;
+        let want = want_after_refill(&self.lists[index], &mut self.cuts[index], class);
         self.resize(class, want);
     }
 
@@ -47,11 +44,8 @@ impl ThreadHeap {
     /// [`CUTS_TO_SHRINK`] cuts with no refill between.
     pub(super) fn limit_after_cut(&mut self, class: SizeClass) {
         let index = class.index();
-        self.cuts[index] += 1;
-        if self.cuts[index] == CUTS_TO_SHRINK {
-            self.cuts[index] = 1;
-            let limit = self.lists[index].limit();
-            self.resize(class, limit.saturating_sub(class.batch()));
+        if let Some(want) = want_after_cut(&self.lists[index], &mut self.cuts[index], class) {
+            self.resize(class, want);
         }
     }
 
@@ -64,31 +58,76 @@ impl ThreadHeap {
     /// Sets `class`'s limit as close to `want` as its bounds and the thread's budget allow (a
     /// class threads do not cache keeps its zero limit).
     fn resize(&mut self, class: SizeClass, want: usize) {
-        let base = class.cache_limit();
-        let old = self.lists[class.index()].limit();
-        if base == 0 || want == old {
-            return;
-        }
-        let size = class.size();
-        let room = (THREAD_GROWN_BYTES - self.grown_bytes) / size;
-        let new = want.clamp(base, cache_limit_max(class)).min(old + room);
-        if new == old {
-            return;
-        }
-        let Some(heaps) = self.heaps() else { return };
-        let budget = &heaps.node(self.node).grown_cache_bytes;
-        if new > old {
-            let add = (new - old) * size;
-            if budget.fetch_add(add, Ordering::Relaxed) + add > NODE_GROWN_BYTES {
-                budget.fetch_sub(add, Ordering::Relaxed);
-                return;
-            }
-            self.grown_bytes += add;
-        } else {
-            let sub = (old - new) * size;
-            budget.fetch_sub(sub, Ordering::Relaxed);
-            self.grown_bytes -= sub;
-        }
-        self.lists[class.index()].set_limit(class, new);
+        let heaps = self.heaps();
+        let node = self.node;
+        resize_list(
+            &mut self.grown_bytes,
+            heaps,
+            node,
+            &mut self.lists[class.index()],
+            class,
+            want,
+        );
     }
+}
+
+/// The limit a list of `class` should have after a refill (its cuts since the last refill in
+/// `cuts`, reset here).
+pub(super) fn want_after_refill(list: &FreeList, cuts: &mut u8, class: SizeClass) -> usize {
+    let mut want = list.limit();
+    if *cuts != 0 {
+        want += class.batch();
+    }
+    *cuts = 0;
+    want.max(list.len() + class.batch())
+}
+
+/// After a cut: the smaller limit the list should have, when this is the
+/// [`CUTS_TO_SHRINK`]th cut with no refill between.
+pub(super) fn want_after_cut(list: &FreeList, cuts: &mut u8, class: SizeClass) -> Option<usize> {
+    *cuts += 1;
+    if *cuts < CUTS_TO_SHRINK {
+        return None;
+    }
+    *cuts = 1;
+    Some(list.limit().saturating_sub(class.batch()))
+}
+
+/// Sets the limit of `list` (of `class`, in a heap homed on `node` whose grown limits add
+/// `grown_bytes`) as close to `want` as its bounds and the thread's and node's budgets allow.
+/// The list must be unarmed.
+pub(super) fn resize_list(
+    grown_bytes: &mut usize,
+    heaps: Option<&NodeHeaps>,
+    node: NodeId,
+    list: &mut FreeList,
+    class: SizeClass,
+    want: usize,
+) {
+    let base = class.cache_limit();
+    let old = list.limit();
+    if base == 0 || want == old {
+        return;
+    }
+    let size = class.size();
+    let room = (THREAD_GROWN_BYTES - *grown_bytes) / size;
+    let new = want.clamp(base, cache_limit_max(class)).min(old + room);
+    if new == old {
+        return;
+    }
+    let Some(heaps) = heaps else { return };
+    let budget = &heaps.node(node).grown_cache_bytes;
+    if new > old {
+        let add = (new - old) * size;
+        if budget.fetch_add(add, Ordering::Relaxed) + add > NODE_GROWN_BYTES {
+            budget.fetch_sub(add, Ordering::Relaxed);
+            return;
+        }
+        *grown_bytes += add;
+    } else {
+        let sub = (old - new) * size;
+        budget.fetch_sub(sub, Ordering::Relaxed);
+        *grown_bytes -= sub;
+    }
+    list.set_limit(class, new);
 }

@@ -15,6 +15,7 @@
 //! class lists). Secure mode keeps its checks: the lists' links are encoded, and every object
 //! is marked in the allocation bitmap while the program holds it.
 
+use super::adapt::{resize_list, want_after_cut, want_after_refill};
 use super::free_list::FreeList;
 use super::ThreadHeap;
 use crate::ds::{next_of, set_next};
@@ -31,6 +32,8 @@ const SET_BITS: u32 = 7;
 pub(super) struct PartitionCache {
     /// Per slot, the key of the pair whose list it holds ([`key_of`]), 0 for none.
     keys: [u32; SLOTS],
+    /// Per slot, the list's cuts since its last refill (the adaptive limits, `adapt.rs`).
+    cuts: [u8; SLOTS],
     lists: [FreeList; SLOTS],
 }
 
@@ -236,6 +239,7 @@ impl ThreadHeap {
         }
         let cache = self.cache()?;
         cache.keys.swap(set, set + 1);
+        cache.cuts.swap(set, set + 1);
         cache.lists.swap(set, set + 1);
         Some(set)
     }
@@ -246,7 +250,12 @@ impl ThreadHeap {
     fn evict(&mut self, heaps: &'static NodeHeaps, index: usize, to_bags: bool) {
         let node = self.node;
         let secure = self.secure;
-        let Some(cache) = self.cache() else { return };
+        if self.parts.is_null() {
+            return;
+        }
+        // SAFETY: the cache is mapped (checked above) and only this thread touches it; the
+        // reference is not borrowed from `self`, so `self.grown_bytes` can be lent beside it.
+        let cache = unsafe { &mut *self.parts };
         let key = core::mem::replace(&mut cache.keys[index], 0);
         if key == 0 {
             return;
@@ -256,6 +265,15 @@ impl ThreadHeap {
         let (allocs, frees) = list.take_counts();
         heaps.publish_counts(node, part, class, allocs, frees);
         let batch = list.take_all(secure);
+        cache.cuts[index] = 0;
+        resize_list(
+            &mut self.grown_bytes,
+            Some(heaps),
+            node,
+            list,
+            class,
+            class.cache_limit(),
+        );
         if batch.count == 0 {
             return;
         }
@@ -295,6 +313,7 @@ impl ThreadHeap {
                 return null_mut();
             };
             self.partition_list(index).install(batch, secure);
+            self.partition_limit_after_refill(heaps, index, class);
         }
         let list = self.partition_list(index);
         let object = if secure {
@@ -313,6 +332,21 @@ impl ThreadHeap {
             heaps.note_allocated(object);
         }
         object
+    }
+
+    /// [`ThreadHeap::limit_after_refill`] for slot `index`, just refilled.
+    fn partition_limit_after_refill(
+        &mut self,
+        heaps: &'static NodeHeaps,
+        index: usize,
+        class: SizeClass,
+    ) {
+        let node = self.node;
+        // SAFETY: `index` came from `slot`, which mapped the cache; only this thread touches it.
+        let cache = unsafe { &mut *self.parts };
+        let list = &mut cache.lists[index];
+        let want = want_after_refill(list, &mut cache.cuts[index], class);
+        resize_list(&mut self.grown_bytes, Some(heaps), node, list, class, want);
     }
 
     fn partition_list(&mut self, index: usize) -> &mut FreeList {
@@ -379,7 +413,12 @@ impl ThreadHeap {
     fn partition_mark(&mut self, heaps: &'static NodeHeaps, index: usize) {
         let secure = self.secure;
         let node = self.node;
-        let Some(cache) = self.cache() else { return };
+        if self.parts.is_null() {
+            return;
+        }
+        // SAFETY: the cache is mapped (checked above) and only this thread touches it; the
+        // reference is not borrowed from `self`, so `self.grown_bytes` can be lent beside it.
+        let cache = unsafe { &mut *self.parts };
         let (part, class) = pair_of(cache.keys[index]);
         let list = &mut cache.lists[index];
         let cut = list.arm_or_cut(
@@ -390,6 +429,9 @@ impl ThreadHeap {
             |nth, next| unsafe { heaps.write_link(nth, next) },
         );
         let Some(batch) = cut else { return };
+        if let Some(want) = want_after_cut(list, &mut cache.cuts[index], class) {
+            resize_list(&mut self.grown_bytes, Some(heaps), node, list, class, want);
+        }
         let (allocs, frees) = list.take_counts();
         heaps.publish_counts(node, part, class, allocs, frees);
         heaps.release(node, part, class, batch);

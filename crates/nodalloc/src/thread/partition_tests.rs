@@ -261,3 +261,29 @@ fn retiring_a_heap_returns_its_partition_lists() {
     heaps.flush_all();
     assert_eq!(bags(heaps, class), 0);
 }
+
+/// A partition list used both ways grows its limit as a class list does, within the thread's
+/// budget, and gives the growth back when it leaves the cache.
+#[test]
+fn partition_lists_grow_like_class_lists_and_give_their_growth_back() {
+    use core::sync::atomic::Ordering;
+    let heaps = partitioned(1, 16);
+    let mut heap = attached(heaps, NodeId(0));
+    let class = class_of(64, 8).unwrap();
+    heap.enter_scope(3);
+    for _ in 0..20 {
+        let objects: Vec<_> = (0..4 * class.cache_limit())
+            .map(|_| allocate(&mut heap, class))
+            .collect();
+        for p in objects {
+            // SAFETY: allocated above, freed once.
+            unsafe { heap.free(p, class) };
+        }
+    }
+    let budget = &heaps.node(NodeId(0)).grown_cache_bytes;
+    assert!(heap.grown_bytes > 0, "the list never grew");
+    assert_eq!(budget.load(Ordering::Relaxed), heap.grown_bytes);
+    heap.flush();
+    assert_eq!(heap.grown_bytes, 0);
+    assert_eq!(budget.load(Ordering::Relaxed), 0);
+}
