@@ -176,7 +176,16 @@ fn random_use_of_many_partitions_hands_each_object_out_once_and_returns_every_ba
         // SAFETY: as above.
         unsafe { heap.free(p as *mut u8, class) };
     }
+    assert!(heap.grown_bytes <= super::adapt::THREAD_GROWN_BYTES);
     heap.flush();
+    assert_eq!(heap.grown_bytes, 0, "growth left counted after the flush");
+    assert_eq!(
+        heaps
+            .node(NodeId(0))
+            .grown_cache_bytes
+            .load(core::sync::atomic::Ordering::Relaxed),
+        0
+    );
     heaps.flush_all();
     let stats = heaps.collect_stats(1);
     for class in stats.classes() {
