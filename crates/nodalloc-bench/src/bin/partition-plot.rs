@@ -129,7 +129,19 @@ fn main() -> ExitCode {
         .filter(|row: &Vec<String>| row.len() >= 11)
         .collect();
     let dir = Path::new(&args[2]);
-    plot(dir, &rows, "partition_rss", "Call-site partitions: memory", &RSS);
-    plot(dir, &rows, "partition_time", "Call-site partitions: time", &TIME);
+    plot(
+        dir,
+        &rows,
+        "partition_rss",
+        "Call-site partitions: memory",
+        &RSS,
+    );
+    plot(
+        dir,
+        &rows,
+        "partition_time",
+        "Call-site partitions: time",
+        &TIME,
+    );
     ExitCode::SUCCESS
 }

@@ -15,6 +15,9 @@
 //! exhausted, a thread of that node takes objects from the nearest other node heap (a steal),
 //! and frees them later through that node's inbox.
 //!
+//! With call-site partitions (`partition.rs`), each (node, partition, class) has a class heap of
+//! its own, and a bag records the partition it belongs to.
+//!
 //! Every link between free objects is written and read through the arena
 //! ([`Arena::write_link`], [`Arena::read_link`]), which encodes and checks it in secure mode.
 //! Secure mode also randomises the carving order of new bags, keeps the allocation bitmap for

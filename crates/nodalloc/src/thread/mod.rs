@@ -6,7 +6,9 @@
 //! home node, and [`ThreadHeap::home_class_of`] finds the class of an unsized pointer of the
 //! home node through the page map (the C face's `free`). Everything else is a named slow path:
 //! `slow.rs` (refills, drains, parking, remote frees through the per-node [`Outbox`]es),
-//! `secure.rs` (secure mode), `upkeep.rs` (the periodic pass, re-homing, flush and retirement).
+//! `secure.rs` (secure mode), `partition.rs` (call-site partitions: lists per (partition,
+//! class)), `adapt.rs` (limits that follow the traffic), `upkeep.rs` (the periodic pass,
+//! re-homing, flush and retirement).
 //!
 //! **Secure mode** keeps the fast paths out of play rather than slowing them: the list heads they
 //! read stay null and the home view never matches, so every call reaches a slow path, which

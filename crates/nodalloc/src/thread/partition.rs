@@ -10,10 +10,12 @@
 //! call site ([`ThreadHeap::enter_call_site`]) and the Rust face from its scopes
 //! ([`ThreadHeap::enter_scope`]). A free finds the object's partition from its bag.
 //!
-//! The cache lives in its own mapping, made on the first partitioned call and unmapped when the
-//! heap retires. Lists keep their base limit (the adaptive limits of `adapt.rs` are for the
-//! class lists). Secure mode keeps its checks: the lists' links are encoded, and every object
-//! is marked in the allocation bitmap while the program holds it.
+//! The fast pop and push look at the set's newer list only; a pair in the older one takes the
+//! general path once, which makes it the newer. The cache lives in its own mapping, made on the
+//! first partitioned call and unmapped when the heap retires. Lists adapt their limits as class
+//! lists do (`adapt.rs`; an evicted list goes back to its base). Secure mode keeps its checks
+//! (the general paths only): the lists' links are encoded, and every object is marked in the
+//! allocation bitmap while the program holds it.
 
 use super::adapt::{resize_list, want_after_cut, want_after_refill};
 use super::free_list::FreeList;
@@ -113,13 +115,13 @@ impl ThreadHeap {
         self.pop_in(part, class)
     }
 
-    /// The pop of the partition cache's list of (`part`, `class`), or null (the cache is
-    /// mapped).
+    /// The pop of the partition cache's list of (`part`, `class`) if it is its set's newer one,
+    /// or null. The cache must be mapped.
     #[inline(always)]
     fn pop_in(&mut self, part: Partition, class: SizeClass) -> *mut u8 {
         let key = key_of(part, class);
         let set = set_of(key);
-        // SAFETY: the cache is mapped (checked above) and only this heap's thread touches it.
+        // SAFETY: the callers checked that the cache is mapped; only this thread touches it.
         let cache = unsafe { &mut *self.parts };
         if cache.keys[set] != key {
             return null_mut();
