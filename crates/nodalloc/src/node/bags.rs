@@ -222,6 +222,56 @@ impl NodeHeaps {
         }
     }
 
+    /// [`Self::release`] (or, with `to_bags`, [`Self::return_to_bags`]) of a batch a thread
+    /// gives back that may hold objects it stole from other nodes (its own region was
+    /// exhausted): each node's objects go to that node's heap. Reports a pointer outside the
+    /// arena.
+    pub fn release_by_origin(
+        &self,
+        part: Partition,
+        class: SizeClass,
+        batch: Batch,
+        to_bags: bool,
+    ) {
+        let empty = Batch {
+            head: null_mut(),
+            tail: null_mut(),
+            count: 0,
+        };
+        let mut chains = [empty; MAX_NODES];
+        let mut object = batch.head;
+        while !object.is_null() {
+            // SAFETY: the batch is a chain of free objects of `class` the caller owns.
+            let next = unsafe { self.arena.read_link(object, Expect::Class(class)) };
+            let Some(origin) = self.arena.origin_of(object as usize) else {
+                report(object, Misuse::InvalidPointer);
+            };
+            let chain = &mut chains[origin];
+            // SAFETY: as above; the object moves to its node's chain.
+            unsafe { self.arena.write_link(object, chain.head) };
+            if chain.tail.is_null() {
+                chain.tail = object;
+            }
+            chain.head = object;
+            chain.count += 1;
+            object = next;
+        }
+        for (origin, chain) in chains.into_iter().enumerate() {
+            if chain.count == 0 {
+                continue;
+            }
+            let origin = NodeId(origin);
+            if to_bags {
+                if let Err((object, misuse)) = self.return_to_bags(origin, class, chain.head, false)
+                {
+                    report(object, misuse);
+                }
+            } else {
+                self.release(origin, part, class, chain);
+            }
+        }
+    }
+
     /// Returns a null-terminated chain of `class` objects of `node`'s region to their bags,
     /// releasing bags that fall empty, and counts them as the program's frees when
     /// `count_frees`. Each object goes to the class heap of its bag's partition (one lock per

@@ -13,7 +13,8 @@
 //!
 //! A bag always belongs to the node heap of the region that holds it. When a node's region is
 //! exhausted, a thread of that node takes objects from the nearest other node heap (a steal),
-//! and frees them later through that node's inbox.
+//! and frees them later through that node's inbox; stolen objects it still caches go back to
+//! their own node when its lists are cut or flushed ([`NodeHeaps::release_by_origin`]).
 //!
 //! With call-site partitions (`partition.rs`), each (node, partition, class) has a class heap of
 //! its own, and a bag records the partition it belongs to.

@@ -112,6 +112,9 @@ pub struct ThreadHeap {
     /// the view their frees use.
     part_fast: bool,
     part_view: PartitionView,
+    /// Some list may hold objects a refill stole from another node (the home region was
+    /// exhausted): what the heap gives back is sorted by origin until its next flush.
+    foreign: bool,
 }
 
 impl ThreadHeap {
@@ -146,6 +149,7 @@ impl ThreadHeap {
             parts: null_mut(),
             part_fast: false,
             part_view: PartitionView::NONE,
+            foreign: false,
         }
     }
 

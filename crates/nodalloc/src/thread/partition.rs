@@ -276,15 +276,7 @@ impl ThreadHeap {
             class,
             class.cache_limit(),
         );
-        if batch.count == 0 {
-            return;
-        }
-        if !to_bags {
-            return heaps.release(node, part, class, batch);
-        }
-        if let Err((object, misuse)) = heaps.return_to_bags(node, class, batch.head, false) {
-            report(object, misuse);
-        }
+        self.give_back(heaps, part, class, batch, to_bags);
     }
 
     /// An allocation of `class` in the current partition (the heap is attached and active).
@@ -311,7 +303,7 @@ impl ThreadHeap {
                 Some(index) => index,
                 None => return heaps.alloc_single(self.node, part, class),
             };
-            let Some(batch) = heaps.refill(self.node, part, class) else {
+            let Some(batch) = self.take_refill(heaps, part, class) else {
                 return null_mut();
             };
             self.partition_list(index).install(batch, secure);
@@ -436,7 +428,7 @@ impl ThreadHeap {
         }
         let (allocs, frees) = list.take_counts();
         heaps.publish_counts(node, part, class, allocs, frees);
-        heaps.release(node, part, class, batch);
+        self.give_back(heaps, part, class, batch, false);
         // Upkeep last: it may re-home the heap, and the batch belongs to the node it left.
         self.upkeep();
     }

@@ -4,7 +4,7 @@
 
 use super::{HeapState, ThreadHeap};
 use crate::ds::{next_of, set_next};
-use crate::node::{report, Misuse, NodeHeaps, NodeId, Partition, DENSE_OBJECT_MAX};
+use crate::node::{report, Batch, Misuse, NodeHeaps, NodeId, Partition, DENSE_OBJECT_MAX};
 use crate::size_class::SizeClass;
 use core::ptr::null_mut;
 
@@ -84,13 +84,53 @@ impl ThreadHeap {
     pub(super) fn refill(&mut self, heaps: &'static NodeHeaps, class: SizeClass) -> bool {
         self.refill_duties(heaps);
         self.publish(class);
-        let Some(batch) = heaps.refill(self.node, Partition::DEFAULT, class) else {
+        let Some(batch) = self.take_refill(heaps, Partition::DEFAULT, class) else {
             return false;
         };
         let secure = self.secure;
         self.lists[class.index()].install(batch, secure);
         self.limit_after_refill(class);
         true
+    }
+
+    /// A batch from the node heap for (`part`, `class`), noting when it was stolen from another
+    /// node.
+    pub(super) fn take_refill(
+        &mut self,
+        heaps: &'static NodeHeaps,
+        part: Partition,
+        class: SizeClass,
+    ) -> Option<Batch> {
+        let batch = heaps.refill(self.node, part, class)?;
+        if heaps.origin_of(batch.head as usize) != Some(self.node) {
+            self.foreign = true;
+        }
+        Some(batch)
+    }
+
+    /// Gives a batch of this heap's cached objects back to the node heap: into the ring (or
+    /// straight into the bags with `to_bags`), each object to its own node's heap when some
+    /// list may hold stolen objects.
+    pub(super) fn give_back(
+        &mut self,
+        heaps: &'static NodeHeaps,
+        part: Partition,
+        class: SizeClass,
+        batch: Batch,
+        to_bags: bool,
+    ) {
+        if batch.count == 0 {
+            return;
+        }
+        if self.foreign {
+            return heaps.release_by_origin(part, class, batch, to_bags);
+        }
+        if !to_bags {
+            return heaps.release(self.node, part, class, batch);
+        }
+        if let Err((object, misuse)) = heaps.return_to_bags(self.node, class, batch.head, false) {
+            report(object, misuse);
+        }
     }
 
     /// What every refill does first: follow the thread's CPU, send the outboxes, sort the
@@ -123,7 +163,7 @@ impl ThreadHeap {
         let Some(batch) = cut else { return };
         self.limit_after_cut(class);
         self.publish(class);
-        heaps.release(self.node, Partition::DEFAULT, class, batch);
+        self.give_back(heaps, Partition::DEFAULT, class, batch, false);
         // Upkeep last: it may re-home the heap, and the batch belongs to the node it left.
         self.upkeep();
     }
@@ -164,7 +204,7 @@ impl ThreadHeap {
         };
         for (class, batch) in [leaving, stale].into_iter().flatten() {
             self.publish(class);
-            heaps.release(self.node, Partition::DEFAULT, class, batch);
+            self.give_back(heaps, Partition::DEFAULT, class, batch, false);
         }
         // Upkeep last, as in `free_mark`.
         self.upkeep();

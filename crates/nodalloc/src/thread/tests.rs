@@ -572,3 +572,50 @@ fn a_list_past_its_arming_point_keeps_its_head_at_the_limit() {
     // SAFETY: as above.
     assert!(unsafe { next_of(pushed) }.is_null());
 }
+
+/// Objects a refill stole from another node (the home region was exhausted) and that the
+/// thread still caches go home to their own node when the list is cut or flushed, not into the
+/// home node's ring or bags (which refuse foreign objects): with and without partitions.
+#[test]
+fn stolen_objects_left_in_a_cut_list_go_back_to_their_own_node() {
+    for partitions in [0, 16] {
+        let heaps = NodeHeaps::create_with(test_arena(2, 64 << 20, 0), partitions).unwrap();
+        let mut heap = attached(heaps, NodeId(0));
+        heap.enter_scope(5);
+        let class = class_of(64, 8).unwrap();
+        let mut objects = Vec::new();
+        while heaps.node(NodeId(0)).steals.load(Ordering::Relaxed) == 0 {
+            let p = allocate(&mut heap, class);
+            assert!(!p.is_null());
+            objects.push(p);
+            assert!(objects.len() < 4 << 20, "the home region never ran out");
+        }
+        // The list now holds the rest of a stolen batch: free node-0 objects until cuts drain
+        // it, then flush.
+        let home: std::collections::HashSet<_> = objects
+            .iter()
+            .copied()
+            .filter(|&p| heaps.origin_of(p as usize) == Some(NodeId(0)))
+            .take(8 * class.cache_limit())
+            .collect();
+        for &p in &home {
+            // SAFETY: allocated above, freed once.
+            unsafe { heap.free(p, class) };
+        }
+        heap.flush();
+        heaps.flush_all();
+        // Everything else comes back too, and every bag of both nodes with it.
+        for p in objects.into_iter().filter(|p| !home.contains(p)) {
+            // SAFETY: allocated above, freed once.
+            unsafe { heap.free(p, class) };
+        }
+        heap.flush();
+        heaps.flush_all();
+        let stats = heaps.collect_stats(1);
+        assert_eq!(
+            stats.classes()[class.index()].bags,
+            0,
+            "partitions {partitions}"
+        );
+    }
+}

@@ -3,7 +3,7 @@
 //! the flush and retirement at thread exit.
 
 use super::{HeapState, ThreadHeap};
-use crate::node::{report, HomeView, NodeHeaps, Partition, PartitionView};
+use crate::node::{HomeView, NodeHeaps, Partition, PartitionView};
 use crate::size_class::{SizeClass, NUM_CLASSES};
 
 impl ThreadHeap {
@@ -93,19 +93,16 @@ impl ThreadHeap {
             self.return_list(heaps, index);
         }
         self.partition_flush(heaps);
+        // Every list is empty: nothing stolen is cached any more.
+        self.foreign = false;
     }
 
     /// Empties one class's list into its bags.
-    fn return_list(&mut self, heaps: &NodeHeaps, index: usize) {
-        let chain = self.lists[index].take_all(self.secure).head;
-        self.reset_limit(SizeClass(index as u8));
-        if !chain.is_null() {
-            if let Err((object, misuse)) =
-                heaps.return_to_bags(self.node, SizeClass(index as u8), chain, false)
-            {
-                report(object, misuse);
-            }
-        }
+    fn return_list(&mut self, heaps: &'static NodeHeaps, index: usize) {
+        let batch = self.lists[index].take_all(self.secure);
+        let class = SizeClass(index as u8);
+        self.reset_limit(class);
+        self.give_back(heaps, Partition::DEFAULT, class, batch, true);
     }
 
     /// Thread exit: flush everything and serve later calls without caching.
