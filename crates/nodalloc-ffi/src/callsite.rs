@@ -20,10 +20,18 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// Declares `$stub`, which calls `$target` with the arguments it was given plus the return
 /// address and the frame pointer in the next two argument registers (`$site`, `$frame`; on
-/// other architectures a plain function passing 0 for both).
+/// other architectures a plain function passing 0 for both). `extern "C-unwind"` declares it
+/// with that ABI (C++ entry points, whose failure path throws).
 macro_rules! entry_stub {
     (
         fn $stub:ident($($arg:ident: $ty:ty),*) -> $ret:ty
+            => $target:path, site: $site:literal, frame: $frame:literal
+    ) => {
+        entry_stub!(extern "C" fn $stub($($arg: $ty),*) -> $ret
+            => $target, site: $site, frame: $frame);
+    };
+    (
+        extern $abi:literal fn $stub:ident($($arg:ident: $ty:ty),*) -> $ret:ty
             => $target:path, site: $site:literal, frame: $frame:literal
     ) => {
         #[cfg(target_arch = "x86_64")]
@@ -39,11 +47,11 @@ macro_rules! entry_stub {
             target = sym $target,
         );
         #[cfg(target_arch = "x86_64")]
-        extern "C" {
+        extern $abi {
             fn $stub($($arg: $ty),*) -> $ret;
         }
         #[cfg(not(target_arch = "x86_64"))]
-        unsafe extern "C" fn $stub($($arg: $ty),*) -> $ret {
+        unsafe extern $abi fn $stub($($arg: $ty),*) -> $ret {
             // SAFETY: forwarded contract.
             unsafe { $target($($arg),*, 0, 0) }
         }

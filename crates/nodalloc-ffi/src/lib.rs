@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 mod callsite;
+mod cxx;
 mod foreign;
 mod screen;
 mod threads;

@@ -67,8 +67,14 @@ fn compile(name: &str, mode: Mode) -> PathBuf {
     // Built under a private name and renamed into place, so that two test runs sharing a target
     // directory never execute a half-written file.
     let partial = out_dir.join(format!("{name}-{suffix}.{}.partial", std::process::id()));
-    let source = crate_dir().join("tests/c").join(format!("{name}.c"));
-    let mut cc = Command::new("cc");
+    // A `.cpp` program is C++ (built with `c++`); the others are C.
+    let cxx = crate_dir().join("tests/c").join(format!("{name}.cpp"));
+    let (source, compiler) = if cxx.is_file() {
+        (cxx, "c++")
+    } else {
+        (crate_dir().join("tests/c").join(format!("{name}.c")), "cc")
+    };
+    let mut cc = Command::new(compiler);
     // Frame pointers and a dynamic symbol table: `callsite.c` walks frames and names its
     // functions with dladdr.
     cc.args(["-O1", "-g", "-fno-omit-frame-pointer", "-rdynamic"])
@@ -219,6 +225,26 @@ fn threads_exchanging_blocks_survive_a_thousand_forks() {
 
 // ---- Call-site partitions (NODALLOC_CALLSITE) ----
 
+/// Runs `name` (set up by `configure`) until it passes, or fails for another reason than a
+/// partition collision, at most four times. Partitions are a hash of addresses, which
+/// address-space randomisation moves, so two call sites share a partition now and then (about
+/// one run in twenty for `callsite.c`): the program then reports a site recorded from another
+/// function, or two sites in one partition. A fresh run draws fresh addresses; a lost call
+/// site fails every run.
+fn run_passing_across_collisions(name: &str, mode: Mode, configure: impl Fn(&mut Command)) {
+    for attempt in 1.. {
+        let mut program = command(name, mode);
+        configure(&mut program);
+        let finished = run_bounded(&mut program, TIME_LIMIT);
+        let collided = finished.stderr.contains("was recorded from")
+            || finished.stderr.contains("share partition");
+        if finished.succeeded() || !collided || attempt == 4 {
+            run_passing_result(name, mode, finished);
+            return;
+        }
+    }
+}
+
 /// Every allocating entry point records its caller (at depth 1 and 2), and the depth walk
 /// survives hostile frame pointers; with the mode off, blocks have no partition. A debug build
 /// of the library keeps stack frames in its entry points, so it cannot read the caller there:
@@ -232,24 +258,12 @@ fn every_allocating_entry_point_names_its_caller_for_call_site_partitions() {
     };
     for mode in MODES {
         for &depth in depths {
-            // Partitions are a hash of addresses, which address-space randomisation moves, so
-            // two call sites share a partition now and then (about one run in twenty here):
-            // the program then reports a site recorded from another function. A fresh run
-            // draws fresh addresses; a lost call site fails every run.
-            for attempt in 1.. {
-                let mut callsite = command("callsite", mode);
+            run_passing_across_collisions("callsite", mode, |callsite| {
                 callsite.arg(depth).env("NODALLOC_CALLSITE", "4096").env(
                     "NODALLOC_CALLSITE_DEPTH",
                     if depth == "loose" { "2" } else { depth },
                 );
-                let finished = run_bounded(&mut callsite, TIME_LIMIT);
-                let collided = finished.stderr.contains("was recorded from")
-                    || finished.stderr.contains("share partition");
-                if finished.succeeded() || !collided || attempt == 4 {
-                    run_passing_result("callsite", mode, finished);
-                    break;
-                }
-            }
+            });
         }
         let mut off = command("callsite", mode);
         off.arg("off");
@@ -287,6 +301,27 @@ fn misuse_is_still_caught_with_call_site_partitions() {
     let secure = [("NODALLOC_CALLSITE", "64"), ("NODALLOC_SECURE", "1")];
     assert_bad_free_aborts_with("double-small", "double free of", &secure);
     assert_bad_free_aborts_with("double-medium", "double free of", &secure);
+}
+
+/// C++'s operators are nodalloc's: every form allocates and frees through it, failures run the
+/// new-handler and throw `std::bad_alloc` (or return nullptr), and with call-site partitions
+/// two functions' `new` land in two partitions named after them (release library only; a debug
+/// build keeps frames in its entry points).
+#[test]
+fn cxx_operators_new_and_delete_are_nodallocs_and_keep_cxx_semantics() {
+    let check = if cfg!(debug_assertions) {
+        "loose"
+    } else {
+        "sites"
+    };
+    for mode in MODES {
+        run_passing_across_collisions("cxx", mode, |cxx| {
+            cxx.arg(check).env("NODALLOC_CALLSITE", "4096");
+        });
+        let mut plain = command("cxx", mode);
+        plain.arg("loose");
+        run_passing("cxx", mode, &mut plain);
+    }
 }
 
 /// The exit statistics list the partitions: totals, then each top partition with its call site

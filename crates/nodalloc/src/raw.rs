@@ -151,3 +151,13 @@ pub fn partition_of(ptr: *const u8) -> Option<usize> {
 pub fn partition_site(partition: usize) -> usize {
     Instance::existing().map_or(0, |instance| instance.partition_site(partition))
 }
+
+/// Aborts: the C++ operator `name` found no memory and no C++ runtime after this library to
+/// run the new-handlers and throw `std::bad_alloc`.
+pub fn fatal_out_of_memory(name: &core::ffi::CStr) -> ! {
+    crate::os::fatal(|w| {
+        w.str("out of memory in ")
+            .bytes(name.to_bytes())
+            .str(", and no C++ runtime to throw std::bad_alloc");
+    })
+}

@@ -54,14 +54,6 @@ __attribute__((noinline, noipa)) void *site_posix_memalign_b(void) {
     return error == 0 ? p : NULL;
 }
 
-static const char *symbol_of(void *address) {
-    Dl_info info;
-    if (address == NULL || dladdr(address, &info) == 0 || info.dli_sname == NULL) {
-        return "?";
-    }
-    return info.dli_sname;
-}
-
 /* `p`'s partition must have been recorded as called from the function named `caller`. */
 static int loose;
 
@@ -135,8 +127,7 @@ int main(int argc, char **argv) {
         CHECK((uintptr_t)y == freed, "mode off: the freed block %#lx was not reused (got %p)",
               (unsigned long)freed, y);
         free(y);
-        printf("ok callsite: %lu checks\n", checks_passed);
-        return 0;
+        return finish("callsite");
     }
     loose = strcmp(argv[1], "loose") == 0;
     int depth = loose ? 2 : atoi(argv[1]);
@@ -194,6 +185,5 @@ wrapper:;
         free(p);
     }
     __asm__ volatile("" : : "r"(loop) : "memory");
-    printf("ok callsite: %lu checks\n", checks_passed);
-    return 0;
+    return finish("callsite");
 }

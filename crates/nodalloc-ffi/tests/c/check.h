@@ -1,4 +1,5 @@
-/* Shared by the C ABI test programs (compiled and run by tests/c_abi.rs).
+/* Shared by the C ABI test programs (compiled and run by tests/c_abi.rs; C, and C++ for
+ * cxx.cpp).
  *
  * Every program is built twice: linked with -lnodalloc, and without it (NODALLOC_PRELOADED
  * defined) to run under LD_PRELOAD. The second build must not name nodalloc's extras at link
@@ -13,7 +14,9 @@
 #ifndef NODALLOC_TEST_CHECK_H
 #define NODALLOC_TEST_CHECK_H
 
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dlfcn.h>
 #include <errno.h>
 #include <malloc.h>
@@ -25,7 +28,12 @@
 
 #include "nodalloc.h"
 
+#ifdef __cplusplus
+#include <atomic>
+static std::atomic<unsigned long> checks_passed;
+#else
 static _Atomic unsigned long checks_passed;
+#endif
 
 #define CHECK(condition, ...)                                                                  \
     do {                                                                                       \
@@ -90,7 +98,7 @@ __attribute__((unused)) static unsigned char pattern_byte(size_t seed, size_t in
 }
 
 __attribute__((noipa, unused)) static void fill(void *block, size_t length, size_t seed) {
-    unsigned char *bytes = block;
+    unsigned char *bytes = (unsigned char *)block;
     for (size_t i = 0; i < length; i++) {
         bytes[i] = pattern_byte(seed, i);
     }
@@ -99,7 +107,7 @@ __attribute__((noipa, unused)) static void fill(void *block, size_t length, size
 /* Index of the first byte that does not hold the pattern, or `length` if all do. */
 __attribute__((noipa, unused)) static size_t first_mismatch(const void *block, size_t length,
                                                      size_t seed) {
-    const unsigned char *bytes = block;
+    const unsigned char *bytes = (const unsigned char *)block;
     for (size_t i = 0; i < length; i++) {
         if (bytes[i] != pattern_byte(seed, i)) {
             return i;
@@ -109,7 +117,7 @@ __attribute__((noipa, unused)) static size_t first_mismatch(const void *block, s
 }
 
 __attribute__((noipa, unused)) static size_t first_nonzero(const void *block, size_t length) {
-    const unsigned char *bytes = block;
+    const unsigned char *bytes = (const unsigned char *)block;
     for (size_t i = 0; i < length; i++) {
         if (bytes[i] != 0) {
             return i;
@@ -133,6 +141,15 @@ __attribute__((unused)) static void require_nodalloc(void) {
     int node = NODALLOC(nodalloc_node_of)(probe);
     CHECK(node >= 0, "malloc is not nodalloc's: nodalloc_node_of(malloc(24)) = %d", node);
     free(probe);
+}
+
+/* The dynamic symbol whose code holds `address` (programs are built with -rdynamic), or "?". */
+__attribute__((unused)) static const char *symbol_of(void *address) {
+    Dl_info info;
+    if (address == NULL || dladdr(address, &info) == 0 || info.dli_sname == NULL) {
+        return "?";
+    }
+    return info.dli_sname;
 }
 
 __attribute__((unused)) static int finish(const char *program) {

@@ -1,0 +1,215 @@
+//! C++'s `operator new` and `operator delete`, every replaceable form, so that a C++ program's
+//! allocations have their own call sites (the `new` expression's caller, not one place inside
+//! libstdc++'s `operator new`): call-site partitions separate them as they do C's `malloc`
+//! calls, and `delete` goes straight to `free`.
+//!
+//! Each `new` enters through a call-site stub (`callsite.rs`) and allocates as `malloc` or the
+//! aligned entry points do. When that fails, C++ wants the new-handler loop and, for the
+//! throwing forms, `std::bad_alloc`: the same operator of the next library (libstdc++'s, found
+//! once with `dlsym(RTLD_NEXT, …)`) is called, which retries through our `malloc`, runs the
+//! handlers and throws. Hence the `C-unwind` ABI: the exception unwinds through these
+//! functions to the `new` expression. Without a next operator (a program with no C++ runtime
+//! could not call these), the process aborts with a message.
+
+use crate::callsite::entry_stub;
+use core::ffi::{c_void, CStr};
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+/// The next library's definition of one operator, looked up on first use.
+struct Next {
+    name: &'static CStr,
+    address: AtomicUsize,
+}
+
+impl Next {
+    const fn new(name: &'static CStr) -> Next {
+        Next {
+            name,
+            address: AtomicUsize::new(0),
+        }
+    }
+
+    /// The next definition, or an abort naming the operator (only failing allocations come
+    /// here, so the lookup, which may allocate, runs outside the allocator's own work).
+    fn address(&self) -> usize {
+        let mut address = self.address.load(Ordering::Acquire);
+        if address == 0 {
+            // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name has no other precondition.
+            address = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr()) } as usize;
+            if address == 0 {
+                nodalloc_core::raw::fatal_out_of_memory(self.name);
+            }
+            self.address.store(address, Ordering::Release);
+        }
+        address
+    }
+}
+
+static NEW: Next = Next::new(c"_Znwm");
+static NEW_ARRAY: Next = Next::new(c"_Znam");
+static NEW_NOTHROW: Next = Next::new(c"_ZnwmRKSt9nothrow_t");
+static NEW_ARRAY_NOTHROW: Next = Next::new(c"_ZnamRKSt9nothrow_t");
+static NEW_ALIGNED: Next = Next::new(c"_ZnwmSt11align_val_t");
+static NEW_ARRAY_ALIGNED: Next = Next::new(c"_ZnamSt11align_val_t");
+static NEW_ALIGNED_NOTHROW: Next = Next::new(c"_ZnwmSt11align_val_tRKSt9nothrow_t");
+static NEW_ARRAY_ALIGNED_NOTHROW: Next = Next::new(c"_ZnamSt11align_val_tRKSt9nothrow_t");
+
+type New = unsafe extern "C-unwind" fn(usize) -> *mut c_void;
+type NewNothrow = unsafe extern "C-unwind" fn(usize, *const c_void) -> *mut c_void;
+type NewAligned = unsafe extern "C-unwind" fn(usize, usize) -> *mut c_void;
+type NewAlignedNothrow = unsafe extern "C-unwind" fn(usize, usize, *const c_void) -> *mut c_void;
+
+/// `p`, or when it is null (no memory), the answer of the next library's operator, which
+/// `call` calls with the operator's own arguments.
+fn or_next(p: *mut c_void, call: impl FnOnce() -> *mut c_void) -> *mut c_void {
+    if p.is_null() {
+        call()
+    } else {
+        p
+    }
+}
+
+/// An aligned block from `site`, or null; `align` is a power of two (C++ guarantees it for
+/// `align_val_t`), checked here all the same: anything else gets null, and so goes to the next
+/// operator.
+fn aligned_at(size: usize, align: usize, site: usize, frame: usize) -> *mut c_void {
+    if !align.is_power_of_two() {
+        return core::ptr::null_mut();
+    }
+    crate::allocate_aligned(align, size, site, frame)
+}
+
+/// Defines the stubs' targets: each allocates with `$alloc` (given the operator's arguments
+/// and `$site`, `$frame`) and, on failure, calls the next library's operator `$next`.
+macro_rules! new_targets {
+    ($(
+        $target:ident($($arg:ident: $ty:ty),*; $site:ident, $frame:ident) = $alloc:expr,
+            next $next:ident: $signature:ty;
+    )*) => {$(
+        extern "C-unwind" fn $target($($arg: $ty,)* $site: usize, $frame: usize) -> *mut c_void {
+            or_next($alloc, || {
+                // SAFETY: the next library's definition of this operator, whose signature
+                // `$signature` is.
+                unsafe { core::mem::transmute::<usize, $signature>($next.address())($($arg),*) }
+            })
+        }
+    )*};
+}
+
+new_targets! {
+    new_target(size: usize; site, frame) = crate::malloc_at(size, site, frame),
+        next NEW: New;
+    new_array_target(size: usize; site, frame) = crate::malloc_at(size, site, frame),
+        next NEW_ARRAY: New;
+    new_nothrow_target(size: usize, nothrow: *const c_void; site, frame)
+        = crate::malloc_at(size, site, frame), next NEW_NOTHROW: NewNothrow;
+    new_array_nothrow_target(size: usize, nothrow: *const c_void; site, frame)
+        = crate::malloc_at(size, site, frame), next NEW_ARRAY_NOTHROW: NewNothrow;
+    new_aligned_target(size: usize, align: usize; site, frame)
+        = aligned_at(size, align, site, frame), next NEW_ALIGNED: NewAligned;
+    new_array_aligned_target(size: usize, align: usize; site, frame)
+        = aligned_at(size, align, site, frame), next NEW_ARRAY_ALIGNED: NewAligned;
+    new_aligned_nothrow_target(size: usize, align: usize, nothrow: *const c_void; site, frame)
+        = aligned_at(size, align, site, frame), next NEW_ALIGNED_NOTHROW: NewAlignedNothrow;
+    new_array_aligned_nothrow_target(size: usize, align: usize, nothrow: *const c_void;
+        site, frame) = aligned_at(size, align, site, frame),
+        next NEW_ARRAY_ALIGNED_NOTHROW: NewAlignedNothrow;
+}
+
+entry_stub!(extern "C-unwind" fn nodalloc_new_entry(size: usize) -> *mut c_void
+    => new_target, site: "rsi", frame: "rdx");
+entry_stub!(extern "C-unwind" fn nodalloc_new_array_entry(size: usize) -> *mut c_void
+    => new_array_target, site: "rsi", frame: "rdx");
+entry_stub!(extern "C-unwind" fn nodalloc_new_nothrow_entry(size: usize, nothrow: *const c_void)
+    -> *mut c_void => new_nothrow_target, site: "rdx", frame: "rcx");
+entry_stub!(extern "C-unwind" fn nodalloc_new_array_nothrow_entry(size: usize,
+    nothrow: *const c_void) -> *mut c_void => new_array_nothrow_target, site: "rdx", frame: "rcx");
+entry_stub!(extern "C-unwind" fn nodalloc_new_aligned_entry(size: usize, align: usize)
+    -> *mut c_void => new_aligned_target, site: "rdx", frame: "rcx");
+entry_stub!(extern "C-unwind" fn nodalloc_new_array_aligned_entry(size: usize, align: usize)
+    -> *mut c_void => new_array_aligned_target, site: "rdx", frame: "rcx");
+entry_stub!(extern "C-unwind" fn nodalloc_new_aligned_nothrow_entry(size: usize, align: usize,
+    nothrow: *const c_void) -> *mut c_void
+    => new_aligned_nothrow_target, site: "rcx", frame: "r8");
+entry_stub!(extern "C-unwind" fn nodalloc_new_array_aligned_nothrow_entry(size: usize,
+    align: usize, nothrow: *const c_void) -> *mut c_void
+    => new_array_aligned_nothrow_target, site: "rcx", frame: "r8");
+
+/// Defines exported `new` operators that tail-jump to their call-site stubs.
+macro_rules! new_operators {
+    ($($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*) => $stub:ident;)*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// C++'s contract for this operator.
+        #[no_mangle]
+        pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> *mut c_void {
+            // SAFETY: the stub passes its arguments on; a tail jump, so it reads our caller.
+            unsafe { $stub($($arg),*) }
+        }
+    )*};
+}
+
+new_operators! {
+    /// `operator new(size_t)`.
+    _Znwm(size: usize) => nodalloc_new_entry;
+    /// `operator new[](size_t)`.
+    _Znam(size: usize) => nodalloc_new_array_entry;
+    /// `operator new(size_t, const std::nothrow_t&)`.
+    _ZnwmRKSt9nothrow_t(size: usize, nothrow: *const c_void) => nodalloc_new_nothrow_entry;
+    /// `operator new[](size_t, const std::nothrow_t&)`.
+    _ZnamRKSt9nothrow_t(size: usize, nothrow: *const c_void) => nodalloc_new_array_nothrow_entry;
+    /// `operator new(size_t, std::align_val_t)`.
+    _ZnwmSt11align_val_t(size: usize, align: usize) => nodalloc_new_aligned_entry;
+    /// `operator new[](size_t, std::align_val_t)`.
+    _ZnamSt11align_val_t(size: usize, align: usize) => nodalloc_new_array_aligned_entry;
+    /// `operator new(size_t, std::align_val_t, const std::nothrow_t&)`.
+    _ZnwmSt11align_val_tRKSt9nothrow_t(size: usize, align: usize, nothrow: *const c_void)
+        => nodalloc_new_aligned_nothrow_entry;
+    /// `operator new[](size_t, std::align_val_t, const std::nothrow_t&)`.
+    _ZnamSt11align_val_tRKSt9nothrow_t(size: usize, align: usize, nothrow: *const c_void)
+        => nodalloc_new_array_aligned_nothrow_entry;
+}
+
+/// Defines exported `delete` operators: each frees its pointer (the size and alignment they
+/// are told are not checked).
+macro_rules! delete_operators {
+    ($($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*);)*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// C++'s contract for this operator: `ptr` is null or a live block from `new`.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(ptr: *mut c_void, $(_: $ty),*) {
+            // SAFETY: forwarded contract.
+            unsafe { crate::free(ptr) }
+        }
+    )*};
+}
+
+delete_operators! {
+    /// `operator delete(void*)`.
+    _ZdlPv();
+    /// `operator delete[](void*)`.
+    _ZdaPv();
+    /// `operator delete(void*, size_t)`.
+    _ZdlPvm(size: usize);
+    /// `operator delete[](void*, size_t)`.
+    _ZdaPvm(size: usize);
+    /// `operator delete(void*, std::align_val_t)`.
+    _ZdlPvSt11align_val_t(align: usize);
+    /// `operator delete[](void*, std::align_val_t)`.
+    _ZdaPvSt11align_val_t(align: usize);
+    /// `operator delete(void*, size_t, std::align_val_t)`.
+    _ZdlPvmSt11align_val_t(size: usize, align: usize);
+    /// `operator delete[](void*, size_t, std::align_val_t)`.
+    _ZdaPvmSt11align_val_t(size: usize, align: usize);
+    /// `operator delete(void*, const std::nothrow_t&)`.
+    _ZdlPvRKSt9nothrow_t(nothrow: *const c_void);
+    /// `operator delete[](void*, const std::nothrow_t&)`.
+    _ZdaPvRKSt9nothrow_t(nothrow: *const c_void);
+    /// `operator delete(void*, std::align_val_t, const std::nothrow_t&)`.
+    _ZdlPvSt11align_val_tRKSt9nothrow_t(align: usize, nothrow: *const c_void);
+    /// `operator delete[](void*, std::align_val_t, const std::nothrow_t&)`.
+    _ZdaPvSt11align_val_tRKSt9nothrow_t(align: usize, nothrow: *const c_void);
+}
