@@ -324,7 +324,7 @@ impl NodeHeaps {
                 let owner =
                     unsafe { core::ptr::addr_of!((*bag).role.bag.partition).read_volatile() };
                 if owner != part.0 {
-                    if switched {
+                    if switched || owner as usize >= self.partitions() {
                         break Err((object, Misuse::InvalidPointer));
                     }
                     self.finish_run(class_heap, run, count_frees);

@@ -246,8 +246,14 @@ impl NodeHeaps {
         let map = self.arena.map();
         let bag = map.meta(map.unit_of(address) - tag.offset_units());
         // SAFETY: the tag says the unit heads a bag; its partition is written when the bag is
-        // carved, before any of its objects is handed out.
-        Partition(unsafe { (*bag).role.bag.partition })
+        // carved, before any of its objects is handed out (volatile: only a misuse racing the
+        // bag's reuse could change it, and then it is refused below, as the checks that follow
+        // refuse the object).
+        let part = unsafe { core::ptr::addr_of!((*bag).role.bag.partition).read_volatile() };
+        if part as usize >= self.partitions.count {
+            return Partition::DEFAULT;
+        }
+        Partition(part)
     }
 
     /// The call-site partitions' share of a statistics snapshot: totals and the top partitions
@@ -336,6 +342,8 @@ pub(crate) struct PartitionView {
     home: HomeView,
     /// The descriptor of the region's first unit.
     metas: *const UnitMeta,
+    /// P: a descriptor that says more (only a misuse racing the bag's reuse could) is refused.
+    count: usize,
 }
 
 impl PartitionView {
@@ -343,6 +351,7 @@ impl PartitionView {
     pub(crate) const NONE: PartitionView = PartitionView {
         home: HomeView::NONE,
         metas: core::ptr::null(),
+        count: 0,
     };
 
     /// The class and partition of `object` if it is a small object of the home region at an
@@ -356,6 +365,9 @@ impl PartitionView {
         let part = unsafe {
             core::ptr::addr_of!((*self.metas.add(first)).role.bag.partition).read_volatile()
         };
+        if part as usize >= self.count {
+            return None;
+        }
         Some((class, Partition(part)))
     }
 }
@@ -374,6 +386,7 @@ impl NodeHeaps {
             // SAFETY: the region's units are units of the arena, so their descriptors are in
             // the array.
             metas: unsafe { map.metas().add(first) },
+            count: self.partitions.count,
         }
     }
 }
