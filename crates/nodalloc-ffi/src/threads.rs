@@ -7,7 +7,7 @@
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
-use nodalloc_core::raw::CpuSet;
+use nodalloc_core::raw::{self, CpuSet};
 
 type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
 type PthreadCreate = unsafe extern "C" fn(
@@ -94,6 +94,10 @@ pub unsafe extern "C" fn pthread_create(
     };
     // SAFETY: plain malloc of a small block.
     let start = unsafe { crate::malloc(core::mem::size_of::<Start>()) } as *mut Start;
+    // The program's first thread: a safe point (outside any allocator call) to start the
+    // maintenance thread, if the options ask for it (after the malloc above, which starts the
+    // allocator).
+    raw::start_background(real);
     if start.is_null() {
         // Out of memory: start the thread unwrapped; it binds at its first allocation.
         // SAFETY: forwarded arguments.

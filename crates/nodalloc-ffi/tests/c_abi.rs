@@ -223,6 +223,69 @@ fn threads_exchanging_blocks_survive_a_thousand_forks() {
     }
 }
 
+// ---- The maintenance thread (NODALLOC_BACKGROUND) ----
+
+/// With the option, a program's first `pthread_create` starts the maintenance thread (and a
+/// forked child's first thread starts the child's), which makes upkeep passes while the program
+/// sleeps; a program that creates no thread never gets one, nor does any program without the
+/// option.
+#[test]
+fn the_maintenance_thread_starts_at_the_first_thread_and_works_while_the_program_sleeps() {
+    for mode in MODES {
+        for (case, option, threads) in [
+            ("none", "1", "1"),
+            ("thread", "1", "2"),
+            ("thread", "0", "1"),
+        ] {
+            let mut background = command("background", mode);
+            background
+                .args([case, threads])
+                .env("NODALLOC_BACKGROUND", option)
+                .env("NODALLOC_STATS", "1");
+            let finished = run_passing("background", mode, &mut background);
+            let passes = finished
+                .stderr
+                .lines()
+                .find_map(|line| line.strip_prefix("  maintenance thread: "))
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|count| count.parse::<u64>().ok())
+                .unwrap_or(0);
+            if (case, option) == ("thread", "1") {
+                assert!(
+                    passes >= 2,
+                    "background {case} ({mode:?}): {passes} maintenance passes: {}",
+                    finished.describe()
+                );
+            } else {
+                assert_eq!(passes, 0, "background {case}, option {option} ({mode:?})");
+            }
+        }
+    }
+}
+
+/// The hostile runs again with the maintenance thread at work: a thousand forks while threads
+/// exchange blocks, the exact memory limit under eight threads, and exit while threads allocate.
+#[test]
+fn forks_the_limit_and_exit_hold_with_the_maintenance_thread() {
+    const LIMIT: usize = 64 << 20;
+    for mode in MODES {
+        let mut threads_fork = command("threads_fork", mode);
+        threads_fork.env("NODALLOC_BACKGROUND", "1");
+        run_passing("threads_fork", mode, &mut threads_fork);
+        let mut limit = command("limit", mode);
+        limit
+            .arg(LIMIT.to_string())
+            .env("NODALLOC_LIMIT", "64M")
+            .env("NODALLOC_BACKGROUND", "1");
+        run_passing("limit", mode, &mut limit);
+        for who in ["main", "worker"] {
+            for run in 0..5 {
+                exit_while_threads_allocate(mode, who, run, &[("NODALLOC_BACKGROUND", "1")]);
+            }
+        }
+    }
+}
+
 // ---- Call-site partitions (NODALLOC_CALLSITE) ----
 
 /// Runs `name` (set up by `configure`) until it passes, or fails for another reason than a
@@ -501,23 +564,31 @@ fn exit_while_other_threads_allocate_does_not_hang() {
     for mode in MODES {
         for who in ["main", "worker"] {
             for run in 0..20 {
-                let mut exit = command("exit", mode);
-                exit.arg(who);
-                if run % 2 == 1 {
-                    exit.env("NODALLOC_STATS", "1");
-                }
-                if run % 4 >= 2 {
-                    exit.env("NODALLOC_SIMULATE_NODES", "4");
-                }
-                let finished = run_bounded(&mut exit, EXIT_TIME_LIMIT);
-                assert!(
-                    finished.succeeded() && finished.stdout.contains("ok exit: "),
-                    "exit {who} ({mode:?}), run {run}: {}",
-                    finished.describe()
-                );
+                let nodes: &[(&str, &str)] = if run % 4 >= 2 {
+                    &[("NODALLOC_SIMULATE_NODES", "4")]
+                } else {
+                    &[]
+                };
+                exit_while_threads_allocate(mode, who, run, nodes);
             }
         }
     }
+}
+
+/// One run of `exit WHO` with `env` (and the exit report on odd runs): it must end, with
+/// status 0 and its `ok` line, within the exit time limit.
+fn exit_while_threads_allocate(mode: Mode, who: &str, run: usize, env: &[(&str, &str)]) {
+    let mut exit = command("exit", mode);
+    exit.arg(who).envs(env.iter().copied());
+    if run % 2 == 1 {
+        exit.env("NODALLOC_STATS", "1");
+    }
+    let finished = run_bounded(&mut exit, EXIT_TIME_LIMIT);
+    assert!(
+        finished.succeeded() && finished.stdout.contains("ok exit: "),
+        "exit {who} ({mode:?}) {env:?}, run {run}: {}",
+        finished.describe()
+    );
 }
 
 /// NODALLOC_LIMIT=64M and eight threads racing to it: NULL + ENOMEM past it, peak committed

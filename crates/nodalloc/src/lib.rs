@@ -297,6 +297,13 @@ mod face {
         OPTIONS
     }
 
+    /// Starts the maintenance thread if `NODALLOC_BACKGROUND=1` asks for one and none runs;
+    /// true when one runs afterwards. Call it from ordinary code (not from inside an
+    /// allocation): it creates a thread. See the option's documentation.
+    pub fn start_background() -> bool {
+        Instance::get().is_some() && crate::instance::background::start(libc::pthread_create)
+    }
+
     /// The calling thread's allocations go to call-site partition `id` (modulo
     /// `NODALLOC_CALLSITE`) while the returned scope lives; dropping it restores the partition
     /// before. Without the mode (`NODALLOC_CALLSITE` unset or 0) a scope changes nothing.

@@ -9,6 +9,7 @@ use crate::instance::{self, Instance};
 use crate::size_class::class_of;
 use core::ptr::null_mut;
 
+pub use crate::instance::background::PthreadCreate;
 pub use crate::instance::Pointer;
 pub use crate::node::Misuse as PointerMisuse;
 pub use crate::node::{NodeId, Partition};
@@ -160,4 +161,10 @@ pub fn fatal_out_of_memory(name: &core::ffi::CStr) -> ! {
             .bytes(name.to_bytes())
             .str(", and no C++ runtime to throw std::bad_alloc");
     })
+}
+
+/// Starts the maintenance thread (`NODALLOC_BACKGROUND=1`) with `create` if none runs; for a
+/// face at a safe point (outside any allocator call). True when one runs afterwards.
+pub fn start_background(create: PthreadCreate) -> bool {
+    Instance::get().is_some() && instance::background::start(create)
 }

@@ -133,6 +133,10 @@ pub struct Stats {
     pub limit: usize,
     /// The most ever committed at once.
     pub peak_committed: usize,
+    /// Upkeep passes the maintenance thread made (`NODALLOC_BACKGROUND`; 0 without one).
+    pub background_passes: u64,
+    /// The maintenance thread's CPU time in ns, as of its last pass.
+    pub background_cpu_ns: u64,
     /// Call-site partitions, P (0: the mode is off).
     pub partitions: usize,
     /// Partitions that ever had a bag.
@@ -166,6 +170,8 @@ impl Stats {
             threads: 0,
             limit: 0,
             peak_committed: 0,
+            background_passes: 0,
+            background_cpu_ns: 0,
             partitions: 0,
             partitions_used: 0,
             bags_reclaimed: 0,
@@ -298,6 +304,15 @@ impl Stats {
             .size(in_rings as u64)
             .str(")\n");
         w.write_to(fd);
+        if self.background_passes != 0 {
+            w.clear();
+            w.str("  maintenance thread: ")
+                .decimal(self.background_passes)
+                .str(" passes, ")
+                .decimal(self.background_cpu_ns / 1_000_000)
+                .str(" ms of CPU\n");
+            w.write_to(fd);
+        }
         if self.partitions != 0 {
             self.write_partitions(fd, &mut w);
         }

@@ -15,6 +15,7 @@
 //! address; only the crate face refers to it, so the C library, whose heaps come from the pool,
 //! does not carry it in every thread's TLS block.
 
+pub(crate) mod background;
 mod start;
 
 use crate::node::{report, Misuse, NodeHeaps, NodeId};
@@ -258,8 +259,12 @@ impl Instance {
         for node in self.heaps.nodes() {
             self.heaps.drain_inbox(node);
         }
-        self.heaps
-            .collect_stats(THREADS_LIVE.load(Ordering::Relaxed))
+        let mut stats = self
+            .heaps
+            .collect_stats(THREADS_LIVE.load(Ordering::Relaxed));
+        stats.background_passes = background::PASSES.load(Ordering::Relaxed);
+        stats.background_cpu_ns = background::CPU_NS.load(Ordering::Relaxed);
+        stats
     }
 }
 

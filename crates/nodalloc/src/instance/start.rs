@@ -31,7 +31,7 @@ pub(crate) fn callsite_depth() -> usize {
     options().map_or(1, |options| options.callsite_depth)
 }
 
-fn options() -> Option<&'static Options> {
+pub(super) fn options() -> Option<&'static Options> {
     super::Instance::existing()?;
     // SAFETY: OPTIONS was written before INSTANCE was published (see OptionsCell).
     unsafe { (*OPTIONS.0.get()).as_ref() }
@@ -175,6 +175,7 @@ extern "C" fn fork_child() {
     crate::thread::pool::unlock();
     INIT_LOCK.release();
     THREADS_LIVE.store(1, Ordering::Relaxed);
+    super::background::forget_after_fork();
 }
 
 extern "C" fn print_stats_at_exit() {

@@ -21,6 +21,13 @@ impl NodeHeaps {
         }
     }
 
+    /// Every node's upkeep that is due (the maintenance thread's pass).
+    pub(crate) fn upkeep_all(&self, now: u64) {
+        for node in self.nodes() {
+            self.upkeep_node(node, now, 0);
+        }
+    }
+
     /// Runs `node`'s upkeep if it is due by more than `grace` ns.
     fn upkeep_node(&self, node: NodeId, now: u64, grace: u64) {
         let node_heap = self.node(node);

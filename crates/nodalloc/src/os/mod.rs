@@ -446,6 +446,29 @@ pub fn env(name: &CStr) -> Option<&'static [u8]> {
 }
 
 /// Monotonic time in nanoseconds (the coarse clock: a vDSO read, a few ns, ms resolution).
+/// The calling thread's CPU time in ns (0 if the clock cannot be read).
+pub fn thread_cpu_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } != 0 {
+        return 0;
+    }
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+/// Sleeps for `ns` nanoseconds (less if a signal interrupts).
+pub fn sleep_ns(ns: u64) {
+    let time = libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: nanosleep reads one timespec we own; the remainder is not wanted.
+    unsafe { libc::nanosleep(&time, core::ptr::null_mut()) };
+}
+
 pub fn monotonic_ns() -> u64 {
     let mut now = libc::timespec {
         tv_sec: 0,

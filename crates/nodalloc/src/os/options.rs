@@ -96,6 +96,15 @@ pub const OPTIONS: &[OptionSpec] = &[
                   when built with the cargo feature secure (NODALLOC_SECURE=0 still turns it off)",
     },
     OptionSpec {
+        name: "NODALLOC_BACKGROUND",
+        default: "0",
+        meaning: "1: a maintenance thread runs every node's upkeep each upkeep period (rings \
+                  nobody touched, the sweep, decommits that fell due), so memory freed before \
+                  the threads went quiet goes back to the OS within the decommit delay. Started \
+                  by the C library when the program creates its first thread (from Rust: \
+                  nodalloc::start_background()); never in a program that does neither",
+    },
+    OptionSpec {
         name: "NODALLOC_CALLSITE",
         default: "0",
         meaning: "call-site partitions: P > 0 gives every (node, partition, size class) its own \
@@ -154,6 +163,8 @@ pub struct Options {
     pub stats_at_exit: bool,
     /// Secure mode (see `arena::secure`).
     pub secure: bool,
+    /// The maintenance thread (`instance/background.rs`).
+    pub background: bool,
     /// Call-site partitions, P (0: off).
     pub callsite_partitions: usize,
     /// Frames from `malloc` to the call site (1: its caller).
@@ -184,6 +195,7 @@ impl Default for Options {
             limit_bytes: 0,
             stats_at_exit: false,
             secure: cfg!(feature = "secure"),
+            background: false,
             callsite_partitions: 0,
             callsite_depth: 1,
         }
@@ -290,6 +302,13 @@ impl Options {
                     "0 or 1",
                     if cfg!(feature = "secure") { "1" } else { "0" },
                 ),
+            }
+        }
+        if let Some(value) = env(c"NODALLOC_BACKGROUND") {
+            match trim(value) {
+                b"1" | b"yes" | b"true" => options.background = true,
+                b"0" | b"no" | b"false" | b"" => options.background = false,
+                _ => bad_value("NODALLOC_BACKGROUND", value, "0 or 1", "0"),
             }
         }
         if let Some(value) = env(c"NODALLOC_CALLSITE") {

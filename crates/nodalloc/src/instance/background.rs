@@ -1,0 +1,113 @@
+//! The maintenance thread (`NODALLOC_BACKGROUND=1`): one per process, running every node's
+//! upkeep once per upkeep period — rings nobody touched go back to their bags, the sweep gives
+//! back the free pages of quiet bags, and free spans whose decommit delay has passed go back to
+//! the OS. Without it that work runs only on the slow paths of threads that allocate, so memory
+//! a program freed before going quiet stays committed.
+//!
+//! It is started at a safe point, never from inside an allocation: the C library starts it
+//! when the program creates its first thread (its `pthread_create`, outside any allocator
+//! call), the Rust face on `nodalloc::start_background()`. A program that does neither never
+//! has it. It allocates nothing, blocks every signal, and takes the same locks a thread's
+//! upkeep does, so `fork`'s `prepare` simply waits for it; in the child it is gone, and the
+//! child's first thread starts a new one. At exit it is left running, as any thread is, until
+//! the process ends (it holds nothing the exit path needs for longer than one upkeep step).
+
+use super::Instance;
+use crate::os;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// 0: no maintenance thread; 1: one is starting or running.
+static RUNNING: AtomicU32 = AtomicU32::new(0);
+/// Upkeep passes it made over every node.
+pub(super) static PASSES: AtomicU64 = AtomicU64::new(0);
+/// Its CPU time in ns, as of its last pass.
+pub(super) static CPU_NS: AtomicU64 = AtomicU64::new(0);
+
+/// True when the options ask for the maintenance thread and none runs.
+fn wanted() -> bool {
+    RUNNING.load(Ordering::Relaxed) == 0
+        && super::start::options().is_some_and(|options| options.background)
+}
+
+/// True while a maintenance thread runs (or is being started).
+fn running() -> bool {
+    RUNNING.load(Ordering::Relaxed) != 0
+}
+
+/// Takes the start for the caller (who then creates the thread with [`body`], or gives the
+/// start back with [`unclaim`]); false if another caller has it.
+fn claim() -> bool {
+    RUNNING
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+        .is_ok()
+}
+
+/// The thread could not be created: a later safe point may try again.
+fn unclaim() {
+    RUNNING.store(0, Ordering::Release);
+}
+
+/// In a forked child: the parent's maintenance thread does not exist there.
+pub(super) fn forget_after_fork() {
+    RUNNING.store(0, Ordering::Relaxed);
+}
+
+/// The maintenance thread's start routine.
+extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
+    // SAFETY: a full signal set is a valid argument; blocking signals in this thread only
+    // keeps the program's handlers on its own threads.
+    unsafe {
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, core::ptr::null_mut());
+    }
+    loop {
+        let period = match Instance::existing() {
+            Some(instance) => {
+                instance.heaps.upkeep_all(os::monotonic_ns());
+                PASSES.fetch_add(1, Ordering::Relaxed);
+                CPU_NS.store(os::thread_cpu_ns(), Ordering::Relaxed);
+                instance.heaps.upkeep_period()
+            }
+            None => 100_000_000,
+        };
+        os::sleep_ns(period);
+    }
+}
+
+/// `pthread_create`'s signature: the faces pass libc's (the C library its wrapped function's
+/// target, so the maintenance thread is neither bound nor given a heap).
+pub type PthreadCreate = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    extern "C" fn(*mut libc::c_void) -> *mut libc::c_void,
+    *mut libc::c_void,
+) -> libc::c_int;
+
+/// Starts the maintenance thread with `create` (detached) if the options ask for one and none
+/// runs; true when one runs (or is being started) afterwards. The caller is at a safe point:
+/// outside any allocator call.
+pub(crate) fn start(create: PthreadCreate) -> bool {
+    if !wanted() {
+        return running();
+    }
+    if !claim() {
+        // Another thread is starting it.
+        return true;
+    }
+    // SAFETY: plain pthread calls on an attribute object we own; the start routine runs for
+    // the whole process and needs no argument.
+    let created = unsafe {
+        let mut attributes: libc::pthread_attr_t = core::mem::zeroed();
+        let mut thread: libc::pthread_t = 0;
+        libc::pthread_attr_init(&mut attributes);
+        libc::pthread_attr_setdetachstate(&mut attributes, libc::PTHREAD_CREATE_DETACHED);
+        let result = create(&mut thread, &attributes, body, core::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attributes);
+        result == 0
+    };
+    if !created {
+        unclaim();
+    }
+    created
+}
