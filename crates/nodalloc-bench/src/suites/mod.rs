@@ -213,7 +213,8 @@ impl<'a> Context<'a> {
 
     /// The contenders of the suites that run C programs: the libraries plus
     /// nodalloc in secure mode (when this nodalloc has it), as selected, and
-    /// nodalloc with call-site partitions (`NODALLOC_CALLSITE=64`) when named.
+    /// nodalloc with call-site partitions (`NODALLOC_CALLSITE=64`) or the
+    /// maintenance thread (`NODALLOC_BACKGROUND=1`) when named.
     pub fn preload_contenders(&mut self, rep: &mut Report) -> Vec<PreloadAlloc> {
         let mut allocs = self.libraries(rep).to_vec();
         if let Some(n) = allocs.iter().find(|a| a.name == "nodalloc").cloned() {
@@ -224,12 +225,18 @@ impl<'a> Context<'a> {
                     ..n.clone()
                 });
             }
-            if self.filter.named("nodalloc-callsite") {
-                allocs.push(PreloadAlloc {
-                    name: "nodalloc-callsite".into(),
-                    env: vec![("NODALLOC_CALLSITE".into(), "64".into())],
-                    ..n
-                });
+            // Options still being measured, as contenders of their own when named.
+            for (name, option, value) in [
+                ("nodalloc-callsite", "NODALLOC_CALLSITE", "64"),
+                ("nodalloc-background", "NODALLOC_BACKGROUND", "1"),
+            ] {
+                if self.filter.named(name) {
+                    allocs.push(PreloadAlloc {
+                        name: name.into(),
+                        env: vec![(option.into(), value.into())],
+                        ..n.clone()
+                    });
+                }
             }
         }
         allocs.retain(|a| self.filter.wants(&a.name));
