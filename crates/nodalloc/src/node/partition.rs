@@ -122,20 +122,6 @@ impl NodeHeaps {
         self.partitions.count
     }
 
-    /// The partition of a call site: a hash of its address, reduced to `0 ..< P`.
-    pub(crate) fn partition_of_site(&self, site: usize) -> Partition {
-        partition_of_site(site, self.partitions.count)
-    }
-
-    /// The partition of an explicit id (the Rust face's scopes): `id` modulo P.
-    #[cfg(test)]
-    pub(crate) fn partition_of_id(&self, id: usize) -> Partition {
-        match self.partitions.count {
-            0 => Partition::DEFAULT,
-            count => Partition((id % count) as u16),
-        }
-    }
-
     /// The record of `part` (`None` with the mode off).
     pub(crate) fn partition_info(&self, part: Partition) -> Option<&PartitionInfo> {
         if part.index() >= self.partitions.count {

@@ -285,11 +285,7 @@ impl Options {
             }
         }
         if let Some(value) = env(c"NODALLOC_STATS") {
-            match trim(value) {
-                b"1" | b"yes" | b"true" => options.stats_at_exit = true,
-                b"0" | b"no" | b"false" | b"" => options.stats_at_exit = false,
-                _ => bad_value("NODALLOC_STATS", value, "0 or 1", "0"),
-            }
+            options.stats_at_exit = parse_switch("NODALLOC_STATS", value);
         }
         if let Some(value) = env(c"NODALLOC_SECURE") {
             match trim(value) {
@@ -305,11 +301,7 @@ impl Options {
             }
         }
         if let Some(value) = env(c"NODALLOC_BACKGROUND") {
-            match trim(value) {
-                b"1" | b"yes" | b"true" => options.background = true,
-                b"0" | b"no" | b"false" | b"" => options.background = false,
-                _ => bad_value("NODALLOC_BACKGROUND", value, "0 or 1", "0"),
-            }
+            options.background = parse_switch("NODALLOC_BACKGROUND", value);
         }
         if let Some(value) = env(c"NODALLOC_CALLSITE") {
             match parse_decimal(value) {
@@ -436,6 +428,19 @@ pub fn parse_size(text: &[u8]) -> Option<u64> {
     };
     let value = parse_decimal(digits)? as u64;
     value.checked_mul(1u64 << shift)
+}
+
+/// An on/off option that is off by default: `1`, `yes`, `true` or `0`, `no`, `false`, empty;
+/// anything else warns and is off.
+fn parse_switch(name: &str, value: &[u8]) -> bool {
+    match trim(value) {
+        b"1" | b"yes" | b"true" => true,
+        b"0" | b"no" | b"false" | b"" => false,
+        _ => {
+            bad_value(name, value, "0 or 1", "0");
+            false
+        }
+    }
 }
 
 fn bad_value(name: &str, value: &[u8], expected: &str, default: &str) {

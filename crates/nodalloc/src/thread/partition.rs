@@ -107,12 +107,7 @@ impl ThreadHeap {
         if !self.part_fast || self.parts.is_null() {
             return null_mut();
         }
-        let part = if self.call_site != 0 {
-            partition_of_site(self.call_site, self.partitions)
-        } else {
-            self.scope_part
-        };
-        self.pop_in(part, class)
+        self.pop_in(self.current_partition(), class)
     }
 
     /// The pop of the partition cache's list of (`part`, `class`) if it is its set's newer one,
@@ -196,12 +191,12 @@ impl ThreadHeap {
         unsafe { self.partition_free(heaps, node, object, class) }
     }
 
-    /// The partition of the next allocation.
-    pub(super) fn current_partition(&self, heaps: &NodeHeaps) -> Partition {
-        if self.partitions == 0 {
-            Partition::DEFAULT
-        } else if self.call_site != 0 {
-            heaps.partition_of_site(self.call_site)
+    /// The partition of the next allocation: the call site's, else the scope's (partition 0
+    /// with the mode off, where both are).
+    #[inline(always)]
+    pub(super) fn current_partition(&self) -> Partition {
+        if self.call_site != 0 {
+            partition_of_site(self.call_site, self.partitions)
         } else {
             self.scope_part
         }
@@ -285,7 +280,7 @@ impl ThreadHeap {
         heaps: &'static NodeHeaps,
         class: SizeClass,
     ) -> *mut u8 {
-        let part = self.current_partition(heaps);
+        let part = self.current_partition();
         if class.cache_limit() == 0 {
             heaps.note_site(part, self.call_site);
             self.upkeep();

@@ -12,6 +12,11 @@ fn partitioned(nodes: usize, partitions: usize) -> &'static NodeHeaps {
     NodeHeaps::create_with(test_arena(nodes, 1 << 30, 0), partitions).unwrap()
 }
 
+/// The partition of scope `id` (as the thread heap computes it).
+fn scope_part(heaps: &NodeHeaps, id: usize) -> Partition {
+    super::partition::scope_partition(id, heaps.partitions())
+}
+
 fn attached(heaps: &'static NodeHeaps, node: NodeId) -> Box<ThreadHeap> {
     let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
     heap.attach(heaps, node);
@@ -44,7 +49,7 @@ fn objects_of_two_scopes_never_share_a_bag_and_the_fast_paths_stay_out_of_play()
             heap.enter_scope(scope);
             let p = allocate(&mut heap, class);
             assert!(!p.is_null());
-            assert_eq!(heaps.partition_of(p as usize), heaps.partition_of_id(scope));
+            assert_eq!(heaps.partition_of(p as usize), scope_part(heaps, scope));
             assert!(
                 heap.home_class_of(p).is_none(),
                 "the free fast path must miss"
@@ -61,7 +66,7 @@ fn objects_of_two_scopes_never_share_a_bag_and_the_fast_paths_stay_out_of_play()
         }
         assert!(heap.alloc_cached(class).is_null());
     }
-    assert_ne!(heaps.partition_of_id(1), heaps.partition_of_id(2));
+    assert_ne!(scope_part(heaps, 1), scope_part(heaps, 2));
 }
 
 /// A server's requests die together; one object in nine is a long-lived cache entry born
@@ -93,7 +98,7 @@ fn a_request_scope_whose_objects_all_die_gives_its_bags_back_whole() {
         kept_bags[run] = bags(heaps, class);
         let stats = heaps.collect_stats(1);
         if partitions != 0 {
-            let requests_partition = heaps.partition_of_id(1).index();
+            let requests_partition = scope_part(heaps, 1).index();
             let top = stats.top_partitions();
             let figures = top
                 .iter()
@@ -108,7 +113,7 @@ fn a_request_scope_whose_objects_all_die_gives_its_bags_back_whole() {
             assert_eq!(figures.live, 0);
             let cache_figures = top
                 .iter()
-                .find(|p| p.partition == heaps.partition_of_id(2).index())
+                .find(|p| p.partition == scope_part(heaps, 2).index())
                 .unwrap();
             assert_eq!(cache_figures.live, cache.len() * class.size());
             assert_eq!(
@@ -152,7 +157,7 @@ fn random_use_of_many_partitions_hands_each_object_out_once_and_returns_every_ba
             heap.enter_scope(scope);
             let p = allocate(&mut heap, class);
             assert!(!p.is_null());
-            assert_eq!(heaps.partition_of(p as usize), heaps.partition_of_id(scope));
+            assert_eq!(heaps.partition_of(p as usize), scope_part(heaps, scope));
             let stamp = p as usize ^ scope;
             // SAFETY: a live object of at least 16 bytes, ours.
             unsafe { (p.add(8) as *mut usize).write(stamp) };
@@ -231,7 +236,7 @@ fn secure_mode_keeps_its_checks_with_partitions() {
     for i in 0..3 * class.capacity() {
         heap.enter_scope(i % 3);
         let p = allocate(&mut heap, class);
-        assert_eq!(heaps.partition_of(p as usize), heaps.partition_of_id(i % 3));
+        assert_eq!(heaps.partition_of(p as usize), scope_part(heaps, i % 3));
         objects.push(p);
     }
     // Every object handed out is marked in the allocation bitmap: freeing it is accepted
@@ -262,7 +267,7 @@ fn retiring_a_heap_returns_its_partition_lists() {
     heap.retire();
     assert_eq!(super::partition::cache_keys_in_use(&heap), 0);
     let late = allocate(&mut heap, class);
-    assert_eq!(heaps.partition_of(late as usize), heaps.partition_of_id(5));
+    assert_eq!(heaps.partition_of(late as usize), scope_part(heaps, 5));
     for object in [p, late] {
         // SAFETY: allocated above, freed once.
         unsafe { heap.free(object, class) };

@@ -24,7 +24,7 @@ impl ThreadHeap {
             && !self.secure
         {
             if let Some((fresh, zeroed)) = self.heaps().and_then(|heaps| {
-                heaps.alloc_single_zeroed(self.node, self.current_partition(heaps), class)
+                heaps.alloc_single_zeroed(self.node, self.current_partition(), class)
             }) {
                 object = fresh;
                 if zeroed {
@@ -63,7 +63,7 @@ impl ThreadHeap {
             return null_mut();
         };
         if self.state == HeapState::Retired {
-            return heaps.alloc_single(self.node, self.current_partition(heaps), class);
+            return heaps.alloc_single(self.node, self.current_partition(), class);
         }
         if self.partitions != 0 {
             return self.partition_alloc(heaps, class);
