@@ -21,6 +21,11 @@ const struct test tests[] = {
      .run = test_placement_agreeing,
      .peers = PEERS_SKIPPED,
      .environment = "NODALLOC_CALLSITE=64"},
+    /* Chunks the maintenance thread populates ahead of a growing heap are on its node. */
+    {.name = "prepared_on_node",
+     .run = test_prepared_on_node,
+     .peers = PEERS_SKIPPED,
+     .environment = "NODALLOC_BACKGROUND=1"},
     {.name = "origin_reuse",
      .run = test_origin_reuse,
      .peers = PEERS_MEASURED,

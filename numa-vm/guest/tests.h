@@ -13,6 +13,9 @@ void test_topology(const char *test);
 void test_placement_plain(const char *test);
 void test_placement_agreeing(const char *test);
 
+/* prepared.c */
+void test_prepared_on_node(const char *test);
+
 /* origin.c */
 void test_origin_reuse(const char *test);
 void test_hoard_stress(const char *test);

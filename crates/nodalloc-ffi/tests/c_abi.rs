@@ -263,6 +263,26 @@ fn the_maintenance_thread_starts_at_the_first_thread_and_works_while_the_program
     }
 }
 
+/// A program that closes every file descriptor and blocks every signal before its first thread
+/// still gets its memory back from the maintenance thread; a program that exits straight after
+/// freeing 128 MiB, while the thread has those releases to make, ends cleanly every time.
+#[test]
+fn the_maintenance_thread_works_without_fds_or_signals_and_exit_interrupts_it_cleanly() {
+    for mode in MODES {
+        let mut quiet = command("background", mode);
+        quiet
+            .args(["quiet", "2"])
+            .env("NODALLOC_BACKGROUND", "1")
+            .env("NODALLOC_RETAIN", "0");
+        run_passing("background", mode, &mut quiet);
+        for _ in 0..10 {
+            let mut exiting = command("background", mode);
+            exiting.args(["exit", "2"]).env("NODALLOC_BACKGROUND", "1");
+            run_passing("background", mode, &mut exiting);
+        }
+    }
+}
+
 /// The hostile runs again with the maintenance thread at work: a thousand forks while threads
 /// exchange blocks, the exact memory limit under eight threads, and exit while threads allocate.
 #[test]

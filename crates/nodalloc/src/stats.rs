@@ -137,6 +137,10 @@ pub struct Stats {
     pub background_passes: u64,
     /// The maintenance thread's CPU time in ns, as of its last pass.
     pub background_cpu_ns: u64,
+    /// Chunks (2 MiB) the maintenance thread populated ahead of demand.
+    pub background_prepared: usize,
+    /// Bytes of free spans the maintenance thread's passes decommitted.
+    pub background_decommitted: u64,
     /// Call-site partitions, P (0: the mode is off).
     pub partitions: usize,
     /// Partitions that ever had a bag.
@@ -172,6 +176,8 @@ impl Stats {
             peak_committed: 0,
             background_passes: 0,
             background_cpu_ns: 0,
+            background_prepared: 0,
+            background_decommitted: 0,
             partitions: 0,
             partitions_used: 0,
             bags_reclaimed: 0,
@@ -310,7 +316,11 @@ impl Stats {
                 .decimal(self.background_passes)
                 .str(" passes, ")
                 .decimal(self.background_cpu_ns / 1_000_000)
-                .str(" ms of CPU\n");
+                .str(" ms of CPU, ")
+                .decimal(self.background_prepared as u64)
+                .str(" chunks prepared, ")
+                .size(self.background_decommitted)
+                .str(" decommitted\n");
             w.write_to(fd);
         }
         if self.partitions != 0 {

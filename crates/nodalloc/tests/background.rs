@@ -46,8 +46,137 @@ fn child_entry() {
             assert_eq!(nodalloc::stats().background_passes, 0);
             eprintln!("off ok");
         }
+        "releases" => releases_are_the_maintenance_threads(),
+        "prepare" => a_growing_heap_gets_prepared_chunks_that_go_back_when_it_stops(),
+        "limit" => the_limit_holds_with_releases_in_flight(),
         other => panic!("unknown scenario {other}"),
     }
+}
+
+/// Bytes the program's own threads gave back to the OS (all of it minus the maintenance
+/// thread's share).
+fn decommitted_by_program_threads(stats: &nodalloc::Stats) -> usize {
+    stats.decommitted - stats.background_decommitted as usize
+}
+
+/// Waits up to two seconds for `done`, checking every 10 ms.
+fn within_two_seconds(mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..200 {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    done()
+}
+
+/// With the thread running, freeing 64 MiB of large blocks makes no `madvise` on the freeing
+/// thread; the maintenance thread gives the memory back within the decommit delay.
+fn releases_are_the_maintenance_threads() {
+    assert!(nodalloc::start_background());
+    let before = nodalloc::stats();
+    let blocks: Vec<Vec<u8>> = (0..64).map(|i| vec![i as u8 + 1; 1 << 20]).collect();
+    let committed = nodalloc::stats().committed;
+    drop(blocks);
+    for round in 0..50u8 {
+        // Churn that takes the slow paths (upkeep included) while releases are due.
+        let small: Vec<Vec<u8>> = (0..2_000).map(|i| vec![round; 100 + i % 3_000]).collect();
+        drop(small);
+    }
+    let gone = within_two_seconds(|| nodalloc::stats().committed + (48 << 20) <= committed);
+    let after = nodalloc::stats();
+    assert!(
+        gone,
+        "committed {} MiB, {} MiB after the frees",
+        committed >> 20,
+        after.committed >> 20
+    );
+    assert_eq!(
+        decommitted_by_program_threads(&after),
+        decommitted_by_program_threads(&before),
+        "the program's thread made releases itself: {after:?}"
+    );
+    eprintln!(
+        "releases ok: {} MiB by the maintenance thread",
+        after.background_decommitted >> 20
+    );
+}
+
+/// A heap that grows for a while gets chunks populated ahead of it; once it stops and frees
+/// everything, the prepared reserve goes back to the OS like any free memory.
+fn a_growing_heap_gets_prepared_chunks_that_go_back_when_it_stops() {
+    assert!(nodalloc::start_background());
+    let mut objects: Vec<Box<[u8; 256]>> = Vec::new();
+    for step in 0..40 {
+        objects.extend((0..8_192).map(|_| Box::new([step as u8; 256])));
+        std::thread::sleep(std::time::Duration::from_millis(3));
+    }
+    let prepared = nodalloc::stats().background_prepared;
+    assert!(prepared >= 1, "no chunk prepared for a growing heap");
+    let live = nodalloc::stats().committed;
+    drop(objects);
+    let settled = within_two_seconds(|| nodalloc::stats().committed <= 8 << 20);
+    let after = nodalloc::stats();
+    assert!(
+        settled,
+        "{} MiB committed a while after freeing {} MiB: {after:?}",
+        after.committed >> 20,
+        live >> 20
+    );
+    eprintln!("prepare ok: {prepared} chunks prepared");
+}
+
+/// `NODALLOC_LIMIT` stays exact while free memory waits for the maintenance thread: memory
+/// freed but not yet given back counts against the limit, and an allocation that needs it
+/// gets it (the free spans are decommitted first) instead of failing.
+fn the_limit_holds_with_releases_in_flight() {
+    assert!(nodalloc::start_background());
+    const LIMIT: usize = 48 << 20;
+    for round in 0..200usize {
+        // Alternate sizes so a freed span is not simply reused whole.
+        let size = (40 << 20) - (round % 7) * (1 << 20) + (round % 3) * 4096;
+        let block = vec![round as u8; size];
+        assert_eq!(block[size - 1], round as u8);
+        drop(block);
+        let stats = nodalloc::stats();
+        assert!(
+            stats.peak_committed <= LIMIT,
+            "peak committed {} over the limit",
+            stats.peak_committed
+        );
+    }
+    eprintln!("limit ok");
+}
+
+#[test]
+fn with_the_thread_running_releases_are_its_own() {
+    expect_child(
+        "releases",
+        &[("NODALLOC_BACKGROUND", "1"), ("NODALLOC_RETAIN", "0")],
+        "releases ok",
+    );
+}
+
+#[test]
+fn prepared_chunks_follow_a_growing_heap_and_go_back_when_it_stops() {
+    expect_child(
+        "prepare",
+        &[("NODALLOC_BACKGROUND", "1"), ("NODALLOC_RETAIN", "0")],
+        "prepare ok",
+    );
+}
+
+#[test]
+fn the_limit_is_exact_with_releases_in_flight() {
+    expect_child(
+        "limit",
+        &[
+            ("NODALLOC_BACKGROUND", "1"),
+            ("NODALLOC_LIMIT", "48M"),
+            ("NODALLOC_RETAIN", "0"),
+        ],
+        "limit ok",
+    );
 }
 
 #[test]

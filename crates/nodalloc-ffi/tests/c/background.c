@@ -1,18 +1,29 @@
 /* The maintenance thread (NODALLOC_BACKGROUND=1).
  *
- * Usage: background none|thread EXPECTED_THREADS. `none` never creates a thread: allocates,
+ * Usage: background none|thread|quiet|exit EXPECTED_THREADS. `none` never creates a thread: allocates,
  * frees, sleeps, and checks that the process has EXPECTED_THREADS threads (1: no maintenance
  * thread). `thread` creates and joins one worker (the safe point where the library starts the
  * maintenance thread), churns small blocks, sleeps through several upkeep periods and checks
  * the thread count (2 with the option: main and maintenance); then forks a child that
  * allocates, creates a thread of its own (the child's maintenance thread starts there), checks
  * its count the same way and exits. The harness checks the exit report's maintenance line.
+ *
+ * `quiet` forks a child that closes every file descriptor and blocks every signal before its
+ * first thread (so the maintenance thread starts in that state), frees 64 MiB of touched large
+ * blocks, and reports through its exit status alone that its resident memory fell back within
+ * a second (the maintenance thread made the releases: the child's own frees leave them to it).
+ * `exit` frees 128 MiB of touched blocks and calls exit() at once, while the maintenance
+ * thread has the releases to make: the process must end cleanly, every time.
  */
 #include "check.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static int thread_count(void) {
     FILE *status = fopen("/proc/self/status", "r");
@@ -59,10 +70,99 @@ static void start_and_join_a_thread(void) {
     CHECK(pthread_join(thread, NULL) == 0, "pthread_join failed");
 }
 
+/* Resident memory in KiB (/proc/self/statm), -1 when unreadable; no stdio (fds may be closed). */
+static long resident_kib(void) {
+    int fd = open("/proc/self/statm", O_RDONLY);
+    if (fd < 0) {
+        return -1;
+    }
+    char text[128];
+    ssize_t length = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (length <= 0) {
+        return -1;
+    }
+    text[length] = 0;
+    long size = 0, resident = 0;
+    if (sscanf(text, "%ld %ld", &size, &resident) != 2) {
+        return -1;
+    }
+    return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+enum { BIG_BLOCKS = 64, BIG_BLOCK = 1 << 20 };
+
+/* Allocates `count` touched 1 MiB blocks and frees them. */
+static int touch_and_free(int count) {
+    static char *blocks[256];
+    for (int i = 0; i < count; i++) {
+        blocks[i] = malloc(opaque_size(BIG_BLOCK));
+        if (blocks[i] == NULL) {
+            return 0;
+        }
+        memset(blocks[i], i + 1, BIG_BLOCK);
+    }
+    for (int i = 0; i < count; i++) {
+        free(blocks[i]);
+    }
+    return 1;
+}
+
+/* The `quiet` child: exit status 0 when the releases happened, a distinct code per failure. */
+static int quiet_child(void) {
+    sigset_t all;
+    sigfillset(&all);
+    if (sigprocmask(SIG_BLOCK, &all, NULL) != 0) {
+        return 10;
+    }
+    struct rlimit files;
+    long highest = getrlimit(RLIMIT_NOFILE, &files) == 0 ? (long)files.rlim_cur : 1024;
+    for (long fd = 0; fd < highest && fd < 65536; fd++) {
+        close((int)fd);
+    }
+    start_and_join_a_thread();
+    long before = resident_kib();
+    if (!touch_and_free(BIG_BLOCKS)) {
+        return 11;
+    }
+    long peak = resident_kib();
+    if (before < 0 || peak - before < BIG_BLOCKS * (BIG_BLOCK / 1024) / 2) {
+        return 12; /* the blocks were not resident: nothing to learn */
+    }
+    for (int waited = 0; waited < 100; waited++) {
+        sleep_ms(10);
+        if (resident_kib() - before < BIG_BLOCKS * (BIG_BLOCK / 1024) / 4) {
+            return 0;
+        }
+    }
+    return 13; /* still resident after a second */
+}
+
 int main(int argc, char **argv) {
-    CHECK(argc == 3, "usage: background none|thread EXPECTED_THREADS");
+    CHECK(argc == 3, "usage: background none|thread|quiet|exit EXPECTED_THREADS");
     require_nodalloc();
     int expected = atoi(argv[2]);
+    if (strcmp(argv[1], "quiet") == 0) {
+        pid_t child = fork();
+        CHECK(child >= 0, "fork failed");
+        if (child == 0) {
+            _exit(quiet_child());
+        }
+        int status = 0;
+        CHECK(waitpid(child, &status, 0) == child, "waitpid failed");
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "the child without fds and signals failed (status %#x; exit codes: 11 malloc, "
+              "12 not resident, 13 not released)",
+              status);
+        return finish("background");
+    }
+    if (strcmp(argv[1], "exit") == 0) {
+        start_and_join_a_thread();
+        CHECK(touch_and_free(2 * BIG_BLOCKS), "malloc of a 1 MiB block failed");
+        fflush(stdout);
+        finish("background");
+        exit(0);
+    }
     if (strcmp(argv[1], "none") == 0) {
         churn(3);
         sleep_ms(250);

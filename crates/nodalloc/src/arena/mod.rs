@@ -98,6 +98,9 @@ pub struct Arena {
     steals: [AtomicUsize; MAX_NODES],
     bind_failed: AtomicBool,
     pub decommit: DecommitPolicy,
+    /// Set while a maintenance thread runs: a free leaves the decommits it makes due to the
+    /// thread's next pass instead of making them itself (see [`Arena::defer_releases`]).
+    deferred: AtomicBool,
     /// Secure mode, fixed at creation.
     secure: bool,
     /// Secure mode: the key mixed into every free-list link (random per process).
@@ -187,6 +190,12 @@ impl Arena {
         unsafe { &*self.pools.add(2 * node + pool as usize) }
     }
 
+    /// Every pool of every node, in address order.
+    fn all_pools(&self) -> impl Iterator<Item = &Region> {
+        // SAFETY: `pools` holds two initialised pools per node (see `try_create`).
+        (0..2 * self.node_count).map(|index| unsafe { &*self.pools.add(index) })
+    }
+
     /// The pool whose range holds `address`, which must be inside the arena.
     #[inline]
     pub fn pool_of(&self, address: usize) -> &Region {
@@ -245,8 +254,28 @@ impl Arena {
     /// `address` must head a span of `units` units handed out by `alloc_span` and not freed since,
     /// with no live object left in it.
     pub unsafe fn free_span(&self, address: usize, units: usize) {
-        self.pool_of(address)
-            .free(&self.map, address, units, self.decommit);
+        self.pool_of(address).free(
+            &self.map,
+            address,
+            units,
+            self.decommit,
+            self.releases_deferred(),
+        );
+    }
+
+    /// Turns deferred releases on (a maintenance thread runs and makes every node's due
+    /// decommits on its passes, so user threads make no `madvise` call on `free`) or off.
+    /// Deferred or not, a free span stays charged to the limit until it is decommitted, and an
+    /// allocation the limit refuses still decommits every free span first: the limit is exact
+    /// with releases in flight.
+    pub fn defer_releases(&self, on: bool) {
+        self.deferred.store(on, Ordering::Relaxed);
+    }
+
+    /// True while releases are left to the maintenance thread.
+    #[inline]
+    pub fn releases_deferred(&self) -> bool {
+        self.deferred.load(Ordering::Relaxed)
     }
 
     /// Gives whole free pages inside a span still in use back to the OS.
@@ -290,18 +319,43 @@ impl Arena {
         }
     }
 
+    /// The maintenance thread's preparation step over every pool (see `region/prepare.rs`).
+    /// True while some pool has recent demand, so the caller comes back soon.
+    pub fn prepare_all(&self, now: u64) -> bool {
+        let mut wanted = false;
+        for pool in self.all_pools() {
+            wanted |= pool.prepare(&self.map, now);
+        }
+        wanted
+    }
+
+    /// Chunks populated ahead of demand so far, all pools.
+    pub fn prepared_chunks(&self) -> usize {
+        self.all_pools()
+            .map(|pool| pool.prepared.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// In a forked child, after [`Arena::unlock_all`]: finishes what the parent's maintenance
+    /// thread left half done, and makes the child's threads do their own releases until it
+    /// has a maintenance thread again.
+    pub fn recover_after_fork(&self) {
+        self.defer_releases(false);
+        for pool in self.all_pools() {
+            pool.recover_after_fork(&self.map);
+        }
+    }
+
     /// Takes every span lock (fork `prepare`). Pair with [`Arena::unlock_all`].
     pub fn lock_all(&self) {
-        for index in 0..2 * self.node_count {
-            // SAFETY: `pools` holds two initialised pools per node.
-            unsafe { &*self.pools.add(index) }.lock_for_fork();
+        for pool in self.all_pools() {
+            pool.lock_for_fork();
         }
     }
 
     pub fn unlock_all(&self) {
-        for index in 0..2 * self.node_count {
-            // SAFETY: as in `lock_all`.
-            unsafe { &*self.pools.add(index) }.unlock_after_fork();
+        for pool in self.all_pools() {
+            pool.unlock_after_fork();
         }
     }
 }

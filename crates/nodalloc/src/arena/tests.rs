@@ -187,9 +187,14 @@ fn a_partly_decommitted_chunk_leaves_huge_pages_until_it_is_wholly_free() {
     // SAFETY: handed out above and ours.
     unsafe { (t as *mut u8).write_bytes(1, 3 * chunk) };
     let decommit = arena.decommit;
-    arena
-        .pool(0, Pool::Sparse)
-        .shrink(arena.map(), t, 3 * CHUNK_UNITS, CHUNK_UNITS / 2, decommit);
+    arena.pool(0, Pool::Sparse).shrink(
+        arena.map(),
+        t,
+        3 * CHUNK_UNITS,
+        CHUNK_UNITS / 2,
+        decommit,
+        false,
+    );
     let flags = vm_flags(t);
     assert!(flags.iter().any(|flag| flag == "nh"), "flags {flags:?}");
     for whole in [t + chunk, t + 2 * chunk] {
@@ -261,9 +266,9 @@ fn new_bags_go_to_the_fullest_chunk_with_room() {
     assert_eq!(b, a + chunk, "two chunks, filled in order");
     // Chunk B keeps all but one unit; chunk A half. A's holes are freed last, so a
     // most-recently-freed (LIFO) choice would take one of them.
-    dense.free(map, b + 5 * UNIT, 1, arena.decommit);
+    dense.free(map, b + 5 * UNIT, 1, arena.decommit, false);
     for unit in (0..CHUNK_UNITS).step_by(2) {
-        dense.free(map, a + unit * UNIT, 1, arena.decommit);
+        dense.free(map, a + unit * UNIT, 1, arena.decommit, false);
     }
     assert_eq!(dense.alloc(map, 1, 1, usage), Some(b + 5 * UNIT));
     // B is full now: the next bag goes to A, the fullest chunk left with room.
@@ -272,7 +277,7 @@ fn new_bags_go_to_the_fullest_chunk_with_room() {
     // A chunk that empties entirely is taken last: free all of A but one unit, then a
     // third chunk's worth of bags fills A's holes before the frontier moves.
     for unit in (1..CHUNK_UNITS).step_by(2) {
-        dense.free(map, a + unit * UNIT, 1, arena.decommit);
+        dense.free(map, a + unit * UNIT, 1, arena.decommit, false);
     }
     let frontier = dense.frontier_word().load(Ordering::Relaxed);
     for _ in 0..CHUNK_UNITS - 1 {
@@ -304,9 +309,9 @@ fn the_filler_never_takes_a_tag_left_inside_a_merged_span_for_a_head() {
     let mut freed: Vec<usize> = ones[..CHUNK_UNITS / 2].to_vec();
     freed.extend([ones[CHUNK_UNITS - 2], ones[CHUNK_UNITS - 1]]);
     for &unit in &freed {
-        dense.free(map, unit, 1, arena.decommit);
+        dense.free(map, unit, 1, arena.decommit, false);
     }
-    dense.free(map, pair, 2, arena.decommit);
+    dense.free(map, pair, 2, arena.decommit, false);
     freed.extend([pair, pair + UNIT]);
     assert_eq!(dense.dirty_bytes(), 0);
     // Every free unit comes back exactly once, and nothing else.
@@ -492,7 +497,7 @@ fn large_spans_grow_and_shrink_in_place() {
     assert_eq!(map.tag(a + 99 * UNIT).kind(), Kind::LargeBody);
     let (b, _) = arena.alloc_span(0, 4, 1, SpanUse::Large).unwrap();
     assert_eq!(b, a + 100 * UNIT, "the next span follows the grown one");
-    region.shrink(map, a, 100, 10, arena.decommit);
+    region.shrink(map, a, 100, 10, arena.decommit, false);
     assert_eq!(map.tag(a + 10 * UNIT).kind(), Kind::Free);
     assert!(region.grow(map, a, 10, 50), "grows into its own freed tail");
     assert!(!region.grow(map, a, 50, 101), "b is in the way");

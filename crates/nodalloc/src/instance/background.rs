@@ -13,6 +13,7 @@
 //! the process ends (it holds nothing the exit path needs for longer than one upkeep step).
 
 use super::Instance;
+use crate::arena::Arena;
 use crate::os;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -22,6 +23,8 @@ static RUNNING: AtomicU32 = AtomicU32::new(0);
 pub(super) static PASSES: AtomicU64 = AtomicU64::new(0);
 /// Its CPU time in ns, as of its last pass.
 pub(super) static CPU_NS: AtomicU64 = AtomicU64::new(0);
+/// Free spans its upkeep passes decommitted, in bytes.
+pub(super) static RELEASED: AtomicU64 = AtomicU64::new(0);
 
 /// True when the options ask for the maintenance thread and none runs.
 fn wanted() -> bool {
@@ -47,9 +50,13 @@ fn unclaim() {
     RUNNING.store(0, Ordering::Release);
 }
 
-/// In a forked child: the parent's maintenance thread does not exist there.
+/// In a forked child: the parent's maintenance thread does not exist there, so the child's
+/// threads make their own releases until its first thread starts a new one.
 pub(super) fn forget_after_fork() {
     RUNNING.store(0, Ordering::Relaxed);
+    if let Some(instance) = Instance::existing() {
+        instance.heaps.arena.recover_after_fork();
+    }
 }
 
 /// The maintenance thread's start routine.
@@ -61,18 +68,46 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, core::ptr::null_mut());
     }
+    let mut next_upkeep = 0;
     loop {
-        let period = match Instance::existing() {
-            Some(instance) => {
-                instance.heaps.upkeep_all(os::monotonic_ns());
-                PASSES.fetch_add(1, Ordering::Relaxed);
-                CPU_NS.store(os::thread_cpu_ns(), Ordering::Relaxed);
-                instance.heaps.upkeep_period()
-            }
-            None => 100_000_000,
+        let Some(instance) = Instance::existing() else {
+            os::sleep_ns(100_000_000);
+            continue;
         };
-        os::sleep_ns(period);
+        let arena = instance.heaps.arena;
+        arena.defer_releases(true);
+        let now = os::monotonic_ns();
+        let preparing = arena.prepare_all(now);
+        if now >= next_upkeep {
+            let decommitted = decommitted_bytes(arena);
+            instance.heaps.upkeep_all(now);
+            RELEASED.fetch_add(
+                decommitted_bytes(arena).saturating_sub(decommitted) as u64,
+                Ordering::Relaxed,
+            );
+            PASSES.fetch_add(1, Ordering::Relaxed);
+            CPU_NS.store(os::thread_cpu_ns(), Ordering::Relaxed);
+            next_upkeep = now + instance.heaps.upkeep_period();
+        }
+        // While a heap grows, preparation keeps a step ahead of it; otherwise the thread
+        // sleeps until the next upkeep pass.
+        let wake = if preparing {
+            now + PREPARE_TICK_NS
+        } else {
+            next_upkeep
+        };
+        os::sleep_ns(wake.saturating_sub(os::monotonic_ns()).max(1));
     }
+}
+
+/// How often preparation looks at the pools while they grow.
+const PREPARE_TICK_NS: u64 = 1_000_000;
+
+/// Bytes of free spans decommitted so far, all nodes.
+fn decommitted_bytes(arena: &Arena) -> usize {
+    (0..arena.node_count())
+        .map(|node| arena.usage(node).decommitted)
+        .sum()
 }
 
 /// `pthread_create`'s signature: the faces pass libc's (the C library its wrapped function's
@@ -106,7 +141,13 @@ pub(crate) fn start(create: PthreadCreate) -> bool {
         libc::pthread_attr_destroy(&mut attributes);
         result == 0
     };
-    if !created {
+    if created {
+        // Frees leave their releases to the thread from the moment it exists, not from its
+        // first pass (it says so again on each pass).
+        if let Some(instance) = Instance::existing() {
+            instance.heaps.arena.defer_releases(true);
+        }
+    } else {
         unclaim();
     }
     created

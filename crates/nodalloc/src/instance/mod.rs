@@ -264,6 +264,8 @@ impl Instance {
             .collect_stats(THREADS_LIVE.load(Ordering::Relaxed));
         stats.background_passes = background::PASSES.load(Ordering::Relaxed);
         stats.background_cpu_ns = background::CPU_NS.load(Ordering::Relaxed);
+        stats.background_prepared = self.heaps.arena.prepared_chunks();
+        stats.background_decommitted = background::RELEASED.load(Ordering::Relaxed);
         stats
     }
 }

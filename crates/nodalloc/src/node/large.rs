@@ -152,6 +152,7 @@ impl NodeHeaps {
                 units,
                 new_units,
                 self.arena.decommit,
+                self.arena.releases_deferred(),
             );
             node_heap
                 .large_bytes

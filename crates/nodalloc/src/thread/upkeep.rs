@@ -9,7 +9,8 @@ use crate::size_class::{SizeClass, NUM_CLASSES};
 impl ThreadHeap {
     /// Runs at most once per upkeep period, from slow paths: returns the caches of classes
     /// this thread has not used since the previous pass (so a phase's leftovers do not pin bags
-    /// forever), then lets the node heap run its own upkeep.
+    /// forever), then lets the node heap run its own upkeep (unless the maintenance thread
+    /// runs it).
     pub fn upkeep(&mut self) {
         let Some(heaps) = self.heaps() else { return };
         if self.state != HeapState::Active {
@@ -29,7 +30,10 @@ impl ThreadHeap {
         self.partition_upkeep(heaps, true);
         self.publish_all();
         self.flush_outboxes();
-        heaps.upkeep(self.node, now);
+        // With a maintenance thread, the node heaps' upkeep (and its `madvise` calls) is its.
+        if !heaps.arena.releases_deferred() {
+            heaps.upkeep(self.node, now);
+        }
         self.check_home();
     }
 

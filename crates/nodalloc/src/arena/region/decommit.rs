@@ -13,19 +13,22 @@ pub(super) struct DirtyPool {
     pub(super) active_bytes: usize,
     /// The largest span freed recently, in bytes.
     pub(super) recent_free: usize,
+    /// Dirty bytes the maintenance thread keeps prepared for a growing heap.
+    pub(super) reserve: usize,
 }
 
 /// Whether the pool's oldest dirty span, free for `age_ns`, goes back to the OS now.
 ///
 /// Nothing goes while the dirty bytes are within the retained budget. Past it, dirty memory up to
 /// a share of what is in use (plus twice the largest recent free, so a program that frees and
-/// re-allocates one big buffer finds it committed) waits out the delay: a heap that churns reuses
-/// it without faults. Past that share, or once the span has waited the delay, it goes at once.
+/// re-allocates one big buffer finds it committed, plus the chunks prepared for a growing heap)
+/// waits out the delay: a heap that churns reuses it without faults. Past that share, or once
+/// the span has waited the delay, it goes at once.
 pub(super) fn decommit_now(policy: DecommitPolicy, pool: DirtyPool, age_ns: u64) -> bool {
     if pool.dirty_bytes <= policy.retain_bytes {
         return false;
     }
-    let young_cap = pool.active_bytes / DIRTY_SHARE + 2 * pool.recent_free;
+    let young_cap = pool.active_bytes / DIRTY_SHARE + 2 * pool.recent_free + pool.reserve;
     age_ns >= policy.delay_ns || pool.dirty_bytes > young_cap
 }
 
@@ -49,6 +52,7 @@ impl Region {
                 dirty_bytes: state.dirty_bytes,
                 active_bytes,
                 recent_free: state.recent_free,
+                reserve: state.reserve,
             };
             if !force && !decommit_now(decommit, pool, now.saturating_sub(freed_at)) {
                 break;
@@ -102,7 +106,7 @@ mod tests {
         };
         #[rustfmt::skip]
         let rows: &[(usize, usize, usize, usize, u64, bool, &str)] = &[
-            // retain, dirty,   active,     recent,  age,     now?   why
+            // retain, dirty,   active,     recent,  age,     now?   why (reserve 0)
             (0,        MIB,     1024 * MIB, 0,       0,       false, "young, within 1/64 of use"),
             (0,        MIB,     1024 * MIB, 0,       10 * MS, true,  "waited the delay"),
             (0,        MIB,     1024 * MIB, 0,       9 * MS,  false, "one ms short of the delay"),
@@ -120,8 +124,21 @@ mod tests {
                 dirty_bytes,
                 active_bytes,
                 recent_free,
+                reserve: 0,
             };
             assert_eq!(decommit_now(policy(retain), pool, age), expected, "{why}");
         }
+        // Prepared chunks wait out the delay while the heap grows, then go like any others.
+        let prepared = |age| {
+            let pool = DirtyPool {
+                dirty_bytes: 8 * MIB,
+                active_bytes: 64 * MIB,
+                recent_free: 0,
+                reserve: 8 * MIB,
+            };
+            decommit_now(policy(0), pool, age)
+        };
+        assert!(!prepared(0), "a reserve of prepared chunks is kept");
+        assert!(prepared(10 * MS), "an unused one goes after the delay");
     }
 }

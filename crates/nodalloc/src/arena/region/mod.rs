@@ -17,6 +17,7 @@ mod budget;
 mod decommit;
 mod filler;
 mod huge;
+mod prepare;
 mod resize;
 mod spans;
 
@@ -79,6 +80,16 @@ struct PoolState {
     /// (chunk index + 1, 0: empty), and a bit per non-empty list.
     fullness: [u32; CHUNK_UNITS + 1],
     fullness_nonempty: u128,
+    /// Preparation (`prepare.rs`): the chunk the maintenance thread is populating (0: none),
+    /// where the chunks it prepared since demand last paused start (0: none), bytes handed
+    /// out that would fault or came from prepared chunks (the demand it follows), the part of
+    /// that it has seen, until when it prepares, and the dirty bytes it keeps ready meanwhile.
+    preparing: usize,
+    prepared_from: usize,
+    fresh_taken: usize,
+    fresh_seen: usize,
+    wanted_until: u64,
+    reserve: usize,
 }
 
 pub struct Region {
@@ -112,6 +123,8 @@ pub struct Region {
     pub active: AtomicUsize,
     /// Bytes returned to the OS so far.
     pub decommitted: AtomicUsize,
+    /// Chunks the maintenance thread populated ahead of demand (see `prepare.rs`).
+    pub prepared: AtomicUsize,
 }
 
 // SAFETY: `state` is only touched with `lock` held; the rest is immutable after `init` or atomic.
@@ -265,6 +278,9 @@ impl Region {
                         .map(|address| (address, true))
                 })
             })?;
+        if zeroed || (state.prepared_from != 0 && address >= state.prepared_from) {
+            state.fresh_taken += units << UNIT_SHIFT;
+        }
         self.tag_in_use(map, address, units, usage);
         self.count_used(state, address, units, true);
         let meta = map.meta(map.unit_of(address));
@@ -282,8 +298,15 @@ impl Region {
     }
 
     /// Returns a span to the pool (dirty), coalescing with dirty neighbours, then decommits what
-    /// the decommit policy says is due.
-    pub fn free(&self, map: &PageMap, address: usize, units: usize, decommit: DecommitPolicy) {
+    /// the decommit policy says is due, unless `defer` leaves that to the maintenance thread.
+    pub fn free(
+        &self,
+        map: &PageMap,
+        address: usize,
+        units: usize,
+        decommit: DecommitPolicy,
+        defer: bool,
+    ) {
         let now = os::monotonic_ns().max(1);
         let _guard = self.lock.lock();
         // SAFETY: the span lock is held.
@@ -301,7 +324,9 @@ impl Region {
         state.recent_free = state.recent_free.max(units << UNIT_SHIFT);
         state.recent_free_at = now;
         self.insert_coalesced(state, map, first, units, now);
-        self.purge_locked(state, map, now, decommit, false);
+        if !defer {
+            self.purge_locked(state, map, now, decommit, false);
+        }
     }
 
     /// Decommits dirty spans that the policy says are due (all of them when `force`).

@@ -89,7 +89,7 @@ impl Region {
         true
     }
 
-    /// Shrinks a large span in place, returning its tail to the pool.
+    /// Shrinks a large span in place, returning its tail to the pool (as [`Region::free`]).
     pub fn shrink(
         &self,
         map: &PageMap,
@@ -97,6 +97,7 @@ impl Region {
         old_units: usize,
         new_units: usize,
         decommit: DecommitPolicy,
+        defer: bool,
     ) {
         debug_assert!(new_units >= 1 && new_units < old_units);
         {
@@ -109,6 +110,7 @@ impl Region {
             address + (new_units << UNIT_SHIFT),
             old_units - new_units,
             decommit,
+            defer,
         );
     }
 }
