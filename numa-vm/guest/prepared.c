@@ -34,7 +34,7 @@ static long prepared_chunks(void) {
     char *line = strstr(text, "maintenance thread: ");
     if (!line)
         return -1;
-    char *mark = strstr(line, " chunks prepared");
+    char *mark = strstr(line, " chunks and ");
     if (!mark)
         return -1;
     while (mark > line && mark[-1] >= '0' && mark[-1] <= '9')

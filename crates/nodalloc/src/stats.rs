@@ -139,6 +139,8 @@ pub struct Stats {
     pub background_cpu_ns: u64,
     /// Chunks (2 MiB) the maintenance thread populated ahead of demand.
     pub background_prepared: usize,
+    /// Bags of big classes the maintenance thread carved ahead of demand.
+    pub background_bags: u64,
     /// Bytes of free spans the maintenance thread's passes decommitted.
     pub background_decommitted: u64,
     /// Call-site partitions, P (0: the mode is off).
@@ -177,6 +179,7 @@ impl Stats {
             background_passes: 0,
             background_cpu_ns: 0,
             background_prepared: 0,
+            background_bags: 0,
             background_decommitted: 0,
             partitions: 0,
             partitions_used: 0,
@@ -318,7 +321,9 @@ impl Stats {
                 .decimal(self.background_cpu_ns / 1_000_000)
                 .str(" ms of CPU, ")
                 .decimal(self.background_prepared as u64)
-                .str(" chunks prepared, ")
+                .str(" chunks and ")
+                .decimal(self.background_bags)
+                .str(" bags prepared, ")
                 .size(self.background_decommitted)
                 .str(" decommitted\n");
             w.write_to(fd);

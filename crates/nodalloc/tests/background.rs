@@ -102,17 +102,33 @@ fn releases_are_the_maintenance_threads() {
     );
 }
 
-/// A heap that grows for a while gets chunks populated ahead of it; once it stops and frees
-/// everything, the prepared reserve goes back to the OS like any free memory.
+/// A heap that grows for a while gets chunks populated and bags of big objects carved ahead of
+/// it; once it stops and frees everything, what was prepared goes back to the OS like any free
+/// memory.
 fn a_growing_heap_gets_prepared_chunks_that_go_back_when_it_stops() {
     assert!(nodalloc::start_background());
     let mut objects: Vec<Box<[u8; 256]>> = Vec::new();
-    for step in 0..40 {
+    let mut big: Vec<Vec<u8>> = Vec::new();
+    // Grows by 2 MiB of small and 1.3 MB of big objects every 3 ms, for at least 40 steps
+    // and until both kinds were prepared (at most 200 steps: a busy machine may run the
+    // maintenance thread late).
+    for step in 0..200 {
         objects.extend((0..8_192).map(|_| Box::new([step as u8; 256])));
+        big.extend((0..64).map(|_| vec![step as u8; 20_000]));
         std::thread::sleep(std::time::Duration::from_millis(3));
+        let stats = nodalloc::stats();
+        if step >= 40 && stats.background_prepared >= 1 && stats.background_bags >= 1 {
+            break;
+        }
     }
-    let prepared = nodalloc::stats().background_prepared;
+    let stats = nodalloc::stats();
+    let (prepared, bags) = (stats.background_prepared, stats.background_bags);
     assert!(prepared >= 1, "no chunk prepared for a growing heap");
+    assert!(
+        bags >= 1,
+        "no bag of 20 kB objects prepared for a growing heap"
+    );
+    drop(big);
     let live = nodalloc::stats().committed;
     drop(objects);
     let settled = within_two_seconds(|| nodalloc::stats().committed <= 8 << 20);
@@ -123,7 +139,7 @@ fn a_growing_heap_gets_prepared_chunks_that_go_back_when_it_stops() {
         after.committed >> 20,
         live >> 20
     );
-    eprintln!("prepare ok: {prepared} chunks prepared");
+    eprintln!("prepare ok: {prepared} chunks and {bags} bags prepared");
 }
 
 /// `NODALLOC_LIMIT` stays exact while free memory waits for the maintenance thread: memory

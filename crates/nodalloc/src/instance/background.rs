@@ -56,6 +56,7 @@ pub(super) fn forget_after_fork() {
     RUNNING.store(0, Ordering::Relaxed);
     if let Some(instance) = Instance::existing() {
         instance.heaps.arena.recover_after_fork();
+        instance.heaps.recover_prepared_after_fork();
     }
 }
 
@@ -69,6 +70,7 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, core::ptr::null_mut());
     }
     let mut next_upkeep = 0;
+    let mut quiet_wait = PREPARE_TICK_NS;
     loop {
         let Some(instance) = Instance::existing() else {
             os::sleep_ns(100_000_000);
@@ -77,7 +79,7 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
         let arena = instance.heaps.arena;
         arena.defer_releases(true);
         let now = os::monotonic_ns();
-        let preparing = arena.prepare_all(now);
+        let preparing = arena.prepare_all(now) | instance.heaps.prepare_bags(now);
         if now >= next_upkeep {
             let decommitted = decommitted_bytes(arena);
             instance.heaps.upkeep_all(now);
@@ -89,19 +91,25 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
             CPU_NS.store(os::thread_cpu_ns(), Ordering::Relaxed);
             next_upkeep = now + instance.heaps.upkeep_period();
         }
-        // While a heap grows, preparation keeps a step ahead of it; otherwise the thread
-        // sleeps until the next upkeep pass.
+        // While a heap grows, preparation keeps a step ahead of it. Otherwise the thread
+        // looks again after twice its last wait, up to the next upkeep pass: demand that
+        // starts after a start or a short pause is seen within milliseconds, and a program
+        // that stays quiet wakes it once per upkeep period.
         let wake = if preparing {
+            quiet_wait = PREPARE_TICK_NS;
             now + PREPARE_TICK_NS
         } else {
-            next_upkeep
+            let wake = now.saturating_add(quiet_wait).min(next_upkeep);
+            quiet_wait = quiet_wait.saturating_mul(2);
+            wake
         };
         os::sleep_ns(wake.saturating_sub(os::monotonic_ns()).max(1));
     }
 }
 
-/// How often preparation looks at the pools while they grow.
-const PREPARE_TICK_NS: u64 = 1_000_000;
+/// How often preparation looks at the pools and bags while they grow: a heap that fills at a
+/// few million objects a second takes a class's waiting bags in about a millisecond.
+const PREPARE_TICK_NS: u64 = 250_000;
 
 /// Bytes of free spans decommitted so far, all nodes.
 fn decommitted_bytes(arena: &Arena) -> usize {

@@ -265,6 +265,7 @@ impl Instance {
         stats.background_passes = background::PASSES.load(Ordering::Relaxed);
         stats.background_cpu_ns = background::CPU_NS.load(Ordering::Relaxed);
         stats.background_prepared = self.heaps.arena.prepared_chunks();
+        stats.background_bags = self.heaps.bags_prepared();
         stats.background_decommitted = background::RELEASED.load(Ordering::Relaxed);
         stats
     }

@@ -72,7 +72,8 @@ impl NodeHeaps {
             count: 0,
         };
         while batch.count < want {
-            if partial.is_null() {
+            let created = partial.is_null();
+            if created {
                 let Some(address) =
                     arena.alloc_span_on(node.index(), class.bag_units(), 1, SpanUse::Bag(class))
                 else {
@@ -88,6 +89,14 @@ impl NodeHeaps {
                 }
             }
             let bag = *partial;
+            // SAFETY: the class lock is held and `bag` heads this class's partial list. A bag
+            // with no object out there is one the maintenance thread prepared (`prepare.rs`).
+            if unsafe { (*bag).role.bag.live } == 0 {
+                class_heap.started_bags.fetch_add(1, Ordering::Relaxed);
+                if !created {
+                    class_heap.prepared_waiting.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
             let start = map.address_of(map.unit_of_meta(bag));
             // SAFETY: the class lock is held and `bag` is one of this class's bags.
             unsafe {
@@ -451,7 +460,7 @@ impl NodeHeaps {
 
 /// # Safety
 /// The class lock owning the list is held and `bag` is on it.
-unsafe fn unlink(list: &mut *mut UnitMeta, bag: *mut UnitMeta) {
+pub(super) unsafe fn unlink(list: &mut *mut UnitMeta, bag: *mut UnitMeta) {
     // SAFETY: forwarded contract; links are only touched under that lock.
     unsafe {
         if (*bag).prev.is_null() {
@@ -478,6 +487,28 @@ unsafe fn push_front(list: &mut *mut UnitMeta, bag: *mut UnitMeta) {
             (**list).prev = bag;
         }
         *list = bag;
+    }
+}
+
+/// Appends `bag` to `list` (after its last bag).
+///
+/// # Safety
+/// The class lock that owns `list` is held and `bag` is on no list.
+pub(super) unsafe fn push_back(list: &mut *mut UnitMeta, bag: *mut UnitMeta) {
+    // SAFETY: forwarded contract; links are only touched under that lock.
+    unsafe {
+        (*bag).next = null_mut();
+        let mut last = *list;
+        if last.is_null() {
+            (*bag).prev = null_mut();
+            *list = bag;
+            return;
+        }
+        while !(*last).next.is_null() {
+            last = (*last).next;
+        }
+        (*last).next = bag;
+        (*bag).prev = last;
     }
 }
 

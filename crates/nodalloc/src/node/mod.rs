@@ -45,6 +45,7 @@ mod bags;
 mod front;
 mod large;
 mod partition;
+mod prepare;
 mod stats;
 mod sweep;
 mod upkeep;
@@ -89,6 +90,16 @@ pub struct ClassHeap {
     /// Set when objects come back to the bags, cleared by a sweep that leaves no bag waiting:
     /// upkeep skips (and does not even lock) classes with nothing to sweep.
     to_sweep: AtomicBool,
+    /// Prepared bags (`prepare.rs`): bags a thread started (new, or prepared) so far, the part
+    /// of that the maintenance thread has seen, until when it prepares, prepared bags on the
+    /// partial list that no thread took from yet, how many it keeps waiting, and the span it
+    /// is linking (class lock).
+    started_bags: AtomicU64,
+    prepare_seen: AtomicU64,
+    prepare_until: AtomicU64,
+    prepared_waiting: AtomicUsize,
+    prepare_target: AtomicUsize,
+    preparing: UnsafeCell<usize>,
 }
 
 impl ClassHeap {
@@ -131,6 +142,8 @@ pub struct NodeHeap {
     /// Bytes the grown cache limits of this node's threads add to their base limits (bounded
     /// by `thread::NODE_GROWN_BYTES`).
     pub grown_cache_bytes: AtomicUsize,
+    /// Bags the maintenance thread carved ahead of demand (`prepare.rs`).
+    pub bags_prepared: AtomicU64,
     classes: [ClassHeap; NUM_CLASSES],
 }
 

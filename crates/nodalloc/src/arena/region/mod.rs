@@ -23,6 +23,7 @@ mod spans;
 
 pub use budget::CommitBudget;
 pub use decommit::DecommitPolicy;
+pub use prepare::PREPARE_WINDOW_NS;
 use spans::bucket_of;
 
 use super::pagemap::{AgeLinks, Kind, PageMap, Role, Tag, UnitMeta};
