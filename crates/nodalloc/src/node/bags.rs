@@ -95,6 +95,9 @@ impl NodeHeaps {
                 class_heap.started_bags.fetch_add(1, Ordering::Relaxed);
                 if !created {
                     class_heap.prepared_waiting.fetch_sub(1, Ordering::Relaxed);
+                    self.node(node)
+                        .prepared_bytes
+                        .fetch_sub(class.bag_bytes(), Ordering::Relaxed);
                 }
             }
             let start = map.address_of(map.unit_of_meta(bag));

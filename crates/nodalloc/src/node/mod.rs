@@ -142,8 +142,10 @@ pub struct NodeHeap {
     /// Bytes the grown cache limits of this node's threads add to their base limits (bounded
     /// by `thread::NODE_GROWN_BYTES`).
     pub grown_cache_bytes: AtomicUsize,
-    /// Bags the maintenance thread carved ahead of demand (`prepare.rs`).
+    /// Bags the maintenance thread carved ahead of demand (`prepare.rs`), and the bytes of
+    /// those still waiting for a thread.
     pub bags_prepared: AtomicU64,
+    pub prepared_bytes: AtomicUsize,
     classes: [ClassHeap; NUM_CLASSES],
 }
 

@@ -30,12 +30,20 @@ use crate::arena::region::PREPARE_WINDOW_NS;
 
 /// Prepared bags a class with demand keeps waiting per node at first. Big classes hold 1 to
 /// 11 objects per bag; a class whose threads take every waiting bag between two steps of the
-/// maintenance thread gets twice as many, up to [`MAX_WAITING_BAGS`].
+/// maintenance thread gets twice as many, up to [`MAX_WAITING_BAGS`] and
+/// [`MAX_WAITING_BYTES`].
 pub(crate) const WAITING_BAGS: usize = 2;
 
-/// The most prepared bags a class keeps waiting per node: 32 bags of at most 256 KiB of address
-/// space each, of which only the first page of each object is resident.
-const MAX_WAITING_BAGS: usize = 32;
+/// The most prepared bags a class keeps waiting per node.
+const MAX_WAITING_BAGS: usize = 16;
+
+/// The most bytes of bags a class keeps waiting per node (at least one bag): a thread cache's
+/// grown limit for one class.
+const MAX_WAITING_BYTES: usize = 256 << 10;
+
+/// The most bytes of bags all classes of a node keep waiting together, so a small program is
+/// not doubled by bags it may never use.
+const MAX_NODE_WAITING_BYTES: usize = 8 << 20;
 
 impl NodeHeaps {
     /// The maintenance thread's step for prepared bags on every node. True while some class has
@@ -89,15 +97,19 @@ impl NodeHeaps {
         }
         // Threads that took every waiting bag since the last step outran it: keep twice as
         // many waiting from now on (until demand pauses).
+        let most = (MAX_WAITING_BYTES / class.bag_bytes()).clamp(1, MAX_WAITING_BAGS);
         let target = match class_heap.prepare_target.load(Ordering::Relaxed) {
-            0 => WAITING_BAGS,
+            0 => WAITING_BAGS.min(most),
             target if class_heap.prepared_waiting.load(Ordering::Relaxed) == 0 => {
-                (2 * target).min(MAX_WAITING_BAGS)
+                (2 * target).min(most)
             }
             target => target,
         };
         class_heap.prepare_target.store(target, Ordering::Relaxed);
-        while class_heap.prepared_waiting.load(Ordering::Relaxed) < target {
+        let waiting_bytes = &self.node(node).prepared_bytes;
+        while class_heap.prepared_waiting.load(Ordering::Relaxed) < target
+            && waiting_bytes.load(Ordering::Relaxed) + class.bag_bytes() <= MAX_NODE_WAITING_BYTES
+        {
             if !self.prepare_bag(node, class) {
                 break;
             }
@@ -150,9 +162,11 @@ impl NodeHeaps {
         }
         class_heap.bags.fetch_add(1, Ordering::Relaxed);
         class_heap.prepared_waiting.fetch_add(1, Ordering::Relaxed);
-        self.node(node)
-            .bags_prepared
-            .fetch_add(1, Ordering::Relaxed);
+        let node_heap = self.node(node);
+        node_heap.bags_prepared.fetch_add(1, Ordering::Relaxed);
+        node_heap
+            .prepared_bytes
+            .fetch_add(class.bag_bytes(), Ordering::Relaxed);
         true
     }
 
@@ -194,6 +208,9 @@ impl NodeHeaps {
                     unlink(partial, bag);
                     class_heap.bags.fetch_sub(1, Ordering::Relaxed);
                     class_heap.prepared_waiting.fetch_sub(1, Ordering::Relaxed);
+                    self.node(node)
+                        .prepared_bytes
+                        .fetch_sub(class.bag_bytes(), Ordering::Relaxed);
                     self.forget_released(node, class, bag);
                     // SAFETY: no object of the bag is out.
                     self.arena
@@ -230,7 +247,8 @@ mod tests {
     fn prepared_bags_follow_demand_hand_each_object_out_once_and_go_back_when_it_pauses() {
         let heaps = NodeHeaps::create(test_arena(1, 64 << 20, 0)).unwrap();
         let (node, part) = (NodeId(0), Partition::DEFAULT);
-        let class = class_of(20_000, 8).unwrap();
+        // 8 KiB objects, four to a 32 KiB bag: up to eight bags may wait.
+        let class = class_of(8_000, 8).unwrap();
         let capacity = class.capacity();
         let class_heap = heaps.class(node, class);
         let waiting = || class_heap.prepared_waiting.load(Ordering::Relaxed);
@@ -296,6 +314,57 @@ mod tests {
         assert_eq!((waiting(), bags()), (0, 0));
         assert_eq!(heaps.arena.usage(0).active, 0);
         assert!(!heaps.prepare_bags(now + 3 + PREPARE_WINDOW_NS), "quiet");
+    }
+
+    #[test]
+    fn waiting_bags_stay_within_their_class_and_node_budgets() {
+        let heaps = NodeHeaps::create(test_arena(1, 256 << 20, 0)).unwrap();
+        let (node, part) = (NodeId(0), Partition::DEFAULT);
+        let big = || {
+            (0..NUM_CLASSES)
+                .map(|index| SizeClass(index as u8))
+                .filter(|class| class.size() > DENSE_OBJECT_MAX)
+        };
+        for step in 0..4 {
+            // Every big class takes every bag waiting for it: demand, and targets that double.
+            for class in big() {
+                while heaps
+                    .class(node, class)
+                    .prepared_waiting
+                    .load(Ordering::Relaxed)
+                    != 0
+                {
+                    heaps.take_from_bags(node, part, class, 1).unwrap();
+                }
+                heaps.take_from_bags(node, part, class, 1).unwrap();
+            }
+            assert!(heaps.prepare_bags(1 + step));
+            let mut waiting_bytes = 0;
+            for class in big() {
+                let waiting = heaps
+                    .class(node, class)
+                    .prepared_waiting
+                    .load(Ordering::Relaxed);
+                let bytes = waiting * class.bag_bytes();
+                assert!(
+                    waiting <= MAX_WAITING_BAGS,
+                    "{} B: {waiting} bags",
+                    class.size()
+                );
+                assert!(
+                    waiting <= 1 || bytes <= MAX_WAITING_BYTES,
+                    "{} B: {bytes} bytes waiting",
+                    class.size()
+                );
+                waiting_bytes += bytes;
+            }
+            let counted = heaps.node(node).prepared_bytes.load(Ordering::Relaxed);
+            assert_eq!(counted, waiting_bytes);
+            assert!(
+                counted <= MAX_NODE_WAITING_BYTES,
+                "{counted} bytes waiting on the node"
+            );
+        }
     }
 
     #[test]

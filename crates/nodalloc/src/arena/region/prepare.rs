@@ -9,7 +9,8 @@
 //!
 //! Demand is what the pool hands out that would fault (from the frontier or a clean span) or
 //! that came from prepared chunks. While there was some within the last [`PREPARE_WINDOW_NS`],
-//! the pool keeps [`PREPARED_CHUNKS`] chunks' worth of dirty free memory: the frontier moves
+//! the pool keeps as much dirty free memory as it took between two looks of the maintenance
+//! thread (whole chunks, at least one, at most [`PREPARED_CHUNKS`]): the frontier moves
 //! over a chunk, which is populated (`MADV_POPULATE_WRITE`) with the span lock dropped, then
 //! enters the pool as a dirty free span. From there the pool's ordinary rules apply: dirty spans
 //! are reused first, stay charged to the commit limit until decommitted (an allocation the limit
@@ -19,7 +20,8 @@
 
 use super::*;
 
-/// Chunks of dirty free memory a pool with recent demand keeps ready.
+/// The most chunks of dirty free memory a pool with recent demand keeps ready (it keeps what
+/// it took between two looks of the maintenance thread, at least one chunk).
 pub(super) const PREPARED_CHUNKS: usize = 4;
 
 /// How long demand keeps preparation going.
@@ -37,6 +39,18 @@ impl Region {
         // SAFETY: the span lock is held.
         let state = unsafe { &mut *self.state.get() };
         if state.fresh_taken != state.fresh_seen {
+            // The reserve covers the most the pool took between two looks within the window
+            // (what it took before the window, since the program started or paused, is no
+            // rate): a heap that grows slowly keeps one chunk ready, a fast one up to
+            // PREPARED_CHUNKS.
+            let taken = state.fresh_taken.wrapping_sub(state.fresh_seen);
+            let want = if now < state.wanted_until {
+                taken.next_multiple_of(CHUNK_BYTES)
+            } else {
+                CHUNK_BYTES
+            }
+            .clamp(CHUNK_BYTES, PREPARED_CHUNKS * CHUNK_BYTES);
+            state.reserve = state.reserve.max(want);
             state.fresh_seen = state.fresh_taken;
             state.wanted_until = now.saturating_add(PREPARE_WINDOW_NS);
         }
@@ -45,7 +59,6 @@ impl Region {
             state.prepared_from = 0;
             return false;
         }
-        state.reserve = PREPARED_CHUNKS * CHUNK_BYTES;
         loop {
             // SAFETY: the span lock is held (taken again after each population).
             let state = unsafe { &mut *self.state.get() };
@@ -97,5 +110,52 @@ impl Region {
         // SAFETY: the span lock is held.
         let state = unsafe { &mut *self.state.get() };
         self.finish_preparing(state, map);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arena::tests::test_arena;
+    use crate::arena::Pool;
+    use crate::size_class::class_of;
+
+    #[test]
+    fn the_reserve_follows_what_the_pool_took_between_two_looks() {
+        let arena = test_arena(1, 256 << 20, 0);
+        let pool = arena.pool(0, Pool::Dense);
+        let map = arena.map();
+        let class = class_of(64, 8).unwrap();
+        let take = |bytes: usize| {
+            for _ in 0..bytes / class.bag_bytes() {
+                arena
+                    .alloc_span_on(0, class.bag_units(), 1, SpanUse::Bag(class))
+                    .unwrap();
+            }
+        };
+        // SAFETY: no other thread uses this arena; a copy of two fields.
+        let state = || unsafe { ((*pool.state.get()).reserve, (*pool.state.get()).dirty_bytes) };
+        let now = 1_000_000;
+        assert!(!pool.prepare(map, now), "no demand yet");
+        assert_eq!(pool.prepared.load(Ordering::Relaxed), 0);
+        // Demand since the program started is no rate: one chunk is kept ready.
+        take(5 << 20);
+        assert!(pool.prepare(map, now));
+        assert_eq!(state(), (CHUNK_BYTES, CHUNK_BYTES));
+        assert_eq!(pool.prepared.load(Ordering::Relaxed), 1);
+        // 5 MiB taken between two looks: three chunks (the prepared one among the taken).
+        take(5 << 20);
+        assert!(pool.prepare(map, now + 1_000));
+        assert_eq!(state().0, 3 * CHUNK_BYTES);
+        assert!(state().1 >= 3 * CHUNK_BYTES);
+        // More than PREPARED_CHUNKS' worth: capped.
+        take(20 << 20);
+        assert!(pool.prepare(map, now + 2_000));
+        assert_eq!(state().0, PREPARED_CHUNKS * CHUNK_BYTES);
+        // Demand pauses: no reserve, nothing prepared any more.
+        let prepared = pool.prepared.load(Ordering::Relaxed);
+        assert!(!pool.prepare(map, now + 3_000 + PREPARE_WINDOW_NS));
+        assert_eq!(state().0, 0);
+        assert_eq!(pool.prepared.load(Ordering::Relaxed), prepared);
     }
 }
