@@ -100,8 +100,8 @@ pub const OPTIONS: &[OptionSpec] = &[
         default: "0",
         meaning: "1: a maintenance thread makes the kernel work: it runs every node's upkeep \
                   each upkeep period (rings nobody touched, the sweep, decommits that fell \
-                  due), makes the releases frees leave to it, and populates chunks ahead of a \
-                  growing heap (MADV_POPULATE_WRITE), so memory freed before the threads went \
+                  due), makes the releases frees leave to it, populates chunks and carves bags \
+                  of big objects ahead of a growing heap, so memory freed before the threads went \
                   quiet goes back to the OS within the decommit delay. Started by the C library \
                   when the program creates its first thread (from Rust: \
                   nodalloc::start_background()); never in a program that does neither",
