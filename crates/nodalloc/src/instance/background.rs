@@ -70,7 +70,7 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, core::ptr::null_mut());
     }
     let mut next_upkeep = 0;
-    let mut quiet_wait = PREPARE_TICK_NS;
+    let mut wait = PREPARE_TICK_NS;
     loop {
         let Some(instance) = Instance::existing() else {
             os::sleep_ns(100_000_000);
@@ -79,7 +79,9 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
         let arena = instance.heaps.arena;
         arena.defer_releases(true);
         let now = os::monotonic_ns();
-        let preparing = arena.prepare_all(now) | instance.heaps.prepare_bags(now);
+        let prepared_before = prepared_so_far(instance);
+        let wanted = arena.prepare_all(now) | instance.heaps.prepare_bags(now);
+        let worked = prepared_so_far(instance) != prepared_before;
         if now >= next_upkeep {
             let decommitted = decommitted_bytes(arena);
             instance.heaps.upkeep_all(now);
@@ -91,18 +93,20 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
             CPU_NS.store(os::thread_cpu_ns(), Ordering::Relaxed);
             next_upkeep = now + instance.heaps.upkeep_period();
         }
-        // While a heap grows, preparation keeps a step ahead of it. Otherwise the thread
-        // looks again after twice its last wait, up to the next upkeep pass: demand that
-        // starts after a start or a short pause is seen within milliseconds, and a program
-        // that stays quiet wakes it once per upkeep period.
-        let wake = if preparing {
-            quiet_wait = PREPARE_TICK_NS;
-            now + PREPARE_TICK_NS
+        // A step that prepared something comes back after a tick: the heap grows. One that
+        // found nothing to do while demand lasts waits twice as long as the last, up to
+        // DEMAND_WAIT_NS (a burst is still caught within milliseconds; a steady program
+        // whose reserve is full is not preempted thousands of times a second); with no
+        // demand the wait doubles up to the next upkeep pass, so a program that stays quiet
+        // wakes the thread once per upkeep period.
+        wait = if worked {
+            PREPARE_TICK_NS
+        } else if wanted {
+            wait.saturating_mul(2).min(DEMAND_WAIT_NS)
         } else {
-            let wake = now.saturating_add(quiet_wait).min(next_upkeep);
-            quiet_wait = quiet_wait.saturating_mul(2);
-            wake
+            wait.saturating_mul(2)
         };
+        let wake = now.saturating_add(wait).min(next_upkeep);
         os::sleep_ns(wake.saturating_sub(os::monotonic_ns()).max(1));
     }
 }
@@ -110,6 +114,14 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
 /// How often preparation looks at the pools and bags while they grow: a heap that fills at a
 /// few million objects a second takes a class's waiting bags in about a millisecond.
 const PREPARE_TICK_NS: u64 = 250_000;
+
+/// The longest wait between two looks while some pool or class had demand in the window.
+const DEMAND_WAIT_NS: u64 = 4_000_000;
+
+/// Chunks and bags prepared so far: a step that changes it did some work.
+fn prepared_so_far(instance: Instance) -> u64 {
+    instance.heaps.arena.prepared_chunks() as u64 + instance.heaps.bags_prepared()
+}
 
 /// Bytes of free spans decommitted so far, all nodes.
 fn decommitted_bytes(arena: &Arena) -> usize {
