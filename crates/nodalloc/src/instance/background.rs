@@ -82,7 +82,8 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
         let prepared_before = prepared_so_far(instance);
         let wanted = arena.prepare_all(now) | instance.heaps.prepare_bags(now);
         let worked = prepared_so_far(instance) != prepared_before;
-        if now >= next_upkeep {
+        let pass = now >= next_upkeep;
+        if pass {
             let decommitted = decommitted_bytes(arena);
             instance.heaps.upkeep_all(now);
             RELEASED.fetch_add(
@@ -90,8 +91,12 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
                 Ordering::Relaxed,
             );
             PASSES.fetch_add(1, Ordering::Relaxed);
-            CPU_NS.store(os::thread_cpu_ns(), Ordering::Relaxed);
             next_upkeep = now + instance.heaps.upkeep_period();
+        }
+        if pass || worked {
+            // After each pass and each step that prepared something (its clock is a system
+            // call: not on the steps that only looked).
+            CPU_NS.store(os::thread_cpu_ns(), Ordering::Relaxed);
         }
         // A step that prepared something comes back after a tick: the heap grows. One that
         // found nothing to do while demand lasts waits twice as long as the last, up to
