@@ -79,20 +79,25 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
         let arena = instance.heaps.arena;
         arena.defer_releases(true);
         let now = os::monotonic_ns();
+        let decommitted = decommitted_bytes(arena);
         let prepared_before = prepared_so_far(instance);
         let wanted = arena.prepare_all(now) | instance.heaps.prepare_bags(now);
         let worked = prepared_so_far(instance) != prepared_before;
         let pass = now >= next_upkeep;
         if pass {
-            let decommitted = decommitted_bytes(arena);
             instance.heaps.upkeep_all(now);
-            RELEASED.fetch_add(
-                decommitted_bytes(arena).saturating_sub(decommitted) as u64,
-                Ordering::Relaxed,
-            );
             PASSES.fetch_add(1, Ordering::Relaxed);
             next_upkeep = now + instance.heaps.upkeep_period();
+        } else {
+            // The decommits a free would have made at once (free memory past the share of use
+            // the policy lets wait out the delay) are made on every step, not only at passes:
+            // a program that churns keeps its RSS as close to its use as without the thread.
+            arena.purge(false);
         }
+        RELEASED.fetch_add(
+            decommitted_bytes(arena).saturating_sub(decommitted) as u64,
+            Ordering::Relaxed,
+        );
         if pass || worked {
             // After each pass and each step that prepared something (its clock is a system
             // call: not on the steps that only looked).
