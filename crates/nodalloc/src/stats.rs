@@ -135,13 +135,14 @@ pub struct Stats {
     pub peak_committed: usize,
     /// Upkeep passes the maintenance thread made (`NODALLOC_BACKGROUND`; 0 without one).
     pub background_passes: u64,
-    /// The maintenance thread's CPU time in ns, as of its last pass.
+    /// The maintenance thread's CPU time in ns, as of its last pass or step that prepared
+    /// something.
     pub background_cpu_ns: u64,
     /// Chunks (2 MiB) the maintenance thread populated ahead of demand.
     pub background_prepared: usize,
     /// Bags of big classes the maintenance thread carved ahead of demand.
     pub background_bags: u64,
-    /// Bytes of free spans the maintenance thread's passes decommitted.
+    /// Bytes of free spans the maintenance thread decommitted.
     pub background_decommitted: u64,
     /// Call-site partitions, P (0: the mode is off).
     pub partitions: usize,

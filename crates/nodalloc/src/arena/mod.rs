@@ -99,7 +99,7 @@ pub struct Arena {
     bind_failed: AtomicBool,
     pub decommit: DecommitPolicy,
     /// Set while a maintenance thread runs: a free leaves the decommits it makes due to the
-    /// thread's next pass instead of making them itself (see [`Arena::defer_releases`]).
+    /// thread's next step instead of making them itself (see [`Arena::defer_releases`]).
     deferred: AtomicBool,
     /// Secure mode, fixed at creation.
     secure: bool,
@@ -264,7 +264,7 @@ impl Arena {
     }
 
     /// Turns deferred releases on (a maintenance thread runs and makes every node's due
-    /// decommits on its passes, so user threads make no `madvise` call on `free`) or off.
+    /// decommits on its steps, so user threads make no `madvise` call on `free`) or off.
     /// Deferred or not, a free span stays charged to the limit until it is decommitted, and an
     /// allocation the limit refuses still decommits every free span first: the limit is exact
     /// with releases in flight.
@@ -327,6 +327,13 @@ impl Arena {
             wanted |= pool.prepare(&self.map, now);
         }
         wanted
+    }
+
+    /// Bytes given back to the OS so far, all pools.
+    pub fn decommitted_total(&self) -> usize {
+        self.all_pools()
+            .map(|pool| pool.decommitted.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Chunks populated ahead of demand so far, all pools.

@@ -13,7 +13,6 @@
 //! the process ends (it holds nothing the exit path needs for longer than one upkeep step).
 
 use super::Instance;
-use crate::arena::Arena;
 use crate::os;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -21,9 +20,9 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 static RUNNING: AtomicU32 = AtomicU32::new(0);
 /// Upkeep passes it made over every node.
 pub(super) static PASSES: AtomicU64 = AtomicU64::new(0);
-/// Its CPU time in ns, as of its last pass.
+/// Its CPU time in ns, as of its last pass or step that prepared something.
 pub(super) static CPU_NS: AtomicU64 = AtomicU64::new(0);
-/// Free spans its upkeep passes decommitted, in bytes.
+/// Free spans it decommitted, in bytes.
 pub(super) static RELEASED: AtomicU64 = AtomicU64::new(0);
 
 /// True when the options ask for the maintenance thread and none runs.
@@ -79,7 +78,7 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
         let arena = instance.heaps.arena;
         arena.defer_releases(true);
         let now = os::monotonic_ns();
-        let decommitted = decommitted_bytes(arena);
+        let decommitted = arena.decommitted_total();
         let prepared_before = prepared_so_far(instance);
         let wanted = arena.prepare_all(now) | instance.heaps.prepare_bags(now);
         let worked = prepared_so_far(instance) != prepared_before;
@@ -95,7 +94,7 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
             arena.purge(false);
         }
         RELEASED.fetch_add(
-            decommitted_bytes(arena).saturating_sub(decommitted) as u64,
+            arena.decommitted_total().saturating_sub(decommitted) as u64,
             Ordering::Relaxed,
         );
         if pass || worked {
@@ -131,13 +130,6 @@ const DEMAND_WAIT_NS: u64 = 4_000_000;
 /// Chunks and bags prepared so far: a step that changes it did some work.
 fn prepared_so_far(instance: Instance) -> u64 {
     instance.heaps.arena.prepared_chunks() as u64 + instance.heaps.bags_prepared()
-}
-
-/// Bytes of free spans decommitted so far, all nodes.
-fn decommitted_bytes(arena: &Arena) -> usize {
-    (0..arena.node_count())
-        .map(|node| arena.usage(node).decommitted)
-        .sum()
 }
 
 /// `pthread_create`'s signature: the faces pass libc's (the C library its wrapped function's

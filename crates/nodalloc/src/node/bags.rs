@@ -94,10 +94,7 @@ impl NodeHeaps {
             if unsafe { (*bag).role.bag.live } == 0 {
                 class_heap.started_bags.fetch_add(1, Ordering::Relaxed);
                 if !created {
-                    class_heap.prepared_waiting.fetch_sub(1, Ordering::Relaxed);
-                    self.node(node)
-                        .prepared_bytes
-                        .fetch_sub(class.bag_bytes(), Ordering::Relaxed);
+                    self.forget_waiting(node, class);
                 }
             }
             let start = map.address_of(map.unit_of_meta(bag));

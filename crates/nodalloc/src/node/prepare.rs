@@ -75,6 +75,17 @@ impl NodeHeaps {
             .sum()
     }
 
+    /// A waiting prepared bag of `class` on `node` is no longer waiting: a thread started it,
+    /// or the maintenance thread took it back.
+    pub(super) fn forget_waiting(&self, node: NodeId, class: SizeClass) {
+        self.class(node, class)
+            .prepared_waiting
+            .fetch_sub(1, Ordering::Relaxed);
+        self.node(node)
+            .prepared_bytes
+            .fetch_sub(class.bag_bytes(), Ordering::Relaxed);
+    }
+
     /// Follows the demand for `class` on `node` and prepares or takes back its bags.
     fn prepare_class(&self, node: NodeId, class: SizeClass, now: u64) -> bool {
         let class_heap = self.class(node, class);
@@ -207,10 +218,7 @@ impl NodeHeaps {
                 if (*bag).role.bag.live == 0 {
                     unlink(partial, bag);
                     class_heap.bags.fetch_sub(1, Ordering::Relaxed);
-                    class_heap.prepared_waiting.fetch_sub(1, Ordering::Relaxed);
-                    self.node(node)
-                        .prepared_bytes
-                        .fetch_sub(class.bag_bytes(), Ordering::Relaxed);
+                    self.forget_waiting(node, class);
                     self.forget_released(node, class, bag);
                     // SAFETY: no object of the bag is out.
                     self.arena
