@@ -93,9 +93,11 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
             // a program that churns keeps its RSS as close to its use as without the thread.
             arena.purge(false);
         }
+        // Release: a snapshot that sees this count sees the decommits it counts (see
+        // `Instance::stats`).
         RELEASED.fetch_add(
             arena.decommitted_total().saturating_sub(decommitted) as u64,
-            Ordering::Relaxed,
+            Ordering::Release,
         );
         if pass || worked {
             // After each pass and each step that prepared something (its clock is a system

@@ -259,6 +259,9 @@ impl Instance {
         for node in self.heaps.nodes() {
             self.heaps.drain_inbox(node);
         }
+        // Read before the arena's counters, with Acquire: every decommit the thread counted
+        // in it is then in the snapshot's `decommitted` too, so that one never falls below it.
+        let released = background::RELEASED.load(Ordering::Acquire);
         let mut stats = self
             .heaps
             .collect_stats(THREADS_LIVE.load(Ordering::Relaxed));
@@ -266,7 +269,7 @@ impl Instance {
         stats.background_cpu_ns = background::CPU_NS.load(Ordering::Relaxed);
         stats.background_prepared = self.heaps.arena.prepared_chunks();
         stats.background_bags = self.heaps.bags_prepared();
-        stats.background_decommitted = background::RELEASED.load(Ordering::Relaxed);
+        stats.background_decommitted = released;
         stats
     }
 }
