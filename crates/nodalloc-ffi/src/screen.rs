@@ -130,8 +130,8 @@ unsafe fn free_marked_partitioned(
     class: SizeClass,
     part: Partition,
 ) {
-    if heap.holds(class, ptr) {
-        raw::report_misuse(ptr, PointerMisuse::DoubleFree);
+    if let Some(misuse) = heap.find_freed(class, ptr) {
+        raw::report_misuse(ptr, misuse);
     }
     // SAFETY: forwarded contract; the mark is already in place.
     unsafe { heap.partition_push(ptr, class, part) };
@@ -145,8 +145,10 @@ unsafe fn free_marked_partitioned(
 unsafe fn screen(heap: &ThreadHeap, ptr: *mut u8, class: SizeClass) {
     let mark = ptr.wrapping_add(8) as *mut usize;
     // SAFETY: contract above.
-    if unsafe { *mark } == FREED_MARK && heap.holds(class, ptr) {
-        raw::report_misuse(ptr, PointerMisuse::DoubleFree);
+    if unsafe { *mark } == FREED_MARK {
+        if let Some(misuse) = heap.find_freed(class, ptr) {
+            raw::report_misuse(ptr, misuse);
+        }
     }
     // SAFETY: as above.
     unsafe { *mark = FREED_MARK };
@@ -166,8 +168,8 @@ unsafe extern "C" fn free_marked(heap: &mut ThreadHeap, ptr: *mut u8) {
         Ok(_) => raw::report_misuse(ptr, PointerMisuse::InvalidPointer),
         Err(misuse) => raw::report_misuse(ptr, misuse),
     };
-    if heap.holds(class, ptr) {
-        raw::report_misuse(ptr, PointerMisuse::DoubleFree);
+    if let Some(misuse) = heap.find_freed(class, ptr) {
+        raw::report_misuse(ptr, misuse);
     }
     // SAFETY: forwarded contract; the mark is already in place.
     unsafe { heap.free_local(ptr, class) };

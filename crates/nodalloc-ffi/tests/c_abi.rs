@@ -541,6 +541,14 @@ fn double_free_of_a_block_above_the_cached_classes_aborts_naming_the_pointer() {
 }
 
 #[test]
+fn double_free_of_a_block_already_handed_on_to_the_node_heap_aborts_naming_the_pointer() {
+    // A big block sent on to the ring by the next free, and a small one drained out of the
+    // thread's cache by 300 others: the confirmation looks in the ring and the bag.
+    assert_bad_free_aborts("double-handed-on", "double free of");
+    assert_bad_free_aborts("double-drained", "double free of");
+}
+
+#[test]
 fn free_of_a_pointer_inside_a_small_block_aborts_naming_the_pointer() {
     assert_bad_free_aborts("middle-small", "invalid pointer");
 }

@@ -47,6 +47,7 @@ mod large;
 mod partition;
 mod prepare;
 mod stats;
+mod suspect;
 mod sweep;
 mod upkeep;
 

@@ -38,7 +38,7 @@ mod partition_tests;
 mod tests;
 
 use crate::ds::{next_of, set_next};
-use crate::node::{HomeView, NodeHeaps, NodeId, Partition, PartitionView};
+use crate::node::{HomeView, Misuse, NodeHeaps, NodeId, Partition, PartitionView};
 use crate::os::cpuset::CpuSet;
 use crate::os::topology::MAX_NODES;
 use crate::size_class::{SizeClass, NUM_CLASSES, UNIT_SHIFT};
@@ -342,6 +342,19 @@ impl ThreadHeap {
             cursor = unsafe { next_of(cursor) };
         }
         false
+    }
+
+    /// The misuse a free of `object` (a small object of `class` from this heap's node) would be
+    /// where this thread can tell: a double free when it is in this thread's cache, or free in
+    /// its node heap (the ring or its bag; see `NodeHeaps::find_freed`), an invalid pointer when
+    /// its bag never carved it. How a face confirms a suspected double free; slow, for
+    /// suspicions only.
+    #[cold]
+    pub fn find_freed(&self, class: SizeClass, object: *mut u8) -> Option<Misuse> {
+        if self.holds(class, object) {
+            return Some(Misuse::DoubleFree);
+        }
+        self.heaps()?.find_freed(self.node, class, object)
     }
 
     #[cfg(test)]

@@ -619,3 +619,66 @@ fn stolen_objects_left_in_a_cut_list_go_back_to_their_own_node() {
         );
     }
 }
+
+/// A suspected double free is confirmed wherever the freed object waits on this node: in the
+/// thread's cache, in the class's ring (a big class's object the thread parked and then sent
+/// on), or on its bag's free list (a drained cache); a never-carved object of a bag is an
+/// invalid pointer; a live object, or one in another thread's cache, is none of these.
+#[test]
+fn a_freed_object_is_found_in_the_cache_the_ring_and_its_bag_and_an_uncarved_one_is_invalid() {
+    use crate::node::Misuse;
+    use crate::size_class::MAX_CACHED;
+    let heaps = heaps(1);
+    let mut heap = attached(heaps, NodeId(0));
+    let mut other = attached(heaps, NodeId(0));
+
+    let big = class_of(MAX_CACHED + 1, 8).unwrap();
+    let a = allocate(&mut heap, big);
+    let b = allocate(&mut heap, big);
+    assert_eq!(heap.find_freed(big, a), None, "a live object");
+    // SAFETY: allocated above, freed once each.
+    unsafe { heap.free(a, big) };
+    assert_eq!(heap.find_freed(big, a), Some(Misuse::DoubleFree), "parked");
+    // SAFETY: as above.
+    unsafe { heap.free(b, big) };
+    assert_eq!(heap.cached(big), 1);
+    assert_eq!(
+        heap.find_freed(big, a),
+        Some(Misuse::DoubleFree),
+        "in the ring"
+    );
+    assert_eq!(heap.find_freed(big, b), Some(Misuse::DoubleFree), "parked");
+    // The walk gave the ring's batch back: the other thread still finds `a` there.
+    assert_eq!(allocate(&mut other, big), a);
+    assert_eq!(heap.find_freed(big, a), None, "handed out again");
+
+    let small = class_of(64, 8).unwrap();
+    let p = allocate(&mut heap, small);
+    let q = allocate(&mut other, small);
+    // SAFETY: allocated above, freed once each.
+    unsafe {
+        heap.free(p, small);
+        other.free(q, small);
+    }
+    heap.flush();
+    assert_eq!(heap.cached(small), 0);
+    assert_eq!(
+        heap.find_freed(small, p),
+        Some(Misuse::DoubleFree),
+        "in its bag"
+    );
+    assert_eq!(heap.find_freed(small, q), None, "in another thread's cache");
+    // The last object of `q`'s bag: far past anything carved (a bag holds many batches).
+    let map = heaps.arena.map();
+    let tag = heaps.arena.tag_checked(q as usize).unwrap();
+    let start = map.address_of(map.unit_of(q as usize) - tag.offset_units());
+    let uncarved = (start + (small.capacity() - 1) * small.size()) as *mut u8;
+    assert!(small.capacity() > 2 * small.batch());
+    assert_eq!(
+        heap.find_freed(small, uncarved),
+        Some(Misuse::InvalidPointer)
+    );
+    other.flush();
+    // SAFETY: allocated above and never freed.
+    unsafe { other.free(b, big) };
+}
