@@ -12,6 +12,7 @@
 //! could not call these), the process aborts with a message.
 
 use crate::callsite::entry_stub;
+use crate::secure::{self, Kind};
 use core::ffi::{c_void, CStr};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
@@ -72,9 +73,14 @@ fn or_next(p: *mut c_void, call: impl FnOnce() -> *mut c_void) -> *mut c_void {
 /// An aligned block from `site`, or null; `align` is a power of two (C++ guarantees it for
 /// `align_val_t`), checked here all the same: anything else gets null, and so goes to the next
 /// operator.
-fn aligned_at(size: usize, align: usize, site: usize, frame: usize) -> *mut c_void {
+/// `new` of `size` bytes at `align` (a power of two, else null) as `kind` (`new` or `new[]`,
+/// which secure mode records to check the matching `delete`).
+fn new_at(size: usize, align: usize, kind: Kind, site: usize, frame: usize) -> *mut c_void {
     if !align.is_power_of_two() {
         return core::ptr::null_mut();
+    }
+    if secure::on() {
+        return secure::alloc(size, align, kind, site, frame);
     }
     crate::allocate_aligned(align, size, site, frame)
 }
@@ -96,23 +102,25 @@ macro_rules! new_targets {
     )*};
 }
 
+const PLAIN: usize = crate::MALLOC_ALIGN;
+
 new_targets! {
-    new_target(size: usize; site, frame) = crate::malloc_at(size, site, frame),
+    new_target(size: usize; site, frame) = new_at(size, PLAIN, Kind::New, site, frame),
         next NEW: New;
-    new_array_target(size: usize; site, frame) = crate::malloc_at(size, site, frame),
+    new_array_target(size: usize; site, frame) = new_at(size, PLAIN, Kind::NewArray, site, frame),
         next NEW_ARRAY: New;
     new_nothrow_target(size: usize, nothrow: *const c_void; site, frame)
-        = crate::malloc_at(size, site, frame), next NEW_NOTHROW: NewNothrow;
+        = new_at(size, PLAIN, Kind::New, site, frame), next NEW_NOTHROW: NewNothrow;
     new_array_nothrow_target(size: usize, nothrow: *const c_void; site, frame)
-        = crate::malloc_at(size, site, frame), next NEW_ARRAY_NOTHROW: NewNothrow;
+        = new_at(size, PLAIN, Kind::NewArray, site, frame), next NEW_ARRAY_NOTHROW: NewNothrow;
     new_aligned_target(size: usize, align: usize; site, frame)
-        = aligned_at(size, align, site, frame), next NEW_ALIGNED: NewAligned;
+        = new_at(size, align, Kind::New, site, frame), next NEW_ALIGNED: NewAligned;
     new_array_aligned_target(size: usize, align: usize; site, frame)
-        = aligned_at(size, align, site, frame), next NEW_ARRAY_ALIGNED: NewAligned;
+        = new_at(size, align, Kind::NewArray, site, frame), next NEW_ARRAY_ALIGNED: NewAligned;
     new_aligned_nothrow_target(size: usize, align: usize, nothrow: *const c_void; site, frame)
-        = aligned_at(size, align, site, frame), next NEW_ALIGNED_NOTHROW: NewAlignedNothrow;
+        = new_at(size, align, Kind::New, site, frame), next NEW_ALIGNED_NOTHROW: NewAlignedNothrow;
     new_array_aligned_nothrow_target(size: usize, align: usize, nothrow: *const c_void;
-        site, frame) = aligned_at(size, align, site, frame),
+        site, frame) = new_at(size, align, Kind::NewArray, site, frame),
         next NEW_ARRAY_ALIGNED_NOTHROW: NewAlignedNothrow;
 }
 
@@ -171,16 +179,22 @@ new_operators! {
         => nodalloc_new_array_aligned_nothrow_entry;
 }
 
-/// Defines exported `delete` operators: each frees its pointer (the size and alignment they
-/// are told are not checked).
+/// Defines exported `delete` operators: each frees its pointer; in secure mode it also checks
+/// that the block came from the matching `new` (`kind`) and, for a sized `delete`, that the size
+/// is the one `new` was asked for (`sized`). Outside secure mode the size and alignment they
+/// are told are not checked.
 macro_rules! delete_operators {
-    ($($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*);)*) => {$(
+    ($($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*) => $kind:expr, $sized:expr;)*) => {$(
         $(#[$doc])*
         ///
         /// # Safety
         /// C++'s contract for this operator: `ptr` is null or a live block from `new`.
         #[no_mangle]
-        pub unsafe extern "C" fn $name(ptr: *mut c_void, $(_: $ty),*) {
+        pub unsafe extern "C" fn $name(ptr: *mut c_void, $($arg: $ty),*) {
+            if secure::on() {
+                // SAFETY: forwarded contract.
+                return unsafe { secure::free(ptr, $kind, $sized) };
+            }
             // SAFETY: forwarded contract.
             unsafe { crate::free(ptr) }
         }
@@ -189,27 +203,28 @@ macro_rules! delete_operators {
 
 delete_operators! {
     /// `operator delete(void*)`.
-    _ZdlPv();
+    _ZdlPv() => Kind::New, None;
     /// `operator delete[](void*)`.
-    _ZdaPv();
+    _ZdaPv() => Kind::NewArray, None;
     /// `operator delete(void*, size_t)`.
-    _ZdlPvm(size: usize);
+    _ZdlPvm(size: usize) => Kind::New, Some(size);
     /// `operator delete[](void*, size_t)`.
-    _ZdaPvm(size: usize);
+    _ZdaPvm(size: usize) => Kind::NewArray, Some(size);
     /// `operator delete(void*, std::align_val_t)`.
-    _ZdlPvSt11align_val_t(align: usize);
+    _ZdlPvSt11align_val_t(_align: usize) => Kind::New, None;
     /// `operator delete[](void*, std::align_val_t)`.
-    _ZdaPvSt11align_val_t(align: usize);
+    _ZdaPvSt11align_val_t(_align: usize) => Kind::NewArray, None;
     /// `operator delete(void*, size_t, std::align_val_t)`.
-    _ZdlPvmSt11align_val_t(size: usize, align: usize);
+    _ZdlPvmSt11align_val_t(size: usize, _align: usize) => Kind::New, Some(size);
     /// `operator delete[](void*, size_t, std::align_val_t)`.
-    _ZdaPvmSt11align_val_t(size: usize, align: usize);
+    _ZdaPvmSt11align_val_t(size: usize, _align: usize) => Kind::NewArray, Some(size);
     /// `operator delete(void*, const std::nothrow_t&)`.
-    _ZdlPvRKSt9nothrow_t(nothrow: *const c_void);
+    _ZdlPvRKSt9nothrow_t(_nothrow: *const c_void) => Kind::New, None;
     /// `operator delete[](void*, const std::nothrow_t&)`.
-    _ZdaPvRKSt9nothrow_t(nothrow: *const c_void);
+    _ZdaPvRKSt9nothrow_t(_nothrow: *const c_void) => Kind::NewArray, None;
     /// `operator delete(void*, std::align_val_t, const std::nothrow_t&)`.
-    _ZdlPvSt11align_val_tRKSt9nothrow_t(align: usize, nothrow: *const c_void);
+    _ZdlPvSt11align_val_tRKSt9nothrow_t(_align: usize, _nothrow: *const c_void) => Kind::New, None;
     /// `operator delete[](void*, std::align_val_t, const std::nothrow_t&)`.
-    _ZdaPvSt11align_val_tRKSt9nothrow_t(align: usize, nothrow: *const c_void);
+    _ZdaPvSt11align_val_tRKSt9nothrow_t(_align: usize, _nothrow: *const c_void)
+        => Kind::NewArray, None;
 }

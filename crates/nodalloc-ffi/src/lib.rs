@@ -15,6 +15,7 @@ mod callsite;
 mod cxx;
 mod foreign;
 mod screen;
+mod secure;
 mod threads;
 mod tls;
 
@@ -140,6 +141,9 @@ extern "C" fn thread_exit(heap: *mut c_void) {
     if heap.is_null() || tls::get() != heap as *mut ThreadHeap {
         return;
     }
+    if secure::on() {
+        secure::flush_thread();
+    }
     tls::retire();
     // SAFETY: the slot held this heap, which only this (exiting) thread used; the thread is now
     // retired, so it never touches the heap again.
@@ -155,10 +159,14 @@ fn set_errno(value: c_int) {
 /// the fast ones call are `extern "C"`: they cannot unwind, so `malloc` and `free` need no
 /// landing pad around the calls, keep no stack frame, and tail-call them.
 extern "C" fn allocate(size: usize, align: usize) -> *mut c_void {
+    if secure::on() {
+        return secure::alloc(size, align, secure::Kind::Malloc, 0, 0);
+    }
     handed_out(raw::alloc(heap_or_create(), size, align))
 }
 
-/// [`allocate`] for a call from `site` (with the caller's `frame` pointer; see `callsite.rs`).
+/// [`allocate`] for a call from `site` (with the caller's `frame` pointer; see `callsite.rs`),
+/// without secure mode's trailer (its callers add it).
 fn allocate_at(size: usize, align: usize, site: usize, frame: usize) -> *mut c_void {
     let mut heap = heap_or_create();
     if let Some(heap) = heap.as_deref_mut() {
@@ -269,6 +277,9 @@ extern "C" fn malloc_miss(
     site: usize,
     frame: usize,
 ) -> *mut c_void {
+    if secure::on() {
+        return secure::alloc(size, MALLOC_ALIGN, secure::Kind::Malloc, site, frame);
+    }
     match (live(heap as *mut ThreadHeap), class_of_malloc(size)) {
         (Some(heap), Some(class)) => {
             let site = callsite::resolve(site, frame);
@@ -318,6 +329,20 @@ unsafe extern "C" fn free_slow(ptr: *mut u8) {
 #[cold]
 #[inline(never)]
 unsafe extern "C" fn free_general(ptr: *mut u8) {
+    if secure::on() {
+        // SAFETY: forwarded contract.
+        return unsafe { secure::free(ptr as *mut c_void, secure::Kind::Malloc, None) };
+    }
+    // SAFETY: forwarded contract.
+    unsafe { free_core(ptr) }
+}
+
+/// `free` of a block as the core knows it: by its class, to the thread's cache or the node heap
+/// (secure mode's layer calls it for blocks leaving its quarantine).
+///
+/// # Safety
+/// C's `free`: `ptr` is not null.
+unsafe fn free_core(ptr: *mut u8) {
     match raw::classify(ptr) {
         Ok(Pointer::Foreign) => foreign::free(ptr),
         // SAFETY: a live nodalloc block the caller gives up, of this class and node.
@@ -341,6 +366,9 @@ entry_stub!(fn nodalloc_calloc_entry(count: usize, size: usize) -> *mut c_void
     => calloc_at, site: "rdx", frame: "rcx");
 
 extern "C" fn calloc_at(count: usize, size: usize, site: usize, frame: usize) -> *mut c_void {
+    if secure::on() {
+        return secure::calloc(count, size, site, frame);
+    }
     let Some(total) = count.checked_mul(size) else {
         set_errno(libc::ENOMEM);
         return null_mut();
@@ -391,6 +419,10 @@ unsafe extern "C" fn realloc_at(
     site: usize,
     frame: usize,
 ) -> *mut c_void {
+    if secure::on() {
+        // SAFETY: forwarded contract.
+        return unsafe { secure::realloc(ptr, size, site, frame) };
+    }
     if ptr.is_null() {
         return malloc_at(size, site, frame);
     }
@@ -461,6 +493,9 @@ unsafe extern "C" fn reallocarray_at(
 
 /// An aligned allocation from `site`; `align` must already be a valid power of two.
 fn allocate_aligned(align: usize, size: usize, site: usize, frame: usize) -> *mut c_void {
+    if secure::on() {
+        return secure::alloc(size, align, secure::Kind::Malloc, site, frame);
+    }
     if align <= MALLOC_ALIGN {
         return malloc_at(size, site, frame);
     }
@@ -592,6 +627,9 @@ pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
     if ptr.is_null() {
         return 0;
     }
+    if secure::on() {
+        return secure::usable(ptr);
+    }
     // A block from before nodalloc started has no size we know: report 0 (and abort, naming the
     // pointer, for anything that is no block at all).
     usable(ptr as *mut u8).unwrap_or_else(|| {
@@ -621,6 +659,15 @@ pub extern "C" fn nodalloc_malloc_on_node(size: usize, node: c_int) -> *mut c_vo
     if node < 0 || node as usize >= raw::node_count() {
         set_errno(libc::EINVAL);
         return null_mut();
+    }
+    if secure::on() {
+        let Some(total) = size.max(1).checked_add(8) else {
+            set_errno(libc::ENOMEM);
+            return null_mut();
+        };
+        let p = handed_out(raw::alloc_on_node(total, MALLOC_ALIGN, node as usize));
+        // SAFETY: null, or a block of at least `total` bytes just handed out.
+        return unsafe { secure::finish(p, size, secure::Kind::Malloc) };
     }
     handed_out(raw::alloc_on_node(size, MALLOC_ALIGN, node as usize))
 }

@@ -163,6 +163,27 @@ pub fn fatal_out_of_memory(name: &core::ffi::CStr) -> ! {
     })
 }
 
+/// Aborts with `nodalloc: <what> 0x…` naming `ptr`: a misuse the face found (secure mode's
+/// checks of a block's trailer and fill).
+pub fn report_corruption(what: &str, ptr: *const u8) -> ! {
+    crate::os::fatal(|w| {
+        w.str(what).str(" ").hex(ptr as usize);
+    })
+}
+
+/// True when secure mode is on: the environment's choice, read without starting the allocator
+/// (which reads the same variable when it starts).
+pub fn secure_requested() -> bool {
+    crate::os::options::secure_from_env()
+}
+
+/// The object just before the small object at `ptr` in its bag, and whether the program holds
+/// it (the allocation bitmap; secure mode only); `None` for the first object of a bag, or when
+/// `ptr` is no small object.
+pub fn object_before(ptr: *const u8) -> Option<(*mut u8, bool)> {
+    Instance::existing()?.object_before(ptr as usize)
+}
+
 /// Starts the maintenance thread (`NODALLOC_BACKGROUND=1`) with `create` if none runs; for a
 /// face at a safe point (outside any allocator call). True when one runs afterwards.
 pub fn start_background(create: PthreadCreate) -> bool {

@@ -7,9 +7,12 @@
  *   write-after-free   the first word of a freed block overwritten with 0x4141414141414141, then
  *                      malloc: secure mode aborts with "corrupted free list: freed object 0x…
  *                      holds 0x4141414141414141, …" instead of following the value
- *   overflow           one byte written past malloc_usable_size of a large block: it must fault
- *                      (SIGSEGV) on the guard page
+ *   overflow           one byte written past malloc_usable_size of a large block (the size asked
+ *                      for), then free: secure mode aborts with "heap overflow: bytes past the
+ *                      end of block 0x…" (the canary after the block's bytes is damaged)
  *   overflow-realloc   the same after realloc grew and then shrank the block
+ *   overflow-page      a linear write past the end of a large block, byte after byte: it must
+ *                      fault (SIGSEGV) on the guard page within a page and a trailer
  * The program prints "pointer 0x…" (the block concerned, as %p prints it) on stdout before the
  * bad call; reaching the end is a failure (exit 1).
  */
@@ -27,7 +30,8 @@ static void announce(void *pointer) {
     fflush(stdout);
 }
 
-/* Writes one byte past the usable end of a large block after checking all of it is usable. */
+/* Writes one byte past the usable end of a block after checking all of it is usable, then
+ * frees it. */
 static void overflow(char *block) {
     size_t usable = malloc_usable_size(block);
     memset(block, 5, usable);
@@ -35,10 +39,11 @@ static void overflow(char *block) {
     printf("writing byte %zu of a block of %zu usable bytes\n", usable, usable);
     fflush(stdout);
     ((volatile char *)block)[usable] = 1;
+    free(block);
 }
 
 int main(int argc, char **argv) {
-    CHECK(argc == 2, "usage: secure double-drained|write-after-free|overflow|overflow-realloc");
+    CHECK(argc == 2, "usage: secure double-drained|write-after-free|overflow|overflow-page|overflow-realloc");
     /* An expected abort or fault should not leave a core file behind. */
     struct rlimit no_core = {0, 0};
     setrlimit(RLIMIT_CORE, &no_core);
@@ -80,6 +85,16 @@ int main(int argc, char **argv) {
         CHECK(usable >= MIB + 100 && usable < MIB + 100 + 4096,
               "usable size %zu: not the request rounded to a page", usable);
         overflow(block);
+    } else if (strcmp(mode, "overflow-page") == 0) {
+        char *block = malloc(opaque_size(MIB + 100));
+        CHECK(block != NULL, "malloc(1 MiB + 100) failed");
+        size_t usable = malloc_usable_size(block);
+        memset(block, 5, usable);
+        announce(block);
+        printf("writing byte %zu of a block of %zu usable bytes, and on\n", usable, usable);
+        fflush(stdout);
+        for (size_t i = usable; i < usable + 4096 + 64; i++)
+            ((volatile char *)block)[i] = 1;
     } else if (strcmp(mode, "overflow-realloc") == 0) {
         char *block = malloc(opaque_size(300 * KIB));
         CHECK(block != NULL, "malloc(300 KiB) failed");

@@ -239,6 +239,20 @@ impl Instance {
             .map(|bytes| Pointer::Large { bytes })
     }
 
+    /// See [`crate::raw::object_before`].
+    pub(crate) fn object_before(self, address: usize) -> Option<(*mut u8, bool)> {
+        let class = self.heaps.small_class_at(address).ok()??;
+        let arena = self.heaps.arena;
+        let tag = arena.tag_checked(address)?;
+        let map = arena.map();
+        let start = map.address_of(map.unit_of(address) - tag.offset_units());
+        if address < start + class.size() {
+            return None;
+        }
+        let before = address - class.size();
+        Some((before as *mut u8, arena.is_secure() && map.is_allocated(before)))
+    }
+
     /// Sets the hard limit on committed bytes (0: none).
     pub(crate) fn set_limit(self, bytes: usize) {
         self.heaps.set_limit(bytes);

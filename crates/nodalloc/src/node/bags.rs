@@ -84,8 +84,17 @@ impl NodeHeaps {
                 // SAFETY: the class lock is held and the bag is new, on no list but ours.
                 unsafe { (**partial).role.bag.partition = part.0 };
                 if secure {
-                    // SAFETY: the class lock is held and the bag is new, on no list but ours.
-                    unsafe { (**partial).role.bag.seed = arena.bag_seed() };
+                    // SAFETY: the class lock is held and the bag is new, on no list but ours:
+                    // its memory is ours to clear. Secure mode zeroes a bag whose memory held
+                    // something before, so that an object never carved reads as zero (the C
+                    // face's underflow check tells such an object from a damaged one).
+                    unsafe {
+                        (**partial).role.bag.seed = arena.bag_seed();
+                        if !(**partial).role.bag.zeroed {
+                            (address as *mut u8).write_bytes(0, class.bag_bytes());
+                            (**partial).role.bag.zeroed = true;
+                        }
+                    }
                 }
             }
             let bag = *partial;

@@ -204,6 +204,16 @@ impl Default for Options {
     }
 }
 
+/// Whether the environment asks for secure mode, as [`Options::from_env`] reads it (silently:
+/// that one warns about a bad value), for a face that must know before the allocator starts.
+pub fn secure_from_env() -> bool {
+    match env(c"NODALLOC_SECURE").map(trim) {
+        Some(b"1" | b"yes" | b"true") => true,
+        Some(b"0" | b"no" | b"false") => false,
+        _ => cfg!(feature = "secure"),
+    }
+}
+
 impl Options {
     /// Reads every option from the environment, warning about (and ignoring) bad values.
     pub fn from_env() -> Options {
