@@ -643,7 +643,10 @@ template <size_t N> static int new_array_delete() {
 template <size_t N> static int new_delete_array() {
     Object<N> *object = new Object<N>;
     object = (Object<N> *)opaque_object(object);
-    announce(object);
+    /* delete[] looks for the array cookie in front of the object and hands operator delete[]
+     * the cookie's address. */
+    announce((unsigned char *)object - sizeof(size_t));
+    nearby(object);
     delete[] object;
     churn(N, 8);
     return 1;
