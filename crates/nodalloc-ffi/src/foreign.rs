@@ -2,10 +2,13 @@
 //!
 //! Before nodalloc's first `malloc`, the dynamic loader serves allocations from its own minimal
 //! allocator; a few of those blocks can later reach our `free` or `realloc`. They can only lie in
-//! mappings that existed before nodalloc started, so the first call records the process's
-//! writable private mappings (except stacks); a foreign pointer inside one of them is left alone
-//! (it cannot be given back, and leaking it is harmless), any other foreign pointer is a bug in
-//! the program and aborts with a message naming it, as glibc would.
+//! mappings that existed before nodalloc started, and only in those the loader's allocator uses:
+//! anonymous ones, the `[heap]`, and the loader's own (its allocator starts in the rest of the
+//! loader's last data page). So the first call records the process's writable private mappings
+//! of those kinds; a foreign pointer inside one of them is left alone (it cannot be given back,
+//! and leaking it is harmless), any other foreign pointer (the program's globals, another
+//! library's data, a stack) is a bug in the program and aborts with a message naming it, as
+//! glibc would.
 
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -25,6 +28,10 @@ pub fn remember_startup_mappings() {
         return;
     };
     let mut count = 0;
+    // The previous mapping's end and whether it belongs to a file other than the loader: an
+    // anonymous mapping right after one is that file's zero-initialised data (`.bss`).
+    let mut previous_end = 0;
+    let mut previous_foreign_file = false;
     for line in text.split(|&b| b == b'\n') {
         // "start-end perms offset dev inode path"
         let mut fields = line.split(|&b| b == b' ').filter(|f| !f.is_empty());
@@ -32,14 +39,24 @@ pub fn remember_startup_mappings() {
             continue;
         };
         let path = fields.nth(3).unwrap_or(b"");
-        if perms.len() < 4 || perms[1] != b'w' || perms[3] != b'p' || path.starts_with(b"[stack") {
-            continue;
-        }
         let mut bounds = range.split(|&b| b == b'-');
         let (Some(start), Some(end)) = (bounds.next().and_then(hex), bounds.next().and_then(hex))
         else {
             continue;
         };
+        let bss_of_foreign_file = path.is_empty() && start == previous_end && previous_foreign_file;
+        previous_end = end;
+        if !path.is_empty() {
+            previous_foreign_file = path.starts_with(b"/") && !is_loader(path);
+        }
+        if perms.len() < 4
+            || perms[1] != b'w'
+            || perms[3] != b'p'
+            || !loader_may_use(path)
+            || bss_of_foreign_file
+        {
+            continue;
+        }
         if count < MAX_RANGES {
             STARTS[count].store(start, Ordering::Relaxed);
             ENDS[count].store(end, Ordering::Relaxed);
@@ -47,6 +64,16 @@ pub fn remember_startup_mappings() {
         }
     }
     COUNT.store(count, Ordering::Release);
+}
+
+/// True for a mapping (by its path in `/proc/self/maps`) the loader's allocator may have used.
+fn loader_may_use(path: &[u8]) -> bool {
+    path.is_empty() || path == b"[heap]" || is_loader(path)
+}
+
+/// True for the dynamic loader's file (`…/ld-linux-x86-64.so.2`, `…/ld-2.31.so`).
+fn is_loader(path: &[u8]) -> bool {
+    path.windows(4).any(|w| w == b"/ld-")
 }
 
 fn hex(text: &[u8]) -> Option<usize> {

@@ -255,7 +255,13 @@ fn is_zero_block(p: *const u8) -> bool {
 // ---- Allocation ----
 
 /// An allocation of `size` bytes at `align` (a power of two) for `kind`, from `site`.
-pub(crate) fn alloc(size: usize, align: usize, kind: Kind, site: usize, frame: usize) -> *mut c_void {
+pub(crate) fn alloc(
+    size: usize,
+    align: usize,
+    kind: Kind,
+    site: usize,
+    frame: usize,
+) -> *mut c_void {
     check_recent();
     if size == 0 && align <= ZERO_STEP {
         return zero_block();
@@ -629,7 +635,10 @@ fn in_quarantine(p: *mut u8) -> bool {
 /// Checks the thread's most recent free and one other block of its quarantine (a cursor that
 /// goes round): a write soon after a free is caught at the thread's next call.
 fn check_recent() {
-    let Some(q) = QUARANTINE.try_with(Cell::get).ok().filter(|q| !q.is_null() && *q != NO_QUARANTINE)
+    let Some(q) = QUARANTINE
+        .try_with(Cell::get)
+        .ok()
+        .filter(|q| !q.is_null() && *q != NO_QUARANTINE)
     else {
         return;
     };

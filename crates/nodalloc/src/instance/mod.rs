@@ -250,7 +250,10 @@ impl Instance {
             return None;
         }
         let before = address - class.size();
-        Some((before as *mut u8, arena.is_secure() && map.is_allocated(before)))
+        Some((
+            before as *mut u8,
+            arena.is_secure() && map.is_allocated(before),
+        ))
     }
 
     /// Sets the hard limit on committed bytes (0: none).
