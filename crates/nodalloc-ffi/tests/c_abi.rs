@@ -549,6 +549,23 @@ fn double_free_of_a_block_already_handed_on_to_the_node_heap_aborts_naming_the_p
 }
 
 #[test]
+fn a_free_list_link_overwritten_with_an_address_outside_the_heap_is_never_followed() {
+    for mode in MODES {
+        let (pointer, finished) = run_to_announced_misuse("misuse", "poison", &[], mode);
+        let expected = format!("nodalloc: corrupted free list: it leads to {pointer}, ");
+        assert!(
+            finished.status.signal() == Some(SIGABRT)
+                && finished
+                    .stderr
+                    .lines()
+                    .any(|line| line.starts_with(&expected)),
+            "misuse poison ({mode:?}) should abort with a line starting `{expected}`: {}",
+            finished.describe()
+        );
+    }
+}
+
+#[test]
 fn free_of_a_pointer_inside_a_small_block_aborts_naming_the_pointer() {
     assert_bad_free_aborts("middle-small", "invalid pointer");
 }

@@ -1,7 +1,7 @@
 /* Frees that nodalloc must refuse by aborting, with a one-line message naming the pointer.
  *
  * Usage: misuse MODE (stack, middle, double, double-small, double-medium, double-big,
- * double-handed-on, double-drained, middle-small, unused). The program prints
+ * double-handed-on, double-drained, poison, middle-small, unused). The program prints
  * "pointer 0x…" (the pointer it is about to free, as %p prints it) on stdout, then makes the
  * bad call; the harness expects SIGABRT and the message on stderr. Reaching the end is a failure (exit 1).
  */
@@ -18,7 +18,7 @@ static void announce(void *pointer) {
 }
 
 int main(int argc, char **argv) {
-    CHECK(argc == 2, "usage: misuse stack|middle|double|double-small|double-medium|double-big|double-handed-on|double-drained|middle-small|unused");
+    CHECK(argc == 2, "usage: misuse stack|middle|double|double-small|double-medium|double-big|double-handed-on|double-drained|poison|middle-small|unused");
     /* An expected abort should not leave a core file behind. */
     struct rlimit no_core = {0, 0};
     setrlimit(RLIMIT_CORE, &no_core);
@@ -108,6 +108,20 @@ int main(int argc, char **argv) {
             free(others[i]);
         }
         free((void *)opaque_size(address));
+    } else if (strcmp(mode, "poison") == 0) {
+        /* A freed block's first word (its free-list link) overwritten with the address of a
+         * global, then malloc of its size twice: the second would hand out the global. The
+         * pointer announced is the global's, which the report names. */
+        static char target[64];
+        char *block = malloc(opaque_size(48));
+        CHECK(block != NULL, "malloc(48) failed");
+        uintptr_t address = (uintptr_t)block;
+        free(block);
+        announce(target);
+        *(volatile uintptr_t *)opaque_size(address) = (uintptr_t)opaque_pointer(target);
+        char *first = malloc(opaque_size(48));
+        char *second = malloc(opaque_size(48));
+        fprintf(stderr, "misuse poison: malloc returned %p, then %p\n", (void *)first, (void *)second);
     } else if (strcmp(mode, "middle-small") == 0) {
         char *block = malloc(opaque_size(200));
         CHECK(block != NULL, "malloc(200) failed");

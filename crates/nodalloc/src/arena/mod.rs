@@ -128,6 +128,11 @@ impl Arena {
         self.base
     }
 
+    /// The arena's range, as `(first address, bytes)`: every node's region.
+    pub fn range(&self) -> (usize, usize) {
+        (self.base, self.end - self.base)
+    }
+
     pub fn region_bytes(&self) -> usize {
         1 << self.region_shift
     }

@@ -70,6 +70,11 @@ pub struct ThreadHeap {
     secure: bool,
     node: NodeId,
     heaps: *const NodeHeaps,
+    /// The arena's range, `(p - arena_base) < arena_bytes` (empty until attached): every object
+    /// a list holds lies there, so a pop finding its list's head outside it has found a link
+    /// overwritten after free, and refuses to hand it out.
+    arena_base: usize,
+    arena_bytes: usize,
     lists: [FreeList; NUM_CLASSES],
     /// Per class, the cuts since its last refill, up to `adapt::CUTS_TO_SHRINK`.
     cuts: [u8; NUM_CLASSES],
@@ -117,6 +122,20 @@ pub struct ThreadHeap {
     foreign: bool,
 }
 
+/// Reports a list whose head [`ThreadHeap::alloc_cached`] refused: not null (then the list is
+/// empty) but outside the arena, a link some write after free replaced. The pops return null
+/// for both and the refill path tells them apart (a call on the fast path would cost it a
+/// stack frame).
+#[cold]
+#[inline(never)]
+pub(crate) fn corrupted_list(head: *mut u8) -> ! {
+    crate::os::fatal(|w| {
+        w.str("corrupted free list: it leads to ")
+            .hex(head as usize)
+            .str(", outside the heap (a freed block's first word was overwritten)");
+    })
+}
+
 impl ThreadHeap {
     /// A fresh heap that attaches through `attach_hook` on its first slow path.
     pub(crate) const fn with_attach_hook(
@@ -129,6 +148,8 @@ impl ThreadHeap {
             secure: false,
             node: NodeId(0),
             heaps: core::ptr::null(),
+            arena_base: 0,
+            arena_bytes: 0,
             lists: [FreeList::EMPTY; NUM_CLASSES],
             cuts: [0; NUM_CLASSES],
             grown_bytes: 0,
@@ -174,6 +195,7 @@ impl ThreadHeap {
     /// Attaches the heap to an allocator instance, homed on `node`.
     pub(crate) fn attach(&mut self, heaps: &'static NodeHeaps, node: NodeId) {
         self.heaps = heaps;
+        (self.arena_base, self.arena_bytes) = heaps.arena.range();
         self.node = node;
         self.home = heaps.home_view(node);
         self.secure = heaps.is_secure();
@@ -219,13 +241,29 @@ impl ThreadHeap {
     /// Pops a cached object, or null when the list is empty (then call [`Self::alloc_slow`]).
     #[inline(always)]
     pub fn alloc_cached(&mut self, class: SizeClass) -> *mut u8 {
+        let (base, bytes) = (self.arena_base, self.arena_bytes);
         let list = self.list(class);
         let object = list.head;
-        if !object.is_null() {
-            // SAFETY: cached objects are free, ours, and linked through their first word.
-            list.head = unsafe { next_of(object) };
-            list.popped();
+        // One compare for both an empty list (null is outside the arena) and a head that is no
+        // object of the arena.
+        if (object as usize).wrapping_sub(base) >= bytes {
+            return null_mut();
         }
+        // SAFETY: the list's head, an object of the arena (checked above).
+        unsafe { self.pop_head(class) }
+    }
+
+    /// Pops the head of the class's list.
+    ///
+    /// # Safety
+    /// The list's head is an object of the arena (so the list is not empty).
+    #[inline(always)]
+    unsafe fn pop_head(&mut self, class: SizeClass) -> *mut u8 {
+        let list = self.list(class);
+        let object = list.head;
+        // SAFETY: cached objects are free, ours, and linked through their first word.
+        list.head = unsafe { next_of(object) };
+        list.popped();
         object
     }
 
@@ -240,11 +278,14 @@ impl ThreadHeap {
         // SAFETY: a read of either kind of heap (contract above); a SizeClass is always below
         // NUM_CLASSES (its invariant), the array's length.
         let head = unsafe { (*heap).lists.get_unchecked(class.index()).head };
-        if head.is_null() {
-            return head;
+        // SAFETY: as above (the detached heap's range is empty: null, as its lists hold).
+        let (base, bytes) = unsafe { ((*heap).arena_base, (*heap).arena_bytes) };
+        if (head as usize).wrapping_sub(base) >= bytes {
+            return null_mut();
         }
-        // SAFETY: a detached heap's lists are empty, so this is the thread's own heap.
-        unsafe { (*heap).alloc_cached(class) }
+        // SAFETY: a detached heap's lists are empty, so this is the thread's own heap, and its
+        // list's head is an object of the arena (checked above).
+        unsafe { (*heap).pop_head(class) }
     }
 
     /// Pushes an object of `class` freed by this thread. Objects of other nodes (and anything

@@ -56,6 +56,11 @@ impl ThreadHeap {
     #[cold]
     #[inline(never)]
     fn alloc_refill(&mut self, class: SizeClass) -> *mut u8 {
+        let head = self.lists[class.index()].head;
+        if !head.is_null() {
+            // The pop refused a head outside the arena.
+            super::corrupted_list(head);
+        }
         if self.state == HeapState::Fresh && !self.run_attach_hook() {
             return null_mut();
         }
