@@ -15,6 +15,7 @@ use crate::callsite::entry_stub;
 use crate::secure::{self, Kind};
 use core::ffi::{c_void, CStr};
 use core::sync::atomic::{AtomicUsize, Ordering};
+use nodalloc_core::raw::class_of_malloc;
 
 /// The next library's definition of one operator, looked up on first use.
 struct Next {
@@ -179,12 +180,37 @@ new_operators! {
         => nodalloc_new_array_aligned_nothrow_entry;
 }
 
+/// A sized `delete` of a block of the thread's node (found as the `free` fast path finds it):
+/// `size` must be of the block's class, else the process aborts naming the block. Other
+/// blocks are not checked.
+#[inline(always)]
+fn check_size(ptr: *mut c_void, size: usize) {
+    // SAFETY: the slot holds this thread's heap or the detached one, which may be read.
+    let heap = unsafe { &*crate::tls::get() };
+    if let Some(class) = heap.home_class_of(ptr as *const u8) {
+        if class_of_malloc(size) != Some(class) {
+            wrong_size(ptr);
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn wrong_size(ptr: *mut c_void) -> ! {
+    nodalloc_core::raw::report_corruption(
+        "sized delete with a size other than new's for block",
+        ptr as *const u8,
+    )
+}
+
 /// Defines exported `delete` operators: each frees its pointer; in secure mode it also checks
 /// that the block came from the matching `new` (`kind`) and, for a sized `delete`, that the size
-/// is the one `new` was asked for (`sized`). Outside secure mode the size and alignment they
-/// are told are not checked.
+/// is the one `new` was asked for (`sized`). Outside secure mode, a plain sized `delete` of a
+/// block of the thread's node checks that the size is of the block's class (`check`); the
+/// alignment is not checked.
 macro_rules! delete_operators {
-    ($($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*) => $kind:expr, $sized:expr;)*) => {$(
+    ($($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*) => $kind:expr, $sized:expr
+        $(, check $check:expr)?;)*) => {$(
         $(#[$doc])*
         ///
         /// # Safety
@@ -195,6 +221,7 @@ macro_rules! delete_operators {
                 // SAFETY: forwarded contract.
                 return unsafe { secure::free(ptr, $kind, $sized) };
             }
+            $(check_size(ptr, $check);)?
             // SAFETY: forwarded contract.
             unsafe { crate::free(ptr) }
         }
@@ -207,9 +234,9 @@ delete_operators! {
     /// `operator delete[](void*)`.
     _ZdaPv() => Kind::NewArray, None;
     /// `operator delete(void*, size_t)`.
-    _ZdlPvm(size: usize) => Kind::New, Some(size);
+    _ZdlPvm(size: usize) => Kind::New, Some(size), check size;
     /// `operator delete[](void*, size_t)`.
-    _ZdaPvm(size: usize) => Kind::NewArray, Some(size);
+    _ZdaPvm(size: usize) => Kind::NewArray, Some(size), check size;
     /// `operator delete(void*, std::align_val_t)`.
     _ZdlPvSt11align_val_t(_align: usize) => Kind::New, None;
     /// `operator delete[](void*, std::align_val_t)`.
