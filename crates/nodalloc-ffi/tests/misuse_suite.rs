@@ -34,82 +34,13 @@ const SIZES: [usize; 3] = [8, 4096, 262144];
 const SIGBUS: i32 = 7;
 const SIGSEGV: i32 = 11;
 
-/// Caught in default mode (every run of 20 when measured). Not here: the double free of a
-/// small block that left the thread's cache, overflows the damaged neighbours never reveal,
-/// frees inside the program's globals (left alone as memory from before nodalloc started), and
-/// the two writes after free at 262144 bytes, which abort naming the value written
-/// (`0x4141414141414141`) rather than the block.
+/// Caught in default mode, every run of 10 when measured, each by an abort naming the pointer
+/// (or a block announced nearby), a fault, or an outcome avoided. Not here: what needs a
+/// header or a canary (underflows, overflows a damaged neighbour never reveals), what glibc
+/// catches at 262144 bytes only because it maps blocks that large on their own (writes and
+/// reads past them or after their free), zero-size blocks, immediate reuse, and the C++ forms
+/// a block came from (secure mode records them).
 const CAUGHT_DEFAULT: &[&str] = &[
-    // Double frees.
-    "double-free 8",
-    "double-free 4096",
-    "double-free 262144",
-    "double-free-interleaved 8",
-    "double-free-interleaved 4096",
-    "double-free-interleaved 262144", // SIGSEGV
-    "double-free-after-100 262144",   // SIGSEGV
-    "double-free-other-thread 4096",  // SIGSEGV
-    "double-free-other-thread 262144",
-    "double-free-after-realloc 8",
-    "double-free-after-realloc 4096",
-    "double-free-after-realloc 262144",
-    "double-free-duplicates 8",
-    "double-free-duplicates 4096",
-    "double-free-duplicates 262144",
-    // Invalid frees and reallocs.
-    "free-interior 8",
-    "free-interior 4096",
-    "free-interior 262144",
-    "free-plus-4096 262144",
-    "free-minus-16 8", // SIGSEGV
-    "free-minus-16 4096",
-    "free-minus-16 262144",
-    "free-stack 8",
-    "free-stack 4096",
-    "free-stack 262144",
-    "free-wild 8",
-    "free-wild 4096",
-    "free-wild 262144",
-    "free-mmap 8",
-    "free-mmap 4096",
-    "free-mmap 262144",
-    "realloc-freed 8",
-    "realloc-freed 4096",
-    "realloc-freed 262144",
-    "realloc-interior 8",
-    "realloc-interior 4096",
-    "realloc-interior 262144",
-    // Overflows, underflows and writes after free that smash a free block's link, which is
-    // then followed (SIGSEGV).
-    "overflow-1 4096",
-    "overflow-usable-1 8",
-    "overflow-usable-1 4096",
-    "overflow-memcpy-32 8",
-    "overflow-memcpy-32 4096",
-    "overflow-4096 8",
-    "overflow-4096 4096",
-    "underflow-16 8",
-    "uaf-write-first 8",
-    "uaf-write-first 4096",
-    "uaf-write-middle 8",
-    "uaf-memset 8",
-    "uaf-memset 4096",
-    "uaf-write-then-malloc 8",
-    // C++.
-    "new-array-delete 8",
-    "new-array-delete 4096",
-    "new-array-delete 262144",
-    "new-delete-array 8",
-    "new-delete-array 4096",
-    "new-delete-array 262144",
-];
-
-/// Caught in secure mode (`NODALLOC_SECURE=1`; every run of 20 when measured). Not here, besides
-/// what nothing catches: overflows into a neighbour, caught only when the random carving put a
-/// free block after the damaged one (a third to two thirds of runs), and `free-plus-4096 4096`,
-/// where the address may be a live block.
-const CAUGHT_SECURE: &[&str] = &[
-    // Double frees: the allocation bitmap.
     "double-free 8",
     "double-free 4096",
     "double-free 262144",
@@ -128,11 +59,9 @@ const CAUGHT_SECURE: &[&str] = &[
     "double-free-duplicates 8",
     "double-free-duplicates 4096",
     "double-free-duplicates 262144",
-    // Invalid frees and reallocs.
     "free-interior 8",
     "free-interior 4096",
     "free-interior 262144",
-    "free-plus-4096 8",
     "free-plus-4096 262144",
     "free-minus-16 8",
     "free-minus-16 4096",
@@ -140,35 +69,167 @@ const CAUGHT_SECURE: &[&str] = &[
     "free-stack 8",
     "free-stack 4096",
     "free-stack 262144",
+    "free-global 8",
+    "free-global 4096",
+    "free-global 262144",
     "free-wild 8",
     "free-wild 4096",
     "free-wild 262144",
     "free-mmap 8",
     "free-mmap 4096",
     "free-mmap 262144",
+    "free-fake-chunk 8",
+    "free-fake-chunk 4096",
+    "free-fake-chunk 262144",
     "realloc-freed 8",
     "realloc-freed 4096",
     "realloc-freed 262144",
     "realloc-interior 8",
     "realloc-interior 4096",
     "realloc-interior 262144",
-    // Writes after free into a free block's link: the encoded links.
+    "overflow-1 4096",
+    "overflow-usable-1 8",
+    "overflow-usable-1 4096",
+    "overflow-memcpy-32 8",
+    "overflow-memcpy-32 4096",
+    "overflow-4096 8",
+    "overflow-4096 4096",
+    "underflow-16 8",
     "uaf-write-first 8",
     "uaf-write-first 4096",
+    "uaf-write-first 262144",
     "uaf-write-middle 8",
     "uaf-memset 8",
     "uaf-memset 4096",
+    "uaf-memset 262144",
     "uaf-write-then-malloc 8",
     "freelist-poison 8",
     "freelist-poison 4096",
     "freelist-poison 262144",
-    // C++.
     "new-array-delete 8",
     "new-array-delete 4096",
     "new-array-delete 262144",
     "new-delete-array 8",
     "new-delete-array 4096",
     "new-delete-array 262144",
+    "delete-wrong-size 8",
+    "delete-wrong-size 4096",
+    "delete-wrong-size 262144",
+];
+
+/// Caught in secure mode (`NODALLOC_SECURE=1`), every run of 10 when measured. Not here: a write
+/// 1 MiB past a block and a read 4 KiB past one (they land in other memory of the heap, past
+/// any canary), reads after free of a block of a class (zeroed, still readable), and underflows
+/// of a block carved first in its bag (nothing before it to check), which random carving makes
+/// occasional at 4096 bytes.
+const CAUGHT_SECURE: &[&str] = &[
+    "double-free 8",
+    "double-free 4096",
+    "double-free 262144",
+    "double-free-interleaved 8",
+    "double-free-interleaved 4096",
+    "double-free-interleaved 262144",
+    "double-free-after-100 8",
+    "double-free-after-100 4096",
+    "double-free-after-100 262144",
+    "double-free-other-thread 8",
+    "double-free-other-thread 4096",
+    "double-free-other-thread 262144",
+    "double-free-after-realloc 8",
+    "double-free-after-realloc 4096",
+    "double-free-after-realloc 262144",
+    "double-free-duplicates 8",
+    "double-free-duplicates 4096",
+    "double-free-duplicates 262144",
+    "free-interior 8",
+    "free-interior 4096",
+    "free-interior 262144",
+    "free-plus-4096 8",
+    "free-plus-4096 4096",
+    "free-plus-4096 262144",
+    "free-minus-16 8",
+    "free-minus-16 4096",
+    "free-minus-16 262144",
+    "free-stack 8",
+    "free-stack 4096",
+    "free-stack 262144",
+    "free-global 8",
+    "free-global 4096",
+    "free-global 262144",
+    "free-wild 8",
+    "free-wild 4096",
+    "free-wild 262144",
+    "free-mmap 8",
+    "free-mmap 4096",
+    "free-mmap 262144",
+    "free-fake-chunk 8",
+    "free-fake-chunk 4096",
+    "free-fake-chunk 262144",
+    "realloc-freed 8",
+    "realloc-freed 4096",
+    "realloc-freed 262144",
+    "realloc-interior 8",
+    "realloc-interior 4096",
+    "realloc-interior 262144",
+    "overflow-1 8",
+    "overflow-1 4096",
+    "overflow-1 262144",
+    "overflow-usable-1 8",
+    "overflow-usable-1 4096",
+    "overflow-usable-1 262144",
+    "overflow-memcpy-32 8",
+    "overflow-memcpy-32 4096",
+    "overflow-memcpy-32 262144",
+    "overflow-4096 8",
+    "overflow-4096 4096",
+    "overflow-4096 262144",
+    "overflow-after-shrink 8",
+    "overflow-after-shrink 4096",
+    "overflow-after-shrink 262144",
+    "underflow-1 8",
+    "underflow-1 262144",
+    "underflow-16 8",
+    "underflow-16 262144",
+    "uaf-write-first 8",
+    "uaf-write-first 4096",
+    "uaf-write-first 262144",
+    "uaf-write-middle 8",
+    "uaf-write-middle 4096",
+    "uaf-write-middle 262144",
+    "uaf-memset 8",
+    "uaf-memset 4096",
+    "uaf-memset 262144",
+    "uaf-read 262144",
+    "uaf-write-then-malloc 8",
+    "uaf-write-then-malloc 4096",
+    "uaf-write-then-malloc 262144",
+    "freelist-poison 8",
+    "freelist-poison 4096",
+    "freelist-poison 262144",
+    "zero-write 8",
+    "zero-write 4096",
+    "zero-write 262144",
+    "zero-read 8",
+    "zero-read 4096",
+    "zero-read 262144",
+    "reuse-immediate 8",
+    "reuse-immediate 4096",
+    "reuse-immediate 262144",
+    "new-array-delete 8",
+    "new-array-delete 4096",
+    "new-array-delete 262144",
+    "new-delete-array 8",
+    "new-delete-array 4096",
+    "new-delete-array 262144",
+    "delete-wrong-size 8",
+    "delete-wrong-size 4096",
+    "delete-wrong-size 262144",
+    "malloc-delete 8",
+    "malloc-delete 4096",
+    "malloc-delete 262144",
+    "new-free 8",
+    "new-free 4096",
+    "new-free 262144",
 ];
 
 #[derive(Clone, Copy, Debug)]
@@ -272,6 +333,10 @@ impl Outcome {
     fn failure(&self) -> Option<String> {
         if !self.caught() {
             return Some("not caught".to_string());
+        }
+        if self.finished.succeeded() {
+            // A case whose harm is an outcome, which nodalloc avoided.
+            return None;
         }
         let announced = self.announced();
         let Some(pointer) = announced.first() else {

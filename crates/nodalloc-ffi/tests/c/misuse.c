@@ -110,14 +110,13 @@ int main(int argc, char **argv) {
         free((void *)opaque_size(address));
     } else if (strcmp(mode, "poison") == 0) {
         /* A freed block's first word (its free-list link) overwritten with the address of a
-         * global, then malloc of its size twice: the second would hand out the global. The
-         * pointer announced is the global's, which the report names. */
+         * global, then malloc of its size twice: the second would hand out the global. */
         static char target[64];
         char *block = malloc(opaque_size(48));
         CHECK(block != NULL, "malloc(48) failed");
         uintptr_t address = (uintptr_t)block;
+        announce(block);
         free(block);
-        announce(target);
         *(volatile uintptr_t *)opaque_size(address) = (uintptr_t)opaque_pointer(target);
         char *first = malloc(opaque_size(48));
         char *second = malloc(opaque_size(48));

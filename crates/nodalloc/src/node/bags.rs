@@ -360,6 +360,11 @@ impl NodeHeaps {
             let partial = unsafe { &mut *class_heap.partial.get() };
             // SAFETY: chains given to us are linked through first words of free objects.
             let next = unsafe { self.arena.read_link(object, Expect::Class(class)) };
+            if !next.is_null() && self.arena.origin_of(next as usize) != Some(node.index()) {
+                // Every object of the chain is of this node: this link was overwritten.
+                drop(guard);
+                report_damaged_link(object, next);
+            }
             // SAFETY: the class lock is held and the tag says `bag` is a bag of this class (of
             // this partition, checked above).
             unsafe {

@@ -315,6 +315,20 @@ impl NodeHeaps {
     }
 }
 
+/// Aborts naming a freed block whose link (its first word) leads nowhere a free list can: a
+/// write after free, or an overflow from the block before it.
+#[cold]
+#[inline(never)]
+pub(crate) fn report_damaged_link(block: *mut u8, link: *mut u8) -> ! {
+    os::fatal(|w| {
+        w.str("corrupted free list: freed block ")
+            .hex(block as usize)
+            .str(" held ")
+            .hex(link as usize)
+            .str(" as its link, no object of the heap (written after free, or overflowed into)");
+    })
+}
+
 /// Aborts with a message naming the pointer: continuing would corrupt the heap.
 #[cold]
 pub fn report(object: *mut u8, misuse: Misuse) -> ! {

@@ -44,7 +44,9 @@ pub(crate) struct FreeList {
     rest: u16,
     limit: u16,
     /// Secure mode: the list's head (links encoded), while `head` stays null for the fast path.
-    pub(super) secure_head: *mut u8,
+    /// Otherwise: the object the list handed out last, so that a link found outside the heap
+    /// at the next pop names the freed block that held it (see `ThreadHeap::alloc_cached`).
+    pub(super) aux: *mut u8,
 }
 
 /// The most objects a thread may keep of a cached class once its limit has grown: sixteen
@@ -76,7 +78,7 @@ impl FreeList {
         limit: 0,
         allocs: 0,
         frees: 0,
-        secure_head: null_mut(),
+        aux: null_mut(),
     };
 
     /// Sets the class's constants and its base limit (at attach; the list keeps its objects,
@@ -154,7 +156,7 @@ impl FreeList {
         if self.count == 0 {
             self.tail = object;
         }
-        self.secure_head = object;
+        self.aux = object;
         self.booked_push()
     }
 
@@ -174,7 +176,7 @@ impl FreeList {
         read_link: impl FnOnce(*mut u8) -> *mut u8,
         write_link: impl FnOnce(*mut u8, *mut u8),
     ) -> Option<Batch> {
-        let head = if secure { self.secure_head } else { self.head };
+        let head = if secure { self.aux } else { self.head };
         if self.mark == u32::from(self.rest) {
             // Unarmed. At `behind + 1` the head has exactly `behind` objects behind it; past
             // that (a refill larger than `behind`) no object does, so the limit keeps the head.
@@ -207,11 +209,11 @@ impl FreeList {
         Some(batch)
     }
 
-    /// Installs a refill as the whole (empty) list: in `head`, or `secure_head` in secure mode.
+    /// Installs a refill as the whole (empty) list: in `head`, or `aux` (the head) in secure mode.
     pub(super) fn install(&mut self, batch: Batch, secure: bool) {
-        debug_assert!(self.head.is_null() && self.secure_head.is_null() && self.count == 0);
+        debug_assert!(self.head.is_null() && (!secure || self.aux.is_null()) && self.count == 0);
         if secure {
-            self.secure_head = batch.head;
+            self.aux = batch.head;
         } else {
             self.head = batch.head;
         }
@@ -235,15 +237,15 @@ impl FreeList {
     }
 
     /// Empties the list (unarmed, as after a refill of nothing) and returns what it held:
-    /// the `secure_head` chain in secure mode, else the `head` chain.
+    /// the `aux` chain in secure mode, else the `head` chain.
     pub(super) fn take_all(&mut self, secure: bool) -> Batch {
         let batch = Batch {
-            head: if secure { self.secure_head } else { self.head },
+            head: if secure { self.aux } else { self.head },
             tail: self.tail,
             count: self.count as usize,
         };
         self.head = null_mut();
-        self.secure_head = null_mut();
+        self.aux = null_mut();
         self.tail = null_mut();
         self.nth = null_mut();
         self.count = 0;

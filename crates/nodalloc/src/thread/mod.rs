@@ -12,7 +12,7 @@
 //!
 //! **Secure mode** keeps the fast paths out of play rather than slowing them: the list heads they
 //! read stay null and the home view never matches, so every call reaches a slow path, which
-//! keeps the objects in `secure_head` lists whose links are encoded and checked, marks each
+//! keeps the objects in chains (the lists' `aux`) whose links are encoded and checked, marks each
 //! object in the allocation bitmap when it is handed out, and refuses a free whose bit is clear
 //! (a double free). With secure mode off, nothing on a fast path changes.
 //!
@@ -70,11 +70,12 @@ pub struct ThreadHeap {
     secure: bool,
     node: NodeId,
     heaps: *const NodeHeaps,
-    /// The arena's range, `(p - arena_base) < arena_bytes` (empty until attached): every object
-    /// a list holds lies there, so a pop finding its list's head outside it has found a link
-    /// overwritten after free, and refuses to hand it out.
+    /// The arena's range, `(p - arena_base) < 8 * arena_words` (empty until attached), and every
+    /// object is 8-aligned: a pop finding its list's head outside the range or misaligned has
+    /// found a link overwritten after free (or by an overflow), and refuses to hand it out.
+    /// Both in one compare: `(p - arena_base).rotate_right(3) < arena_words`.
     arena_base: usize,
-    arena_bytes: usize,
+    arena_words: usize,
     lists: [FreeList; NUM_CLASSES],
     /// Per class, the cuts since its last refill, up to `adapt::CUTS_TO_SHRINK`.
     cuts: [u8; NUM_CLASSES],
@@ -128,12 +129,8 @@ pub struct ThreadHeap {
 /// stack frame).
 #[cold]
 #[inline(never)]
-pub(crate) fn corrupted_list(head: *mut u8) -> ! {
-    crate::os::fatal(|w| {
-        w.str("corrupted free list: it leads to ")
-            .hex(head as usize)
-            .str(", outside the heap (a freed block's first word was overwritten)");
-    })
+pub(crate) fn corrupted_list(block: *mut u8, head: *mut u8) -> ! {
+    crate::node::report_damaged_link(block, head)
 }
 
 impl ThreadHeap {
@@ -149,7 +146,7 @@ impl ThreadHeap {
             node: NodeId(0),
             heaps: core::ptr::null(),
             arena_base: 0,
-            arena_bytes: 0,
+            arena_words: 0,
             lists: [FreeList::EMPTY; NUM_CLASSES],
             cuts: [0; NUM_CLASSES],
             grown_bytes: 0,
@@ -195,7 +192,8 @@ impl ThreadHeap {
     /// Attaches the heap to an allocator instance, homed on `node`.
     pub(crate) fn attach(&mut self, heaps: &'static NodeHeaps, node: NodeId) {
         self.heaps = heaps;
-        (self.arena_base, self.arena_bytes) = heaps.arena.range();
+        let (base, bytes) = heaps.arena.range();
+        (self.arena_base, self.arena_words) = (base, bytes >> 3);
         self.node = node;
         self.home = heaps.home_view(node);
         self.secure = heaps.is_secure();
@@ -241,12 +239,12 @@ impl ThreadHeap {
     /// Pops a cached object, or null when the list is empty (then call [`Self::alloc_slow`]).
     #[inline(always)]
     pub fn alloc_cached(&mut self, class: SizeClass) -> *mut u8 {
-        let (base, bytes) = (self.arena_base, self.arena_bytes);
+        let (base, words) = (self.arena_base, self.arena_words);
         let list = self.list(class);
         let object = list.head;
         // One compare for both an empty list (null is outside the arena) and a head that is no
-        // object of the arena.
-        if (object as usize).wrapping_sub(base) >= bytes {
+        // object of the arena (outside it, or not 8-aligned).
+        if (object as usize).wrapping_sub(base).rotate_right(3) >= words {
             return null_mut();
         }
         // SAFETY: the list's head, an object of the arena (checked above).
@@ -263,6 +261,7 @@ impl ThreadHeap {
         let object = list.head;
         // SAFETY: cached objects are free, ours, and linked through their first word.
         list.head = unsafe { next_of(object) };
+        list.aux = object;
         list.popped();
         object
     }
@@ -279,8 +278,8 @@ impl ThreadHeap {
         // NUM_CLASSES (its invariant), the array's length.
         let head = unsafe { (*heap).lists.get_unchecked(class.index()).head };
         // SAFETY: as above (the detached heap's range is empty: null, as its lists hold).
-        let (base, bytes) = unsafe { ((*heap).arena_base, (*heap).arena_bytes) };
-        if (head as usize).wrapping_sub(base) >= bytes {
+        let (base, words) = unsafe { ((*heap).arena_base, (*heap).arena_words) };
+        if (head as usize).wrapping_sub(base).rotate_right(3) >= words {
             return null_mut();
         }
         // SAFETY: a detached heap's lists are empty, so this is the thread's own heap, and its

@@ -306,9 +306,9 @@ impl ThreadHeap {
         }
         let list = self.partition_list(index);
         let object = if secure {
-            let object = list.secure_head;
+            let object = list.aux;
             // SAFETY: cached objects are free, ours, and linked through their first word.
-            list.secure_head = unsafe { heaps.read_link(object, class) };
+            list.aux = unsafe { heaps.read_link(object, class) };
             object
         } else {
             let object = list.head;
@@ -385,7 +385,7 @@ impl ThreadHeap {
         let list = self.partition_list(index);
         let full = if secure {
             // SAFETY: the object is ours now and at least 8 bytes (every class is).
-            unsafe { heaps.write_link(object, list.secure_head) };
+            unsafe { heaps.write_link(object, list.aux) };
             list.push_secure(object)
         } else {
             // SAFETY: as above.

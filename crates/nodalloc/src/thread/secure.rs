@@ -11,13 +11,13 @@ impl ThreadHeap {
     /// Secure mode's allocation: pops the class's encoded list (refilling it first when empty),
     /// checking the link, and marks the object as the program's.
     pub(super) fn secure_alloc(&mut self, heaps: &'static NodeHeaps, class: SizeClass) -> *mut u8 {
-        if self.lists[class.index()].secure_head.is_null() && !self.refill(heaps, class) {
+        if self.lists[class.index()].aux.is_null() && !self.refill(heaps, class) {
             return null_mut();
         }
         let list = &mut self.lists[class.index()];
-        let object = list.secure_head;
+        let object = list.aux;
         // SAFETY: cached objects are free, ours, and linked through their first word.
-        list.secure_head = unsafe { heaps.read_link(object, class) };
+        list.aux = unsafe { heaps.read_link(object, class) };
         list.popped();
         heaps.note_allocated(object);
         object
@@ -45,7 +45,7 @@ impl ThreadHeap {
         }
         let list = &mut self.lists[class.index()];
         // SAFETY: the object is ours now and at least 8 bytes (every class is).
-        unsafe { heaps.write_link(object, list.secure_head) };
+        unsafe { heaps.write_link(object, list.aux) };
         if list.push_secure(object) {
             self.free_mark(class);
         }

@@ -56,10 +56,11 @@ impl ThreadHeap {
     #[cold]
     #[inline(never)]
     fn alloc_refill(&mut self, class: SizeClass) -> *mut u8 {
-        let head = self.lists[class.index()].head;
-        if !head.is_null() {
-            // The pop refused a head outside the arena.
-            super::corrupted_list(head);
+        let list = &self.lists[class.index()];
+        if !list.head.is_null() {
+            // The pop refused a head outside the arena: the link of the block it handed out
+            // last.
+            super::corrupted_list(list.aux, list.head);
         }
         if self.state == HeapState::Fresh && !self.run_attach_hook() {
             return null_mut();
