@@ -83,12 +83,13 @@ fn live(heap: *mut ThreadHeap) -> Option<&'static mut ThreadHeap> {
 #[cold]
 #[inline(never)]
 fn heap_or_create() -> Option<&'static mut ThreadHeap> {
-    heap_or_create_with(false)
+    heap_or_create_with(raw::BindBase::Current)
 }
 
-/// As [`heap_or_create`]; `inherited_binding` says the thread's mask is known to be the one
-/// nodalloc set on its creator, so binding may start from the process's start-up mask.
-fn heap_or_create_with(inherited_binding: bool) -> Option<&'static mut ThreadHeap> {
+/// As [`heap_or_create`]; `base` says what the thread's binding starts from: the process's
+/// start-up mask when its mask is known to be the one nodalloc set on its creator, none when
+/// the program chose it.
+fn heap_or_create_with(base: raw::BindBase) -> Option<&'static mut ThreadHeap> {
     if let Some(heap) = heap() {
         return Some(heap);
     }
@@ -97,7 +98,7 @@ fn heap_or_create_with(inherited_binding: bool) -> Option<&'static mut ThreadHea
     }
     foreign::remember_startup_mappings();
     let heap = raw::take_heap()?;
-    heap.bind_from_process_mask(inherited_binding);
+    heap.set_bind_base(base);
     // Attaching may re-enter malloc (binding, the first instance creation registering hooks);
     // those nested calls run without a heap, on the detached path.
     heap.run_attach_hook();
@@ -317,6 +318,7 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
 #[inline(never)]
 unsafe extern "C" fn free_slow(ptr: *mut u8) {
     if let Some(heap) = heap() {
+        heap.check_moved();
         if let Some((class, part)) = heap.partition_class_of(ptr) {
             // SAFETY: a small block of this heap's node, which the caller gives up.
             return unsafe { screen::free_partitioned(heap, ptr, class, part) };

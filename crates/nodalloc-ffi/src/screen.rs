@@ -29,9 +29,15 @@ pub(crate) fn clear_mark(p: *mut u8) {
 #[inline(always)]
 pub(crate) unsafe fn free_home(heap: *mut ThreadHeap, ptr: *mut u8) -> bool {
     // SAFETY: either heap may be read (contract above).
-    let Some(class) = (unsafe { &*heap }).home_class_of(ptr) else {
+    // SAFETY: as above.
+    let view = unsafe { &*heap };
+    let Some(class) = view.home_class_of(ptr) else {
         return false;
     };
+    // The thread moved to another CPU: the slow path re-homes the heap first if need be.
+    if view.moved() {
+        return false;
+    }
     // SAFETY: the block matched the heap's home region, so the heap is the thread's own (the
     // detached heap matches nothing); a small block of this node at an object boundary, given
     // up by the caller.

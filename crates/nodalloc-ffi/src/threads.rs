@@ -7,7 +7,7 @@
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
-use nodalloc_core::raw::{self, CpuSet};
+use nodalloc_core::raw::{self, BindBase, CpuSet};
 
 type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
 type PthreadCreate = unsafe extern "C" fn(
@@ -22,35 +22,40 @@ static REAL: AtomicUsize = AtomicUsize::new(0);
 struct Start {
     routine: StartRoutine,
     argument: *mut c_void,
-    /// The new thread inherits a mask nodalloc set on its creator (not one the program set).
-    inherited_binding: bool,
+    /// What the new thread's binding starts from (see [`binding_base`]).
+    base: BindBase,
 }
 
-/// True when a thread created now with `attributes` inherits exactly the mask nodalloc gave the
-/// calling thread: the caller still has that mask, and the attributes carry no affinity of
-/// their own (glibc reports "none" as every bit set).
-fn inherits_nodalloc_mask(attributes: *const libc::pthread_attr_t) -> bool {
+/// What the binding of a thread created now with `attributes` starts from: none
+/// ([`BindBase::Kept`]) when the attributes carry an affinity of their own (the program chose
+/// the thread's mask; glibc reports "none" as every bit set); the process's start-up mask when
+/// the thread inherits exactly the mask nodalloc gave the calling thread (the caller still has
+/// it); else the mask the thread starts with.
+fn binding_base(attributes: *const libc::pthread_attr_t) -> BindBase {
+    if !attributes.is_null() {
+        let mut requested = [0u8; core::mem::size_of::<CpuSet>()];
+        // SAFETY: `attributes` is the caller's initialised attribute object; glibc writes at
+        // most `requested.len()` bytes.
+        let result = unsafe {
+            libc::pthread_attr_getaffinity_np(
+                attributes,
+                requested.len(),
+                requested.as_mut_ptr() as *mut libc::cpu_set_t,
+            )
+        };
+        if result != 0 || !requested.iter().all(|&byte| byte == 0xff) {
+            return BindBase::Kept;
+        }
+    }
     let Some(mask) = crate::heap().and_then(|heap| heap.bound_mask().copied()) else {
-        return false;
+        return BindBase::Current;
     };
     let mut current = CpuSet::new();
-    if !nodalloc_core::raw::thread_affinity(&mut current) || current != mask {
-        return false;
+    if nodalloc_core::raw::thread_affinity(&mut current) && current == mask {
+        BindBase::Process
+    } else {
+        BindBase::Current
     }
-    if attributes.is_null() {
-        return true;
-    }
-    let mut requested = [0u8; core::mem::size_of::<CpuSet>()];
-    // SAFETY: `attributes` is the caller's initialised attribute object; glibc writes at most
-    // `requested.len()` bytes.
-    let result = unsafe {
-        libc::pthread_attr_getaffinity_np(
-            attributes,
-            requested.len(),
-            requested.as_mut_ptr() as *mut libc::cpu_set_t,
-        )
-    };
-    result == 0 && requested.iter().all(|&byte| byte == 0xff)
 }
 
 fn real_pthread_create() -> Option<PthreadCreate> {
@@ -72,11 +77,12 @@ extern "C" fn trampoline(start: *mut c_void) -> *mut c_void {
     let Start {
         routine,
         argument,
-        inherited_binding,
+        base,
     } = unsafe { (start as *mut Start).read() };
+    // The heap first: the free below would otherwise create it, binding from the wrong base.
+    crate::heap_or_create_with(base);
     // SAFETY: the block came from our malloc and is no longer used.
     unsafe { crate::free(start) };
-    crate::heap_or_create_with(inherited_binding);
     routine(argument)
 }
 
@@ -103,13 +109,13 @@ pub unsafe extern "C" fn pthread_create(
         // SAFETY: forwarded arguments.
         return unsafe { real(thread, attributes, routine, argument) };
     }
-    let inherited_binding = inherits_nodalloc_mask(attributes);
+    let base = binding_base(attributes);
     // SAFETY: `start` holds room for one Start.
     unsafe {
         start.write(Start {
             routine,
             argument,
-            inherited_binding,
+            base,
         })
     };
     // SAFETY: forwarded arguments; the trampoline takes ownership of `start`.

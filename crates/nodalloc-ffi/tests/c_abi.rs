@@ -200,6 +200,20 @@ fn malloc_on_node_reaches_every_simulated_node() {
     }
 }
 
+#[test]
+fn a_thread_mask_the_program_chose_is_kept_and_others_are_bound() {
+    for mode in MODES {
+        let mut affinity = command("affinity", mode);
+        affinity.env("NODALLOC_SIMULATE_NODES", "2");
+        let finished = run_passing("affinity", mode, &mut affinity);
+        assert!(
+            finished.stdout.contains("ok affinity") || finished.stdout.contains("skip:"),
+            "affinity ({mode:?}): {}",
+            finished.describe()
+        );
+    }
+}
+
 /// Seeds that once failed (none yet) are kept here and replayed on every run, beside a few
 /// fresh ones; `scripts/fuzz.sh` runs random seeds for as long as it is given.
 const FUZZ_REGRESSION_SEEDS: &[u64] = &[];

@@ -69,6 +69,9 @@ pub enum BindBase {
     /// that nodalloc itself set on its creator (the C library's `pthread_create` wrapper checks
     /// that fact), so restoring the wider mask undoes nodalloc's own narrowing, not the user's.
     Process,
+    /// None: the program chose this thread's affinity itself (its creation attributes carry
+    /// one), and nodalloc leaves it exactly as it is; the heap homes on the node it runs on.
+    Kept,
 }
 
 /// The outcome of binding: the home node, and the mask nodalloc set (if it set one).
@@ -95,7 +98,11 @@ pub fn bind_current_thread(
             .map(|cpu| topology.node_of_cpu(cpu))
             .unwrap_or(0)
     };
-    if topology.node_count() < 2 || options.bind == BindPolicy::None || is_main_thread() {
+    if topology.node_count() < 2
+        || options.bind == BindPolicy::None
+        || base == BindBase::Kept
+        || is_main_thread()
+    {
         return Binding {
             node: here(),
             mask: None,
@@ -110,8 +117,8 @@ pub fn bind_current_thread(
         };
     }
     let base = match base {
-        BindBase::Current => current,
         BindBase::Process => *topology.process_cpus(),
+        BindBase::Current | BindBase::Kept => current,
     };
     let target = topology.node(node).cpus.intersection(&base);
     if target.is_empty() || (target != current && set_thread_affinity(&target).is_err()) {

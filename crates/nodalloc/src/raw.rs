@@ -9,6 +9,7 @@ use crate::instance::{self, Instance};
 use crate::size_class::class_of;
 use core::ptr::null_mut;
 
+pub use crate::bind::BindBase;
 pub use crate::instance::background::PthreadCreate;
 pub use crate::instance::Pointer;
 pub use crate::node::Misuse as PointerMisuse;

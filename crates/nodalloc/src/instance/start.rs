@@ -2,7 +2,7 @@
 //! report, and the attach hook that binds each thread and homes its heap.
 
 use super::{INSTANCE, STATS_FD, THREADS_LIVE};
-use crate::bind::{self, BindBase};
+use crate::bind;
 use crate::ds::spinlock::SpinLock;
 use crate::node::{ArenaConfig, DecommitPolicy, NodeHeaps, NodeId};
 use crate::os;
@@ -116,12 +116,7 @@ pub(crate) fn attach_current_thread(heap: &mut ThreadHeap) -> bool {
     };
     let heaps = instance.heaps;
     let index = THREADS_STARTED.fetch_add(1, Ordering::Relaxed);
-    let base = if heap.binds_from_process_mask() {
-        BindBase::Process
-    } else {
-        BindBase::Current
-    };
-    let binding = bind::bind_current_thread(heaps.topology(), options, index, base);
+    let binding = bind::bind_current_thread(heaps.topology(), options, index, heap.bind_base());
     heap.attach(heaps, NodeId(binding.node));
     // On several nodes the home follows the thread: a thread that runs outside its home node
     // (never bound, or re-pinned by the program) re-homes on its next slow path.

@@ -37,6 +37,7 @@ mod partition_tests;
 #[cfg(test)]
 mod tests;
 
+use crate::bind::BindBase;
 use crate::ds::{next_of, set_next};
 use crate::node::{HomeView, Misuse, NodeHeaps, NodeId, Partition, PartitionView};
 use crate::os::cpuset::CpuSet;
@@ -89,9 +90,10 @@ pub struct ThreadHeap {
     parked_class: SizeClass,
     /// Monotonic ns of the next upkeep pass (idle classes flushed, node upkeep); see `upkeep`.
     next_upkeep: u64,
-    /// Input to the attach hook: bind from the process's start-up mask rather than the thread's
-    /// current one (set only when the thread is known to have inherited nodalloc's own mask).
-    bind_from_process_mask: bool,
+    /// Input to the attach hook: what the thread's binding starts from (its current mask, the
+    /// process's start-up mask when the thread is known to have inherited nodalloc's own, or
+    /// none when the program chose the thread's mask).
+    bind_base: BindBase,
     /// The affinity nodalloc set on this thread, if it set one (output of the attach hook).
     bound_mask: Option<CpuSet>,
     /// Taken from the pool of a face that keeps its own thread-local pointer (the C library);
@@ -102,6 +104,15 @@ pub struct ThreadHeap {
     /// Several nodes: slow paths sample the CPU and the heap re-homes when the thread runs on
     /// another node (unbound and moved by the scheduler, or re-pinned by the program).
     follow_cpu: bool,
+    /// With `follow_cpu`, where glibc registered an rseq area: the word in which the kernel
+    /// keeps the thread's current CPU, and the CPU seen there when the heap last looked. A free
+    /// fast path that finds another CPU there takes the slow path, which re-homes the heap if
+    /// that CPU is on another node: a thread moved (by the scheduler, `taskset`, or itself)
+    /// stops caching its old node's objects at its next free, and returns those it cached.
+    /// Otherwise a word that never changes ([`NO_CPU`]). Set when attached (null before, when
+    /// the fast paths never get this far).
+    cpu_word: *const u32,
+    cpu_seen: u32,
     /// Called on the first slow path of a fresh heap to attach it (the instance binds the
     /// thread and homes the heap); returns false when no heap can be had.
     attach_hook: Option<fn(&mut ThreadHeap) -> bool>,
@@ -122,6 +133,9 @@ pub struct ThreadHeap {
     /// exhausted): what the heap gives back is sorted by origin until its next flush.
     foreign: bool,
 }
+
+/// The CPU word of a heap that does not follow its thread's CPU: it never changes.
+static NO_CPU: u32 = 0;
 
 /// Reports a list whose head [`ThreadHeap::alloc_cached`] refused: not null (then the list is
 /// empty) but outside the arena, a link some write after free replaced. The pops return null
@@ -155,11 +169,13 @@ impl ThreadHeap {
             parked: null_mut(),
             parked_class: SizeClass(0),
             next_upkeep: 0,
-            bind_from_process_mask: false,
+            bind_base: BindBase::Current,
             bound_mask: None,
             pooled: false,
             pool_next: null_mut(),
             follow_cpu: false,
+            cpu_word: core::ptr::null(),
+            cpu_seen: 0,
             partitions: 0,
             call_site: 0,
             scope: 0,
@@ -192,6 +208,8 @@ impl ThreadHeap {
     /// Attaches the heap to an allocator instance, homed on `node`.
     pub(crate) fn attach(&mut self, heaps: &'static NodeHeaps, node: NodeId) {
         self.heaps = heaps;
+        self.cpu_word = &NO_CPU;
+        self.cpu_seen = 0;
         let (base, bytes) = heaps.arena.range();
         (self.arena_base, self.arena_words) = (base, bytes >> 3);
         self.node = node;
@@ -296,12 +314,49 @@ impl ThreadHeap {
     pub unsafe fn free(&mut self, object: *mut u8, class: SizeClass) {
         if (object as usize).wrapping_sub(self.home.region_base) >> UNIT_SHIFT
             >= self.home.region_units
+            || self.moved()
         {
             // SAFETY: forwarded contract.
             return unsafe { self.free_slow(object, class) };
         }
         // SAFETY: forwarded contract.
         unsafe { self.free_local(object, class) }
+    }
+
+    /// True when the thread runs on another CPU than the heap last saw (see `cpu_word`): then
+    /// a free must take the slow path, whose [`Self::follow_move`] re-homes the heap if need
+    /// be. Only for an attached heap (whose home matched the object).
+    #[inline(always)]
+    pub fn moved(&self) -> bool {
+        // SAFETY: an attached heap's word is the thread's rseq `cpu_id` (live while the thread
+        // runs, which it does: this is its heap) or NO_CPU; volatile, as the kernel writes it.
+        unsafe { self.cpu_word.read_volatile() != self.cpu_seen }
+    }
+
+    /// After [`Self::moved`]: notes the CPU and re-homes the heap if the thread's node changed.
+    #[cold]
+    #[inline(never)]
+    pub fn follow_move(&mut self) {
+        // SAFETY: as in `moved`.
+        self.cpu_seen = unsafe { self.cpu_word.read_volatile() };
+        self.check_home();
+    }
+
+    /// For a slow path: [`Self::follow_move`] if the heap is attached and its thread moved.
+    pub fn check_moved(&mut self) {
+        if self.state == HeapState::Active && self.moved() {
+            self.follow_move();
+        }
+    }
+
+    /// Points `cpu_word` at the calling thread's rseq CPU when the heap follows its CPU.
+    pub(super) fn watch_cpu(&mut self) {
+        self.cpu_word = match crate::os::rseq::cpu_id_word() {
+            Some(word) if self.follow_cpu => word,
+            _ => &NO_CPU,
+        };
+        // SAFETY: as in `moved`.
+        self.cpu_seen = unsafe { self.cpu_word.read_volatile() };
     }
 
     /// The class of `object` if it is a small object of this thread's node at an object
@@ -331,10 +386,13 @@ impl ThreadHeap {
     }
 
     /// True when a small object of `origin` freed now would go to one of this heap's partition
-    /// lists (attached, partitions on, homed on `origin`): the C face screens it for a double
-    /// free first, as it does for [`Self::caches_node`].
+    /// lists (attached, not secure, partitions on, homed on `origin`): the C face screens it
+    /// for a double free first, as it does for [`Self::caches_node`].
     pub fn partitions_node(&self, origin: NodeId) -> bool {
-        self.state == HeapState::Active && self.partitions != 0 && origin == self.node
+        self.state == HeapState::Active
+            && !self.secure
+            && self.partitions != 0
+            && origin == self.node
     }
 
     /// Pushes an object of this thread's node onto its class's list.
@@ -403,14 +461,13 @@ impl ThreadHeap {
         self.lists[class.index()].len()
     }
 
-    /// Asks the attach hook to bind from the process's start-up mask: the thread is known to
-    /// have inherited the mask nodalloc set on its creator.
-    pub fn bind_from_process_mask(&mut self, yes: bool) {
-        self.bind_from_process_mask = yes;
+    /// Tells the attach hook what the thread's binding starts from (see [`BindBase`]).
+    pub fn set_bind_base(&mut self, base: BindBase) {
+        self.bind_base = base;
     }
 
-    pub(crate) fn binds_from_process_mask(&self) -> bool {
-        self.bind_from_process_mask
+    pub(crate) fn bind_base(&self) -> BindBase {
+        self.bind_base
     }
 
     /// The affinity nodalloc set on this thread when it bound it, if it did.
@@ -422,6 +479,7 @@ impl ThreadHeap {
     pub(crate) fn set_binding(&mut self, mask: Option<CpuSet>, follow_cpu: bool) {
         self.bound_mask = mask;
         self.follow_cpu = follow_cpu;
+        self.watch_cpu();
     }
 
     /// True for a heap of a face's pool (retired by that face).

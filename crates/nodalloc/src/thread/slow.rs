@@ -224,6 +224,7 @@ impl ThreadHeap {
     #[cold]
     #[inline(never)]
     pub unsafe fn free_slow(&mut self, object: *mut u8, class: SizeClass) {
+        self.check_moved();
         if let Some((found, part)) = self.partition_class_of(object) {
             if found == class {
                 // SAFETY: forwarded contract; a small object of this heap's node.

@@ -682,3 +682,60 @@ fn a_freed_object_is_found_in_the_cache_the_ring_and_its_bag_and_an_uncarved_one
     // SAFETY: allocated above and never freed.
     unsafe { other.free(b, big) };
 }
+
+/// The origin rule across a move: a thread re-pinned to another node's CPU frees objects of its
+/// old node and allocates again. Its first free notices the new CPU (the rseq word, or at the
+/// latest a slow path) and re-homes the heap, so none of the freed objects comes back to it.
+#[test]
+fn a_thread_moved_to_another_node_gets_none_of_its_old_nodes_objects_back() {
+    use crate::os::cpuset::CpuSet;
+    let heaps = heaps(2);
+    let topology = &heaps.arena.topology;
+    let cpus: Vec<usize> = topology.process_cpus().iter().collect();
+    let Some((&from, &to)) = cpus.iter().find_map(|a| {
+        cpus.iter()
+            .find(|b| topology.node_of_cpu(**b) != topology.node_of_cpu(*a))
+            .map(|b| (a, b))
+    }) else {
+        return; // One CPU: nowhere to move.
+    };
+    let pin = |cpu: usize| {
+        let mut set = CpuSet::new();
+        set.insert(cpu);
+        crate::os::set_thread_affinity(&set).unwrap();
+    };
+    pin(from);
+    let old = NodeId(topology.node_of_cpu(from));
+    let mut heap = attached(heaps, old);
+    heap.set_binding(None, true);
+    heap.next_upkeep = u64::MAX;
+    let class = class_of(64, 8).unwrap();
+    let objects: Vec<*mut u8> = (0..2000).map(|_| allocate(&mut heap, class)).collect();
+    pin(to);
+    for &object in &objects {
+        // SAFETY: each object is live, of `class`, and freed once.
+        unsafe { heap.free(object, class) };
+    }
+    assert_eq!(
+        heap.node(),
+        NodeId(topology.node_of_cpu(to)),
+        "the heap did not follow"
+    );
+    let again: Vec<*mut u8> = (0..2000).map(|_| allocate(&mut heap, class)).collect();
+    let reused = again.iter().filter(|p| objects.contains(p)).count();
+    let foreign = again
+        .iter()
+        .filter(|p| heaps.arena.origin_of(**p as usize) == Some(old.index()))
+        .count();
+    assert_eq!(
+        (reused, foreign),
+        (0, 0),
+        "objects of the old node came back"
+    );
+    for &object in &again {
+        // SAFETY: allocated above, freed once.
+        unsafe { heap.free(object, class) };
+    }
+    heap.flush();
+    crate::os::set_thread_affinity(topology.process_cpus()).unwrap();
+}

@@ -60,6 +60,7 @@ impl ThreadHeap {
             self.flush();
             self.attach(heaps, node);
             self.bound_mask = None;
+            self.watch_cpu();
         }
     }
 
