@@ -592,14 +592,35 @@ static void sysinfo(void) {
 
 /* ---------------------------------------------------------------- the table, and main */
 
-/* One line per test this machine can run whose name contains `filter`, in run order: the
+/* True when `name` contains one of the comma-separated words of `filter` ("" matches all). */
+static int filter_matches(const char *name, const char *filter) {
+    if (!*filter)
+        return 1;
+    for (const char *word = filter; *word;) {
+        size_t length = strcspn(word, ",");
+        char part[128];
+        if (length > 0 && length < sizeof part) {
+            memcpy(part, word, length);
+            part[length] = 0;
+            if (strstr(name, part))
+                return 1;
+        }
+        word += length;
+        if (*word == ',')
+            word++;
+    }
+    return 0;
+}
+
+/* One line per test this machine can run whose name contains `filter` (or one of its
+ * comma-separated words), in run order: the
  * name, who runs it ("all", or "nodalloc" when /init leaves the peers out) and the
  * environment /init adds. A test that needs two nodes with CPUs is listed anyway: without them
  * it must fail, not vanish from the plan. */
 static void list_tests(const char *filter) {
     for (int i = 0; i < test_count; i++) {
         const struct test *t = &tests[i];
-        if (!t->run || !strstr(t->name, filter) ||
+        if (!t->run || !filter_matches(t->name, filter) ||
             ((t->needs & NEEDS_CPULESS_NODE) && cpuless_node() < 0))
             continue;
         out("%s %s%s%s\n", t->name, t->peers == PEERS_MEASURED ? "all" : "nodalloc",

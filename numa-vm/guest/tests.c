@@ -72,12 +72,43 @@ const struct test tests[] = {
      .run = test_hoard_stress,
      .peers = PEERS_MEASURED,
      .needs = NEEDS_TWO_CPU_NODES},
+    /* A thread that changes node after its heap exists: re-pinned by itself (three sizes),
+     * moved from outside; and a mask over two nodes set before the first malloc. */
+    {.name = "repin_reuse",
+     .run = test_repin_reuse,
+     .peers = PEERS_MEASURED,
+     .needs = NEEDS_TWO_CPU_NODES},
+    {.name = "repin_reuse.4k",
+     .run = test_repin_reuse,
+     .peers = PEERS_MEASURED,
+     .needs = NEEDS_TWO_CPU_NODES},
+    {.name = "repin_reuse.100k",
+     .run = test_repin_reuse,
+     .peers = PEERS_MEASURED,
+     .needs = NEEDS_TWO_CPU_NODES},
+    {.name = "taskset_migration",
+     .run = test_taskset_migration,
+     .peers = PEERS_MEASURED,
+     .needs = NEEDS_TWO_CPU_NODES},
+    {.name = "two_node_mask",
+     .run = test_two_node_mask,
+     .peers = PEERS_MEASURED,
+     .needs = NEEDS_TWO_CPU_NODES},
+    /* NODALLOC_POLICY=bind, set in the children: a node's region exhausted. */
+    {.name = "policy_bind",
+     .run = test_policy_bind,
+     .child = child_policy_bind,
+     .peers = PEERS_SKIPPED,
+     .needs = NEEDS_TWO_CPU_NODES},
     /* Hostile environments, last: they change system settings (/init restores them). */
     {.name = "overcommit_never", .run = test_overcommit_never, .peers = PEERS_SKIPPED},
     {.name = "thp_modes", .run = test_thp_modes, .peers = PEERS_SKIPPED},
     {.name = "no_sysfs", .run = test_no_sysfs, .peers = PEERS_SKIPPED},
     {.name = "mbind_fails", .run = test_mbind_fails, .peers = PEERS_SKIPPED},
     {.name = "ulimit_v", .run = test_ulimit_v, .peers = PEERS_SKIPPED},
+    /* NODALLOC_POLICY=bind, a node's physical memory exhausted: after the others, since it
+     * may end in the kernel's OOM killer. */
+    {.name = "policy_bind.node_full", .run = test_policy_bind, .peers = PEERS_SKIPPED},
     /* The child of the five above, which may run without /sys. */
     {.name = "hostile", .child = child_hostile, .child_without_sys = 1},
 };

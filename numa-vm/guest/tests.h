@@ -35,6 +35,15 @@ void test_small_node_spill(const char *test);
 void child_small_node_spill(const char *argument);
 void test_node_fills_up(const char *test);
 
+/* rehome.c */
+void test_repin_reuse(const char *test);
+void test_taskset_migration(const char *test);
+void test_two_node_mask(const char *test);
+
+/* policy.c */
+void test_policy_bind(const char *test);
+void child_policy_bind(const char *argument);
+
 /* hostile.c */
 void test_overcommit_never(const char *test);
 void test_thp_modes(const char *test);
