@@ -139,6 +139,8 @@ impl Arena {
             core::ptr::addr_of_mut!((*arena).map).write(map);
             core::ptr::addr_of_mut!((*arena).pools).write(regions);
             core::ptr::addr_of_mut!((*arena).decommit).write(config.decommit);
+            core::ptr::addr_of_mut!((*arena).strict)
+                .write(config.strict_binding && nodes > 1 && !topology.is_simulated());
             if config.secure {
                 let seed = os::random_seed();
                 core::ptr::addr_of_mut!((*arena).secure).write(true);

@@ -32,7 +32,7 @@ use crate::os::{
     self, options::ThpChoice, topology::ThpMode, topology::Topology, topology::MAX_NODES,
 };
 use crate::size_class::{UNIT, UNIT_SHIFT};
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use pagemap::PageMap;
 use region::{ChunkNode, CommitBudget, DecommitPolicy, Region, SpanUse, CHUNK_UNITS};
 
@@ -107,8 +107,26 @@ pub struct Arena {
     key: usize,
     /// Secure mode: state of the generator of bag carving seeds.
     seeds: core::sync::atomic::AtomicU64,
+    /// `NODALLOC_POLICY=bind` on several real nodes: regions are bound strictly, so a node
+    /// whose memory runs out would end in the kernel's OOM killer at the program's next page
+    /// fault; spans are refused (the allocation fails cleanly) while the node has too little
+    /// left ([`Arena::node_has_room`]).
+    strict: bool,
+    rooms: [NodeRoom; MAX_NODES],
     pub topology: Topology,
 }
+
+/// What a strictly bound node can still give: its available bytes when last read, when that
+/// was (monotonic ns), and the bytes of the spans handed out on it since (not yet in the
+/// kernel's figure until the program touches them). All-zero: never read.
+struct NodeRoom {
+    available: AtomicU64,
+    read_at: AtomicU64,
+    taken: AtomicU64,
+}
+
+/// How long a node's available memory is trusted before it is read again.
+const ROOM_READ_NS: u64 = 2_000_000;
 
 // SAFETY: regions are Sync (span locks), the page map is Sync, and the rest is immutable after
 // `create` or atomic.
@@ -244,6 +262,9 @@ impl Arena {
         align_units: usize,
         usage: SpanUse,
     ) -> Option<usize> {
+        if self.strict && !self.node_has_room(node, (units << UNIT_SHIFT) as u64) {
+            return None;
+        }
         let first = Pool::for_use(usage);
         self.pool(node, first)
             .alloc(&self.map, units, align_units, usage)
@@ -251,6 +272,38 @@ impl Arena {
                 self.pool(node, first.other())
                     .alloc(&self.map, units, align_units, usage)
             })
+    }
+
+    /// Strict binding: true when `node` can give `bytes` more and keep a reserve (a 16th of
+    /// its memory, at least 32 MiB: the kernel keeps watermarks of its own), by its `meminfo` (read again every 2 ms, or sooner once
+    /// the spans handed out since reach half of what it had), less the spans handed out since
+    /// the last reading. A refusal takes its bytes back. Spans reused from the pools count as
+    /// new memory: near the limit, the answer errs on the side of a clean failure.
+    fn node_has_room(&self, node: usize, bytes: u64) -> bool {
+        let room = &self.rooms[node];
+        let now = os::monotonic_ns();
+        let mut taken = room.taken.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        let mut available = room.available.load(Ordering::Relaxed);
+        let stale = now.saturating_sub(room.read_at.load(Ordering::Relaxed)) > ROOM_READ_NS;
+        if stale || taken * 2 > available {
+            if let Some(fresh) = self.topology.node_available_bytes(node) {
+                available = fresh;
+                room.available.store(fresh, Ordering::Relaxed);
+                room.read_at.store(now, Ordering::Relaxed);
+                // What was handed out before this reading is either in it (touched) or soon
+                // will be; only this request is counted on top.
+                room.taken.store(bytes, Ordering::Relaxed);
+                taken = bytes;
+            } else {
+                return true;
+            }
+        }
+        let reserve = (self.topology.node(node).memory_bytes / 16).max(32 << 20);
+        if available >= taken + reserve {
+            return true;
+        }
+        room.taken.fetch_sub(bytes, Ordering::Relaxed);
+        false
     }
 
     /// Returns a span to the region it came from.

@@ -243,6 +243,24 @@ impl Topology {
         &self.process_cpus
     }
 
+    /// Bytes node `node` could still give (its `meminfo`: free memory and half its inactive file
+    /// pages, which the kernel may reclaim; not all of them can be, tmpfs and ramfs pages among
+    /// them); `None` on a simulated topology or without sysfs.
+    pub fn node_available_bytes(&self, node: usize) -> Option<u64> {
+        if self.simulated {
+            return None;
+        }
+        let mut buffer = [0u8; 4096];
+        let path = PathBuffer::numbered(
+            b"/sys/devices/system/node/node",
+            self.nodes[node].os_id,
+            b"/meminfo",
+        );
+        let text = read_file(path.as_cstr(), &mut buffer)?;
+        let free = meminfo_field(text, b"MemFree:")?;
+        Some(free + meminfo_field(text, b"Inactive(file):").unwrap_or(0) / 2)
+    }
+
     /// True when `NODALLOC_SIMULATE_NODES` made the topology up.
     pub fn is_simulated(&self) -> bool {
         self.simulated
@@ -301,10 +319,15 @@ fn status_field<'a>(status: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
 
 /// `Node 0 MemTotal:       24551292 kB` → bytes.
 fn meminfo_total(text: &[u8]) -> Option<u64> {
+    meminfo_field(text, b"MemTotal:")
+}
+
+/// The field `key` (with its colon) of a node's `meminfo`, in bytes.
+fn meminfo_field(text: &[u8], key: &[u8]) -> Option<u64> {
     let line = text
         .split(|&b| b == b'\n')
-        .find(|line| line.windows(9).any(|w| w == b"MemTotal:"))?;
-    let after = line.windows(9).position(|w| w == b"MemTotal:")? + 9;
+        .find(|line| line.windows(key.len()).any(|w| w == key))?;
+    let after = line.windows(key.len()).position(|w| w == key)? + key.len();
     let rest = trim(&line[after..]);
     let digits_end = rest
         .iter()
@@ -447,6 +470,10 @@ mod tests {
             meminfo_total(b"Node 0 MemTotal:       2048 kB\nNode 0 MemFree: 1 kB\n"),
             Some(2 << 20)
         );
+        let node = b"Node 1 MemFree:  3 kB\nNode 1 Inactive(file):  5 kB\n";
+        assert_eq!(meminfo_field(node, b"MemFree:"), Some(3 << 10));
+        assert_eq!(meminfo_field(node, b"Inactive(file):"), Some(5 << 10));
+        assert_eq!(meminfo_field(node, b"Active(file):"), None);
         assert_eq!(
             status_field(
                 b"Name:\tx\nMems_allowed_list:\t0-1\n",
