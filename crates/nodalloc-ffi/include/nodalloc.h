@@ -36,8 +36,9 @@ void nodalloc_stats_print(int fd);
 int nodalloc_node_of(const void *ptr);
 
 /* Allocates `size` bytes on node `node` whatever the calling thread's node; free it with free().
- * NULL with errno EINVAL for a node that does not exist, ENOMEM when the node's memory (or
- * nodalloc's region of it) runs out: never memory of another node. */
+ * When nodalloc's region of the node is full, the block comes from the nearest node's region,
+ * as any allocation's would (under NODALLOC_POLICY=bind, never when the node's memory runs
+ * out). NULL with errno EINVAL for a node that does not exist, ENOMEM when memory runs out. */
 void *nodalloc_malloc_on_node(size_t size, int node);
 
 /* Sets a hard limit on the bytes nodalloc commits (0 removes it). Returns 0, or -1 with errno. */

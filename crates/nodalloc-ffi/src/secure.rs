@@ -13,8 +13,9 @@
 //!   "freed"; a freed large block (whole pages) is made inaccessible. It then waits in the thread's quarantine (at most
 //!   [`QUARANTINE_SLOTS`] blocks and [`QUARANTINE_BYTES`] bytes) before the core takes it back,
 //!   so its address is not handed out again at once. The zeros are checked when the block
-//!   leaves the quarantine, when it is handed out again, and, for the two most recent frees of
-//!   the thread, at each of its next calls: a write after free is caught.
+//!   leaves the quarantine, when it is handed out again, at the thread's next call after its
+//!   free, and once more as each free checks one other block of the quarantine in turn: a write
+//!   after free is caught.
 //! - **Zero-size blocks.** `malloc(0)` returns a distinct address in a reserved inaccessible
 //!   area: any read or write through it faults.
 //!
@@ -43,7 +44,7 @@ const TRAILER: usize = 8;
 /// Canary bytes written (and checked) after the program's bytes, at most.
 const CANARY_BYTES: usize = 64;
 /// Blocks the quarantine of a thread holds at most (one page holds them).
-const QUARANTINE_SLOTS: usize = 254;
+const QUARANTINE_SLOTS: usize = 253;
 /// Bytes of blocks the quarantine of a thread holds at most; a block above a quarter of it goes
 /// straight back.
 const QUARANTINE_BYTES: usize = 4 << 20;
@@ -262,7 +263,7 @@ pub(crate) fn alloc(
     site: usize,
     frame: usize,
 ) -> *mut c_void {
-    check_recent();
+    check_recent(false);
     if size == 0 && align <= ZERO_STEP {
         return zero_block();
     }
@@ -403,7 +404,7 @@ pub(crate) unsafe fn free(ptr: *mut c_void, expected: Kind, sized: Option<usize>
         }
         return;
     }
-    check_recent();
+    check_recent(true);
     // SAFETY: neither null nor a zero-size block.
     let Some((size, tagged)) = (unsafe { checked(p, expected, sized) }) else {
         return foreign::free(p);
@@ -507,8 +508,10 @@ struct Quarantine {
     first: usize,
     len: usize,
     bytes: usize,
-    /// The next block [`check_recent`] checks besides the newest.
+    /// The next block [`check_recent`] checks besides the newest, and whether the newest was
+    /// checked since it came in.
     cursor: usize,
+    newest_checked: bool,
     blocks: [(usize, usize); QUARANTINE_SLOTS],
 }
 
@@ -571,6 +574,7 @@ unsafe fn quarantine(p: *mut u8, tagged: usize) {
     let index = (q.first + q.len) % QUARANTINE_SLOTS;
     q.blocks[index] = (p as usize, tagged);
     q.len += 1;
+    q.newest_checked = false;
     q.bytes += usable;
 }
 
@@ -632,9 +636,10 @@ fn in_quarantine(p: *mut u8) -> bool {
     (0..q.len).any(|i| q.blocks[(q.first + i) % QUARANTINE_SLOTS].0 == p as usize)
 }
 
-/// Checks the thread's most recent free and one other block of its quarantine (a cursor that
-/// goes round): a write soon after a free is caught at the thread's next call.
-fn check_recent() {
+/// Checks the thread's most recent free once (a write soon after a free is caught at the
+/// thread's next call) and, with `other`, one other block of its quarantine (a cursor that goes
+/// round; `free` asks for it, so the whole quarantine is looked at every 253 frees).
+fn check_recent(other: bool) {
     let Some(q) = QUARANTINE
         .try_with(Cell::get)
         .ok()
@@ -647,11 +652,16 @@ fn check_recent() {
     if q.len == 0 {
         return;
     }
-    let newest = q.blocks[(q.first + q.len - 1) % QUARANTINE_SLOTS];
-    q.cursor = (q.cursor + 1) % q.len;
-    let other = q.blocks[(q.first + q.cursor) % QUARANTINE_SLOTS];
-    for (p, usable) in [newest, other] {
-        // SAFETY: blocks the quarantine holds.
+    if !q.newest_checked {
+        let (p, usable) = q.blocks[(q.first + q.len - 1) % QUARANTINE_SLOTS];
+        // SAFETY: a block the quarantine holds.
+        unsafe { verify(p as *mut u8, usable) };
+        q.newest_checked = true;
+    }
+    if other {
+        q.cursor = (q.cursor + 1) % q.len;
+        let (p, usable) = q.blocks[(q.first + q.cursor) % QUARANTINE_SLOTS];
+        // SAFETY: as above.
         unsafe { verify(p as *mut u8, usable) };
     }
 }

@@ -87,9 +87,10 @@ mod face {
         }
 
         /// Allocates memory on `node` (an index into [`topology`]'s usable nodes), whatever the
-        /// calling thread's node; the only way to place data on a node without CPUs. Null when
-        /// the node does not exist or has no memory left (never memory of another node). Free
-        /// it like any other allocation.
+        /// calling thread's node; the only way to place data on a node without CPUs. When the
+        /// node's region is full it comes from the nearest node's, as any allocation does (but
+        /// not when a node bound with `NODALLOC_POLICY=bind` runs out of memory). Null when the
+        /// node does not exist or no memory is left. Free it like any other allocation.
         ///
         /// ```
         /// use std::alloc::{GlobalAlloc, Layout};
@@ -108,7 +109,7 @@ mod face {
                 return null_mut();
             }
             match class_of(layout.size(), layout.align()) {
-                Some(class) => instance.alloc_single_exact(NodeId(node), class),
+                Some(class) => instance.alloc_single(Some(NodeId(node)), class),
                 None => instance.alloc_large_on(NodeId(node), layout.size(), layout.align()),
             }
         }

@@ -229,8 +229,9 @@ impl Arena {
     }
 
     /// Hands out a span for `node` from the pool `usage` calls for, else (that pool exhausted)
-    /// from the node's other pool, else from the nearest other node's pools. Returns the
-    /// address and the node that supplied it.
+    /// from the node's other pool, else from the nearest other node's pools (not when the node
+    /// is strictly bound and short of memory: see [`Self::node_has_room`]). Returns the address
+    /// and the node that supplied it.
     pub fn alloc_span(
         &self,
         node: usize,
@@ -238,7 +239,12 @@ impl Arena {
         align_units: usize,
         usage: SpanUse,
     ) -> Option<(usize, usize)> {
-        if let Some(address) = self.alloc_span_on(node, units, align_units, usage) {
+        // A strictly bound node out of memory: no spill (the policy asks for this node's
+        // memory); a full region still spills below.
+        if self.strict && !self.node_has_room(node, (units << UNIT_SHIFT) as u64) {
+            return None;
+        }
+        if let Some(address) = self.alloc_from_pools(node, units, align_units, usage) {
             return Some((address, node));
         }
         let mut order = [0u8; MAX_NODES];
@@ -265,6 +271,17 @@ impl Arena {
         if self.strict && !self.node_has_room(node, (units << UNIT_SHIFT) as u64) {
             return None;
         }
+        self.alloc_from_pools(node, units, align_units, usage)
+    }
+
+    /// [`Self::alloc_span_on`] without the strict binding's check of the node's memory.
+    fn alloc_from_pools(
+        &self,
+        node: usize,
+        units: usize,
+        align_units: usize,
+        usage: SpanUse,
+    ) -> Option<usize> {
         let first = Pool::for_use(usage);
         self.pool(node, first)
             .alloc(&self.map, units, align_units, usage)
@@ -275,9 +292,9 @@ impl Arena {
     }
 
     /// Strict binding: true when `node` can give `bytes` more and keep a reserve (a 16th of
-    /// its memory, at least 32 MiB: the kernel keeps watermarks of its own), by its `meminfo` (read again every 2 ms, or sooner once
-    /// the spans handed out since reach half of what it had), less the spans handed out since
-    /// the last reading. A refusal takes its bytes back. Spans reused from the pools count as
+    /// its memory, at least 32 MiB: the kernel keeps watermarks of its own), by its `meminfo`
+    /// (read again every 2 ms, or sooner once the spans handed out since reach half of what it
+    /// had), less the spans handed out since the last reading. A refusal takes its bytes back. Spans reused from the pools count as
     /// new memory: near the limit, the answer errs on the side of a clean failure.
     fn node_has_room(&self, node: usize, bytes: u64) -> bool {
         let room = &self.rooms[node];

@@ -167,11 +167,6 @@ impl Instance {
             .alloc_single(node, crate::node::Partition::DEFAULT, class)
     }
 
-    /// One object of `class` from `node`'s own bags (none from another node's).
-    pub(crate) fn alloc_single_exact(self, node: NodeId, class: SizeClass) -> *mut u8 {
-        self.heaps.alloc_single_exact(node, class)
-    }
-
     /// Takes back a small object of `class` from `origin` without a thread cache.
     ///
     /// # Safety
@@ -202,10 +197,9 @@ impl Instance {
         self.heaps.alloc_large(node, size, align)
     }
 
-    /// A large object on `node` (which must exist), whatever the caller's node; never from
-    /// another node's region.
+    /// A large object on `node` (which must exist), whatever the caller's node.
     pub(crate) fn alloc_large_on(self, node: NodeId, size: usize, align: usize) -> *mut u8 {
-        self.heaps.alloc_large_exact(node, size, align)
+        self.heaps.alloc_large(node, size, align)
     }
 
     /// Frees a large object (aborting, naming it, if it is not a live one), then lets `heap`

@@ -168,16 +168,6 @@ impl NodeHeaps {
         self.hand_out_single(node, part, class, batch.head)
     }
 
-    /// [`Self::alloc_single`] from `node`'s own bags only (`nodalloc_malloc_on_node`: the
-    /// caller asked for that node's memory; null when it has none left).
-    pub fn alloc_single_exact(&self, node: NodeId, class: SizeClass) -> *mut u8 {
-        let part = Partition::DEFAULT;
-        match self.take_from_node_bags(node, part, class, 1, &mut false) {
-            Some(batch) => self.hand_out_single(node, part, class, batch.head),
-            None => null_mut(),
-        }
-    }
-
     /// Counts one object taken straight from the bags as the program's (and marks it in the
     /// allocation bitmap in secure mode).
     fn hand_out_single(

@@ -7,15 +7,6 @@ impl NodeHeaps {
     /// A large object (a span of whole units) for `node`, spilling to the nearest node when
     /// its region is exhausted. Null when no region can serve.
     pub fn alloc_large(&self, node: NodeId, size: usize, align: usize) -> *mut u8 {
-        self.alloc_large_from(node, size, align, false)
-    }
-
-    /// [`Self::alloc_large`] from `node`'s region only (`nodalloc_malloc_on_node`).
-    pub fn alloc_large_exact(&self, node: NodeId, size: usize, align: usize) -> *mut u8 {
-        self.alloc_large_from(node, size, align, true)
-    }
-
-    fn alloc_large_from(&self, node: NodeId, size: usize, align: usize, exact: bool) -> *mut u8 {
         // Heuristic overcommit refuses one request larger than RAM plus swap; so do we, or a
         // program probing with a huge malloc would get memory it can never touch.
         let topology = &self.arena.topology;
@@ -42,15 +33,10 @@ impl NodeHeaps {
         if units > self.arena.pool_bytes() >> UNIT_SHIFT || align_units > units.max(1) << 20 {
             return null_mut();
         }
-        let span = if exact {
-            self.arena
-                .alloc_span_on(node.index(), units, align_units, SpanUse::Large)
-                .map(|address| (address, node.index()))
-        } else {
-            self.arena
-                .alloc_span(node.index(), units, align_units, SpanUse::Large)
-        };
-        match span {
+        match self
+            .arena
+            .alloc_span(node.index(), units, align_units, SpanUse::Large)
+        {
             Some((address, from)) => {
                 if secure {
                     // SAFETY: the span was just handed to us, whole and without a guard. A
