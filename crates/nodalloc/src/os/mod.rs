@@ -255,8 +255,17 @@ pub fn task_memory_policy(mask: &mut [u64; cpuset::MAX_NODE_WORDS]) -> Option<li
     }
 }
 
-/// The CPU this thread runs on now (through the vDSO or rseq; no syscall on modern kernels).
+/// The CPU this thread runs on now: the rseq area's `cpu_id` where glibc registered one (one
+/// load), else `sched_getcpu` (the vDSO; no syscall on modern kernels).
 pub fn current_cpu() -> Option<usize> {
+    if let Some(word) = rseq::cpu_id_word() {
+        // SAFETY: the calling thread's rseq area, live while it runs; the kernel writes it.
+        let cpu = unsafe { word.read_volatile() };
+        // Negative values (as i32) mean "not registered" or "registration failed".
+        if (cpu as i32) >= 0 {
+            return Some(cpu as usize);
+        }
+    }
     // SAFETY: sched_getcpu has no preconditions.
     let cpu = unsafe { libc::sched_getcpu() };
     if cpu < 0 {
