@@ -1,7 +1,7 @@
 /* Frees that nodalloc must refuse by aborting, with a one-line message naming the pointer.
  *
  * Usage: misuse MODE (stack, middle, double, double-small, double-medium, double-big,
- * double-handed-on, double-drained, poison, middle-small, unused). The program prints
+ * double-handed-on, poison, middle-small, unused). The program prints
  * "pointer 0x…" (the pointer it is about to free, as %p prints it) on stdout, then makes the
  * bad call; the harness expects SIGABRT and the message on stderr. Reaching the end is a failure (exit 1).
  */
@@ -18,7 +18,7 @@ static void announce(void *pointer) {
 }
 
 int main(int argc, char **argv) {
-    CHECK(argc == 2, "usage: misuse stack|middle|double|double-small|double-medium|double-big|double-handed-on|double-drained|poison|middle-small|unused");
+    CHECK(argc == 2, "usage: misuse stack|middle|double|double-small|double-medium|double-big|double-handed-on|poison|middle-small|unused");
     /* An expected abort should not leave a core file behind. */
     struct rlimit no_core = {0, 0};
     setrlimit(RLIMIT_CORE, &no_core);
@@ -90,23 +90,6 @@ int main(int argc, char **argv) {
         announce(block);
         free(block);
         free(other);
-        free((void *)opaque_size(address));
-    } else if (strcmp(mode, "double-drained") == 0) {
-        /* 48 bytes, freed twice with 300 other frees of its size in between: the block has
-         * left the thread's cache for the node heap (its ring or its bag) by then. */
-        char *block = malloc(opaque_size(48));
-        char *others[300];
-        for (int i = 0; i < 300; i++) {
-            others[i] = malloc(opaque_size(48));
-            CHECK(others[i] != NULL, "malloc(48) failed");
-        }
-        CHECK(block != NULL, "malloc(48) failed");
-        uintptr_t address = (uintptr_t)block;
-        announce(block);
-        free(block);
-        for (int i = 0; i < 300; i++) {
-            free(others[i]);
-        }
         free((void *)opaque_size(address));
     } else if (strcmp(mode, "poison") == 0) {
         /* A freed block's first word (its free-list link) overwritten with the address of a

@@ -2,8 +2,9 @@
  *
  * Usage: secure MODE, MODE one of
  *   double-drained     a block freed, pushed out of the thread's cache by 300 other frees, freed
- *                      again: the default mode's cheap screen cannot see it; secure mode aborts
- *                      with "free(): double free of 0x…"
+ *                      again: secure mode aborts with "free(): double free of 0x…" (the
+ *                      allocation bitmap), and so does the default mode (the freed mark,
+ *                      confirmed where the block waits: the node's ring or its bag)
  *   write-after-free   the first word of a freed block overwritten with 0x4141414141414141, then
  *                      malloc: secure mode aborts with "corrupted free list: freed object 0x…
  *                      holds 0x4141414141414141, …" instead of following the value
