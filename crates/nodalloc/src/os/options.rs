@@ -92,8 +92,11 @@ pub const OPTIONS: &[OptionSpec] = &[
         default: "0",
         meaning: "1: secure mode: free-list links encoded with a random key and checked, a \
                   double-free check on every free, an inaccessible guard page right after each \
-                  large object, a random allocation order in new bags; slower. The default is 1 \
-                  when built with the cargo feature secure (NODALLOC_SECURE=0 still turns it off)",
+                  large object, a random allocation order in new bags; through the C library \
+                  also a checked trailer and canary after every block (overflows, underflows, \
+                  new/delete mismatches), freed blocks zeroed, checked and held in a \
+                  quarantine, malloc(0) inaccessible; slower. The default is 1 when built with \
+                  the cargo feature secure (NODALLOC_SECURE=0 still turns it off)",
     },
     OptionSpec {
         name: "NODALLOC_BACKGROUND",
