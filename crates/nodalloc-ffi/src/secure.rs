@@ -14,7 +14,7 @@
 //!   [`QUARANTINE_SLOTS`] blocks and [`QUARANTINE_BYTES`] bytes) before the core takes it back,
 //!   so its address is not handed out again at once. The zeros are checked when the block
 //!   leaves the quarantine, when it is handed out again, at the thread's next call after its
-//!   free, and once more as each free checks one other block of the quarantine in turn: a write
+//!   free, and as every 8th free checks one other block of the quarantine in turn: a write
 //!   after free is caught.
 //! - **Zero-size blocks.** `malloc(0)` returns a distinct address in a reserved inaccessible
 //!   area: any read or write through it faults.
@@ -508,9 +508,10 @@ struct Quarantine {
     first: usize,
     len: usize,
     bytes: usize,
-    /// The next block [`check_recent`] checks besides the newest, and whether the newest was
-    /// checked since it came in.
+    /// The next block [`check_recent`] checks besides the newest, the frees that asked for such
+    /// a check, and whether the newest was checked since it came in.
     cursor: usize,
+    asked: usize,
     newest_checked: bool,
     blocks: [(usize, usize); QUARANTINE_SLOTS],
 }
@@ -637,8 +638,9 @@ fn in_quarantine(p: *mut u8) -> bool {
 }
 
 /// Checks the thread's most recent free once (a write soon after a free is caught at the
-/// thread's next call) and, with `other`, one other block of its quarantine (a cursor that goes
-/// round; `free` asks for it, so the whole quarantine is looked at every 253 frees).
+/// thread's next call) and, with `other` (every `free` asks), every 8th time one other block of
+/// its quarantine (a cursor that goes round: each block waiting through 8 × 253 frees is looked
+/// at besides the check when it leaves).
 fn check_recent(other: bool) {
     let Some(q) = QUARANTINE
         .try_with(Cell::get)
@@ -659,6 +661,9 @@ fn check_recent(other: bool) {
         q.newest_checked = true;
     }
     if other {
+        q.asked = q.asked.wrapping_add(1);
+    }
+    if other && q.asked % 8 == 0 {
         q.cursor = (q.cursor + 1) % q.len;
         let (p, usable) = q.blocks[(q.first + q.cursor) % QUARANTINE_SLOTS];
         // SAFETY: as above.
