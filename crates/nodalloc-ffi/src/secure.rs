@@ -210,7 +210,9 @@ fn core_usable(p: *mut u8) -> Option<usize> {
 static ZERO_BASE: AtomicUsize = AtomicUsize::new(0);
 static ZERO_NEXT: AtomicUsize = AtomicUsize::new(0);
 
-/// A distinct address of the inaccessible zero-size area (null if it cannot be reserved).
+/// An address of the inaccessible zero-size area, distinct from the last 4 Mi such addresses
+/// handed out (the area's size over the step; then they come round again); null if the area
+/// cannot be reserved.
 fn zero_block() -> *mut c_void {
     let mut base = ZERO_BASE.load(Ordering::Acquire);
     if base == 0 {
