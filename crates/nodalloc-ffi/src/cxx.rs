@@ -180,17 +180,27 @@ new_operators! {
         => nodalloc_new_array_aligned_nothrow_entry;
 }
 
-/// A sized `delete` of a block of the thread's node (found as the `free` fast path finds it):
-/// `size` must be of the block's class, else the process aborts naming the block. Other
-/// blocks are not checked.
+/// `free` for a sized `delete`: a block of the thread's node (found by the `free` fast path)
+/// must have `size` in its class, else the process aborts naming the block. Other blocks are
+/// not checked.
+///
+/// # Safety
+/// C++'s contract for a sized `delete`: `ptr` is null or a live block from `new`.
 #[inline(always)]
-fn check_size(ptr: *mut c_void, size: usize) {
-    // SAFETY: the slot holds this thread's heap or the detached one, which may be read.
-    let heap = unsafe { &*crate::tls::get() };
-    if let Some(class) = heap.home_class_of(ptr as *const u8) {
+unsafe fn free_sized(ptr: *mut c_void, size: usize) {
+    if ptr.is_null() {
+        return;
+    }
+    let check = |class| {
         if class_of_malloc(size) != Some(class) {
             wrong_size(ptr);
         }
+    };
+    // SAFETY: the slot holds this thread's heap or the detached one; the caller gives the
+    // block up.
+    if !unsafe { crate::screen::free_home_checked(crate::tls::get(), ptr as *mut u8, check) } {
+        // SAFETY: forwarded contract.
+        unsafe { crate::free_slow(ptr as *mut u8) }
     }
 }
 
@@ -201,6 +211,16 @@ fn wrong_size(ptr: *mut c_void) -> ! {
         "sized delete with a size other than new's for block",
         ptr as *const u8,
     )
+}
+
+/// The size a `delete` operator checks outside secure mode, if it checks one.
+macro_rules! checked_size {
+    () => {
+        None::<usize>
+    };
+    ($size:expr) => {
+        Some($size)
+    };
 }
 
 /// Defines exported `delete` operators: each frees its pointer; in secure mode it also checks
@@ -221,9 +241,12 @@ macro_rules! delete_operators {
                 // SAFETY: forwarded contract.
                 return unsafe { secure::free(ptr, $kind, $sized) };
             }
-            $(check_size(ptr, $check);)?
-            // SAFETY: forwarded contract.
-            unsafe { crate::free(ptr) }
+            match checked_size!($($check)?) {
+                // SAFETY: forwarded contract.
+                Some(size) => unsafe { free_sized(ptr, size) },
+                // SAFETY: forwarded contract.
+                None => unsafe { crate::free(ptr) },
+            }
         }
     )*};
 }

@@ -28,12 +28,27 @@ pub(crate) fn clear_mark(p: *mut u8) {
 /// `ptr` is a small block of this thread's node, the caller owns it and gives it up.
 #[inline(always)]
 pub(crate) unsafe fn free_home(heap: *mut ThreadHeap, ptr: *mut u8) -> bool {
+    // SAFETY: forwarded contract.
+    unsafe { free_home_checked(heap, ptr, |_| {}) }
+}
+
+/// [`free_home`], with `check` run on the block's class first (a sized `delete` checks its
+/// size there, with the class the fast path finds anyway).
+///
+/// # Safety
+/// As for [`free_home`].
+#[inline(always)]
+pub(crate) unsafe fn free_home_checked(
+    heap: *mut ThreadHeap,
+    ptr: *mut u8,
+    check: impl FnOnce(SizeClass),
+) -> bool {
     // SAFETY: either heap may be read (contract above).
-    // SAFETY: as above.
     let view = unsafe { &*heap };
     let Some(class) = view.home_class_of(ptr) else {
         return false;
     };
+    check(class);
     // The thread moved to another CPU: the slow path re-homes the heap first if need be.
     if view.moved() {
         return false;

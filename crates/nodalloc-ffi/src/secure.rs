@@ -364,7 +364,7 @@ unsafe fn checked(p: *mut u8, expected: Kind, sized: Option<usize>) -> Option<(u
             raw::report_corruption("sized delete with a size other than new's for block", p);
         }
     }
-    if let Some((before, _)) = raw::object_before(p) {
+    if let Some(before) = raw::object_before(p) {
         // SAFETY: an object of the same bag, of `usable` bytes. Its last word is a trailer
         // (held by the program, waiting in a quarantine, or freed: the trailer says so), or
         // zero (never carved: secure mode's bags start zeroed), unless something wrote there.
@@ -625,17 +625,21 @@ unsafe fn release(p: *mut u8, tagged: usize) {
     }
 }
 
+/// The thread's quarantine if it has one (without mapping it).
+fn existing_quarantine() -> Option<&'static mut Quarantine> {
+    let q = QUARANTINE.try_with(Cell::get).ok()?;
+    if q.is_null() || q == NO_QUARANTINE {
+        return None;
+    }
+    // SAFETY: the thread's own page, used by this thread alone.
+    Some(unsafe { &mut *q })
+}
+
 /// True when the thread's quarantine holds the block at `p`.
 fn in_quarantine(p: *mut u8) -> bool {
-    let Some(q) = QUARANTINE
-        .try_with(Cell::get)
-        .ok()
-        .filter(|q| !q.is_null() && *q != NO_QUARANTINE)
-    else {
+    let Some(q) = existing_quarantine() else {
         return false;
     };
-    // SAFETY: the thread's own page.
-    let q = unsafe { &*q };
     (0..q.len).any(|i| q.blocks[(q.first + i) % QUARANTINE_SLOTS].0 == p as usize)
 }
 
@@ -644,15 +648,9 @@ fn in_quarantine(p: *mut u8) -> bool {
 /// its quarantine (a cursor that goes round: each block waiting through 8 × 253 frees is looked
 /// at besides the check when it leaves).
 fn check_recent(other: bool) {
-    let Some(q) = QUARANTINE
-        .try_with(Cell::get)
-        .ok()
-        .filter(|q| !q.is_null() && *q != NO_QUARANTINE)
-    else {
+    let Some(q) = existing_quarantine() else {
         return;
     };
-    // SAFETY: the thread's own page.
-    let q = unsafe { &mut *q };
     if q.len == 0 {
         return;
     }

@@ -178,10 +178,9 @@ pub fn secure_requested() -> bool {
     crate::os::options::secure_from_env()
 }
 
-/// The object just before the small object at `ptr` in its bag, and whether the program holds
-/// it (the allocation bitmap; secure mode only); `None` for the first object of a bag, or when
-/// `ptr` is no small object.
-pub fn object_before(ptr: *const u8) -> Option<(*mut u8, bool)> {
+/// The object just before the small object at `ptr` in its bag; `None` for the first object of
+/// a bag, or when `ptr` is no small object.
+pub fn object_before(ptr: *const u8) -> Option<*mut u8> {
     Instance::existing()?.object_before(ptr as usize)
 }
 

@@ -240,20 +240,19 @@ impl Instance {
     }
 
     /// See [`crate::raw::object_before`].
-    pub(crate) fn object_before(self, address: usize) -> Option<(*mut u8, bool)> {
-        let class = self.heaps.small_class_at(address).ok()??;
+    pub(crate) fn object_before(self, address: usize) -> Option<*mut u8> {
         let arena = self.heaps.arena;
         let tag = arena.tag_checked(address)?;
-        let map = arena.map();
-        let start = map.address_of(map.unit_of(address) - tag.offset_units());
-        if address < start + class.size() {
+        if !tag.is_bag() {
             return None;
         }
-        let before = address - class.size();
-        Some((
-            before as *mut u8,
-            arena.is_secure() && map.is_allocated(before),
-        ))
+        let map = arena.map();
+        let start = map.address_of(map.unit_of(address) - tag.offset_units());
+        let class = tag.class();
+        if !class.is_object_start(address - start) || address < start + class.size() {
+            return None;
+        }
+        Some((address - class.size()) as *mut u8)
     }
 
     /// Sets the hard limit on committed bytes (0: none).
