@@ -16,6 +16,11 @@
 //!
 //! `mark` folds both thresholds into the one compare a push makes: it is `rest` while `nth` is
 //! unarmed and `limit` once it is armed. Only the owning thread touches a list.
+//!
+//! A list the thread has not refilled since its heap attached is **fresh** (`mark` is 1, which
+//! no armed or unarmed list of a cached class has), so its first push takes the slow path: an
+//! object freed before the thread took any of its class was allocated by another thread, and
+//! the thread heap puts it behind a batch of its own (see `ThreadHeap::first_free`).
 
 use crate::node::Batch;
 use crate::size_class::SizeClass;
@@ -95,6 +100,36 @@ impl FreeList {
         } else {
             self.set_limit(class, class.cache_limit());
         }
+    }
+
+    /// Makes an empty list of a cached class fresh (see the module's doc): its next push
+    /// takes the slow path. A list that holds objects, or of an uncached class, is left as is.
+    pub(super) fn make_fresh(&mut self) {
+        if self.count == 0 && self.limit != 0 {
+            self.mark = 1;
+        }
+    }
+
+    /// True for a fresh list (see [`FreeList::make_fresh`]). An uncached class's `rest` is 1;
+    /// a cached class's `rest` is `behind + 1` with `behind` at least its batch, and its `mark`
+    /// is `rest` or `limit`.
+    pub(super) fn is_fresh(&self) -> bool {
+        self.mark == 1 && self.rest > 1
+    }
+
+    /// Links `batch` behind the list's oldest object (the objects handed out last). Only while
+    /// the marker is unarmed, which this keeps.
+    pub(super) fn append(&mut self, batch: Batch, write_link: impl FnOnce(*mut u8, *mut u8)) {
+        debug_assert!(self.mark == u32::from(self.rest) || self.is_uncached());
+        if batch.count == 0 {
+            return;
+        }
+        if self.count == 0 {
+            return self.install(batch, false);
+        }
+        write_link(self.tail, batch.head);
+        self.tail = batch.tail;
+        self.count += batch.count as u32;
     }
 
     /// The objects the list may hold before a cut.

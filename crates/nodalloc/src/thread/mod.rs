@@ -223,6 +223,10 @@ impl ThreadHeap {
         self.part_fast = self.partitions != 0 && !self.secure;
         for (index, list) in self.lists.iter_mut().enumerate() {
             list.configure(SizeClass(index as u8));
+            // Secure mode's lists keep their own order (encoded links, the bitmap's checks).
+            if !self.secure {
+                list.make_fresh();
+            }
         }
         self.cuts = [0; NUM_CLASSES];
         self.grown_bytes = 0;

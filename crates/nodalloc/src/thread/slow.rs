@@ -159,6 +159,9 @@ impl ThreadHeap {
         if list.is_uncached() {
             return self.park(heaps, class);
         }
+        if list.is_fresh() {
+            return self.first_free(heaps, class);
+        }
         let cut = list.arm_or_cut(
             secure,
             // SAFETY: `nth` is a cached object of this class, ours.
@@ -172,6 +175,24 @@ impl ThreadHeap {
         self.give_back(heaps, Partition::DEFAULT, class, batch, false);
         // Upkeep last: it may re-home the heap, and the batch belongs to the node it left.
         self.upkeep();
+    }
+
+    /// The first free into a list the thread has not refilled since its heap attached. The
+    /// object came from another thread (this one has taken none of its class yet): handed out
+    /// again at the thread's next allocation, it would make the thread's hot object a neighbour
+    /// of that thread's in one cache line (passive false sharing, Hoard's cache-scratch). So the
+    /// list first takes a batch of its own, and the freed object goes behind it, handed out
+    /// last. Without a batch (no memory left) the object stays the list's only one.
+    fn first_free(&mut self, heaps: &'static NodeHeaps, class: SizeClass) {
+        let freed = self.lists[class.index()].take_all(false);
+        let Some(batch) = self.take_refill(heaps, Partition::DEFAULT, class) else {
+            return self.lists[class.index()].install(freed, false);
+        };
+        let list = &mut self.lists[class.index()];
+        list.install(batch, false);
+        // SAFETY: the list's tail is one of its objects, ours, linked through its first word.
+        list.append(freed, |tail, next| unsafe { set_next(tail, next) });
+        self.limit_after_refill(class);
     }
 
     /// A free of a class threads do not cache (above `MAX_CACHED`) has just pushed its object:

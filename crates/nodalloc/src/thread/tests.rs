@@ -619,3 +619,60 @@ fn stolen_objects_left_in_a_cut_list_go_back_to_their_own_node() {
         );
     }
 }
+
+/// A thread's first free of a class it has not allocated yet is another thread's object: the
+/// heap takes a batch of its own first, so its next allocations do not hand that object out
+/// (two threads would write one cache line), and the object comes back last, not lost. Once
+/// the list was refilled, frees are handed out newest first again.
+#[test]
+fn a_first_free_of_another_threads_object_goes_behind_a_batch_of_the_threads_own() {
+    let heaps = heaps(1);
+    for size in [8, 64, 1024] {
+        let class = class_of(size, 8).unwrap();
+        let mut owner = attached(heaps, NodeId(0));
+        let handed = allocate(&mut owner, class);
+        let neighbour = allocate(&mut owner, class);
+        let mut thread = attached(heaps, NodeId(0));
+        // SAFETY: `handed` is a live object of `class`, given up here.
+        unsafe { thread.free(handed, class) };
+        assert_eq!(
+            thread.lists[class.index()].tail(),
+            handed,
+            "{size} B: not the oldest"
+        );
+        let cached = thread.cached(class);
+        assert!(
+            cached > 1,
+            "{size} B: no batch of the thread's own ({cached} cached)"
+        );
+        let mut taken = Vec::new();
+        for _ in 0..cached - 1 {
+            let object = allocate(&mut thread, class);
+            assert_ne!(
+                object, handed,
+                "{size} B: the other thread's object came back first"
+            );
+            taken.push(object);
+        }
+        assert_eq!(
+            allocate(&mut thread, class),
+            handed,
+            "{size} B: the object was lost"
+        );
+        // A refilled list is newest first.
+        let last = taken.pop().unwrap();
+        // SAFETY: `last` is a live object of `class` this heap handed out.
+        unsafe { thread.free(last, class) };
+        assert_eq!(
+            allocate(&mut thread, class),
+            last,
+            "{size} B: not newest first"
+        );
+        for object in taken.into_iter().chain([last, handed, neighbour]) {
+            // SAFETY: live objects of `class`, each freed once.
+            unsafe { thread.free(object, class) };
+        }
+        thread.flush();
+        owner.flush();
+    }
+}
