@@ -5,6 +5,7 @@ use super::*;
 use crate::arena::tests::test_arena;
 use crate::ds::{next_of, set_next};
 use crate::size_class::class_of;
+use core::ptr::null_mut;
 use std::sync::atomic::AtomicU8;
 
 /// The protection of the page holding `address`, from `/proc/self/maps` (`rw-p`, `---p`).
@@ -106,6 +107,51 @@ fn only_first_carves_from_untouched_bags_are_known_zero() {
     // SAFETY: as above.
     if unsafe { *again.add(8) } == 0xA5 {
         assert!(!zeroed, "a bag over dirty memory was reported zero");
+    }
+}
+
+/// A batch from a fresh bag runs in address order (head first), over a bag boundary too, and
+/// its tail is the last object: a thread hands a fresh bag out ascending.
+#[test]
+fn a_batch_from_fresh_bags_runs_in_address_order_with_its_tail_last() {
+    let heaps = NodeHeaps::create(test_arena(1, 64 << 20, 0)).unwrap();
+    for size in [16, 520, 8 << 10] {
+        let class = class_of(size, 8).unwrap();
+        // More than a bag holds: the second bag's objects follow the first's.
+        let want = class.capacity() + class.capacity() / 2;
+        let mut objects = Vec::new();
+        let mut batches = Vec::new();
+        while objects.len() < want {
+            let batch = heaps
+                .take_from_bags(NodeId(0), Partition::DEFAULT, class, want - objects.len())
+                .unwrap();
+            let mut object = batch.head;
+            let mut last = null_mut();
+            while !object.is_null() {
+                objects.push(object as usize);
+                last = object;
+                // SAFETY: walking the batch we were handed.
+                object = unsafe { next_of(object) };
+            }
+            assert_eq!(
+                last, batch.tail,
+                "{size} B: the tail is not the last object"
+            );
+            batches.push(batch.head);
+        }
+        let bag = class.capacity();
+        for (i, pair) in objects.windows(2).enumerate() {
+            if i + 1 != bag {
+                assert_eq!(
+                    pair[1],
+                    pair[0] + class.size(),
+                    "{size} B: object {i} out of order"
+                );
+            }
+        }
+        for head in batches {
+            heaps.return_to_bags(NodeId(0), class, head, false).unwrap();
+        }
     }
 }
 
