@@ -67,6 +67,11 @@
  *                 of 5..25 MiB, keeps them in a ring (about 20 live blocks
  *                 in total over all threads), writes every 4096th byte,
  *                 frees the oldest.  (SCALE=0: 3 blocks of 0.5..2.5 MiB.)
+ *   fill-walk     (THREADS is ignored) four rounds of 64 MiB (x SCALE) of
+ *                 blocks of one size (520, 1100, 2100, 64 B): allocate and
+ *                 fill every block, read them all back in allocation order,
+ *                 free them.  Rewards blocks handed out in address order and
+ *                 memory kept from one round to the next.
  *   frag          Internal fragmentation: single thread allocates a fixed
  *                 sequence of log-uniform sizes 1 B..64 KiB, keeps all live,
  *                 sums requested and malloc_usable_size bytes, frees all.
@@ -125,6 +130,7 @@ static const struct {
     {"glibc-simple", wl_glibc_simple},
     {"glibc-thread", wl_glibc_thread},
     {"malloc-large", wl_malloc_large},
+    {"fill-walk", wl_fill_walk},
     {"frag", wl_frag},
     {"latency", wl_latency},
     {"rss-time", wl_rss_time},

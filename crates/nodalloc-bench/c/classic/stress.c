@@ -323,3 +323,41 @@ void wl_malloc_large(void)
     snprintf(extra, sizeof extra, "ring_depth=%d", depth);
     print_result(iters * (uint64_t)T, elapsed, T, extra);
 }
+
+/* ------------------------------------------------------------------------ */
+/* fill-walk                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Sizes of the rounds: just above 512, 1024 and 2048 B, and a small one. */
+static const size_t fw_sizes[4] = {520, 1100, 2100, 64};
+
+void wl_fill_walk(void)
+{
+    uint64_t total = scaled(64) << 20; /* bytes per round */
+    uint64_t ops = 0, sum = 0;
+    uint64_t t0 = now_ns();
+    for (int round = 0; round < 4; round++) {
+        size_t size = fw_sizes[round];
+        size_t n = (size_t)(total / size);
+        uint64_t **blocks = xmmap(sizeof(void *) * n);
+        for (size_t i = 0; i < n; i++) {
+            blocks[i] = xmalloc(size);
+            for (size_t k = 0; k < size / 8; k++)
+                blocks[i][k] = (uint64_t)i + k;
+        }
+        for (size_t i = 0; i < n; i++) {
+            uint64_t *b = blocks[i];
+            for (size_t k = 0; k < size / 8; k++)
+                sum += b[k] - k;
+        }
+        for (size_t i = 0; i < n; i++)
+            free(blocks[i]);
+        xmunmap(blocks, sizeof(void *) * n);
+        uint64_t want = (uint64_t)n * (n - 1) / 2 * (size / 8);
+        if (sum != want)
+            die("a block lost its contents at %zu B", size);
+        sum = 0;
+        ops += n;
+    }
+    print_result(ops, now_ns() - t0, 1, NULL);
+}
