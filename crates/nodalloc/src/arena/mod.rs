@@ -31,9 +31,30 @@ pub mod secure;
 use crate::os::{
     self, options::ThpChoice, topology::ThpMode, topology::Topology, topology::MAX_NODES,
 };
+use crate::size_class::SizeClass;
 use crate::size_class::{UNIT, UNIT_SHIFT};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use pagemap::PageMap;
+
+/// Where a bag is, as [`Arena::bag_at`] finds it from an address inside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BagAt {
+    /// The bag's first unit (its descriptor is `map().meta(first)`).
+    pub first: usize,
+    /// The bag's first byte.
+    pub start: usize,
+    /// The bag's class.
+    pub class: SizeClass,
+}
+
+impl BagAt {
+    /// The object of the bag just before the one at `address` (an object start of the bag);
+    /// `None` for the bag's first object.
+    pub fn object_before(self, address: usize) -> Option<usize> {
+        let size = self.class.size();
+        (address >= self.start + size).then(|| address - size)
+    }
+}
 use region::{ChunkNode, CommitBudget, DecommitPolicy, Region, SpanUse, CHUNK_UNITS};
 
 /// Objects of at most this many bytes are packed in the dense pool: every page of one of their
@@ -196,6 +217,23 @@ impl Arena {
         } else {
             None
         }
+    }
+
+    /// The bag holding `address`, from its unit's tag: `None` when the address is outside the
+    /// arena, past its region's frontier ([`Self::tag_checked`]) or in no bag. The one place
+    /// that walks a tag back to its bag's first unit (the free fast path keeps its own copy,
+    /// `HomeView::bag_object`).
+    pub fn bag_at(&self, address: usize) -> Option<BagAt> {
+        let tag = self.tag_checked(address)?;
+        if !tag.is_bag() {
+            return None;
+        }
+        let first = self.map.unit_of(address) - tag.offset_units();
+        Some(BagAt {
+            first,
+            start: self.map.address_of(first),
+            class: tag.class(),
+        })
     }
 
     #[inline(always)]

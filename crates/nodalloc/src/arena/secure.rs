@@ -144,21 +144,15 @@ impl Arena {
     /// True when `address` starts a free object as `expect` says (secure mode): inside a bag
     /// below its region's frontier, at an object boundary, not the program's.
     pub fn is_free_object(&self, address: usize, expect: Expect) -> bool {
-        let Some(tag) = self.tag_checked(address) else {
+        let Some(at) = self.bag_at(address) else {
             return false;
         };
-        if !tag.is_bag() {
-            return false;
-        }
-        let class = tag.class();
+        let class = at.class;
         let fits = match expect {
             Expect::Class(expected) => class == expected,
             Expect::Node(node) => self.origin_of(address) == Some(node),
         };
-        let start = self
-            .map
-            .address_of(self.map.unit_of(address) - tag.offset_units());
-        let offset = address - start;
+        let offset = address - at.start;
         fits && class.is_object_start(offset)
             && offset + class.size() <= class.bag_bytes()
             && !self.map.is_allocated(address)
@@ -181,16 +175,10 @@ impl Arena {
     /// that the program holds. Clears its bit; on refusal nothing changes.
     pub fn note_freed(&self, address: *mut u8, class: SizeClass) -> Result<(), Refusal> {
         let address = address as usize;
-        let Some(tag) = self.tag_checked(address) else {
+        let Some(at) = self.bag_at(address).filter(|at| at.class == class) else {
             return Err(Refusal::NotAnObject);
         };
-        if !tag.is_bag() || tag.class() != class {
-            return Err(Refusal::NotAnObject);
-        }
-        let start = self
-            .map
-            .address_of(self.map.unit_of(address) - tag.offset_units());
-        let offset = address - start;
+        let offset = address - at.start;
         if !class.is_object_start(offset) || offset + class.size() > class.bag_bytes() {
             return Err(Refusal::NotAnObject);
         }

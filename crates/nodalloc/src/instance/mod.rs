@@ -241,18 +241,11 @@ impl Instance {
 
     /// See [`crate::raw::object_before`].
     pub(crate) fn object_before(self, address: usize) -> Option<*mut u8> {
-        let arena = self.heaps.arena;
-        let tag = arena.tag_checked(address)?;
-        if !tag.is_bag() {
+        let at = self.heaps.arena.bag_at(address)?;
+        if !at.class.is_object_start(address - at.start) {
             return None;
         }
-        let map = arena.map();
-        let start = map.address_of(map.unit_of(address) - tag.offset_units());
-        let class = tag.class();
-        if !class.is_object_start(address - start) || address < start + class.size() {
-            return None;
-        }
-        Some((address - class.size()) as *mut u8)
+        at.object_before(address).map(|before| before as *mut u8)
     }
 
     /// Sets the hard limit on committed bytes (0: none).

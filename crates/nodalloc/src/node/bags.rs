@@ -331,18 +331,14 @@ impl NodeHeaps {
             if self.arena.origin_of(address) != Some(node.index()) {
                 break Err((object, Misuse::InvalidPointer));
             }
-            let Some(tag) = self.arena.tag_checked(address) else {
+            let Some(at) = self.arena.bag_at(address).filter(|at| at.class == class) else {
                 break Err((object, Misuse::InvalidPointer));
             };
-            if !tag.is_bag() || tag.class() != class {
+            if (address - at.start) % size != 0 {
                 break Err((object, Misuse::InvalidPointer));
             }
-            let first = map.unit_of(address) - tag.offset_units();
-            let start = map.address_of(first);
-            if (address - start) % size != 0 {
-                break Err((object, Misuse::InvalidPointer));
-            }
-            let bag = map.meta(first);
+            let start = at.start;
+            let bag = map.meta(at.first);
             if partitioned {
                 // SAFETY: the tag says `bag` is a bag descriptor. Read without its lock, so
                 // volatile: only a misuse (a bag carved again meanwhile) makes it change.
@@ -370,7 +366,7 @@ impl NodeHeaps {
             if !next.is_null() && self.arena.origin_of(next as usize) != Some(node.index()) {
                 // Every object of the chain is of this node: this link was overwritten.
                 drop(guard);
-                report_damaged_link(object, next);
+                report_damaged_link(self.arena, object, next);
             }
             // SAFETY: the class lock is held and the tag says `bag` is a bag of this class (of
             // this partition, checked above).

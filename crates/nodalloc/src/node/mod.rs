@@ -231,19 +231,16 @@ impl NodeHeaps {
     /// map does not give to a bag (a large object, or nothing), the misuse for an address
     /// inside a bag that is not an object's start.
     pub(crate) fn small_class_at(&self, address: usize) -> Result<Option<SizeClass>, Misuse> {
-        let tag = self
-            .arena
-            .tag_checked(address)
-            .ok_or(Misuse::InvalidPointer)?;
-        if !tag.is_bag() {
-            return Ok(None);
-        }
-        let map = self.arena.map();
-        let start = map.address_of(map.unit_of(address) - tag.offset_units());
-        if !tag.class().is_object_start(address - start) {
+        if self.arena.tag_checked(address).is_none() {
             return Err(Misuse::InvalidPointer);
         }
-        Ok(Some(tag.class()))
+        let Some(at) = self.arena.bag_at(address) else {
+            return Ok(None);
+        };
+        if !at.class.is_object_start(address - at.start) {
+            return Err(Misuse::InvalidPointer);
+        }
+        Ok(Some(at.class))
     }
 
     /// Builds the node heaps of `arena` in a fresh mapping. `None` if the mapping fails.
@@ -316,16 +313,25 @@ impl NodeHeaps {
 }
 
 /// Aborts naming a freed block whose link (its first word) leads nowhere a free list can: a
-/// write after free, or an overflow from the block before it.
+/// write after free, or an overflow from the block before it, which the message names too
+/// (found in `arena`'s page map) when there is one.
 #[cold]
 #[inline(never)]
-pub(crate) fn report_damaged_link(block: *mut u8, link: *mut u8) -> ! {
+pub(crate) fn report_damaged_link(arena: &Arena, block: *mut u8, link: *mut u8) -> ! {
+    let before = arena
+        .bag_at(block as usize)
+        .and_then(|at| at.object_before(block as usize));
     os::fatal(|w| {
         w.str("corrupted free list: freed block ")
             .hex(block as usize)
             .str(" held ")
             .hex(link as usize)
-            .str(" as its link, no object of the heap (written after free, or overflowed into)");
+            .str(" as its link, no object of the heap (written after free");
+        match before {
+            Some(before) => w.str(", or overflowed into from the block at ").hex(before),
+            None => w.str(", or overflowed into"),
+        };
+        w.str(")");
     })
 }
 

@@ -223,14 +223,10 @@ impl NodeHeaps {
         if self.partitions.count == 0 {
             return Partition::DEFAULT;
         }
-        let Some(tag) = self.arena.tag_checked(address) else {
+        let Some(at) = self.arena.bag_at(address) else {
             return Partition::DEFAULT;
         };
-        if !tag.is_bag() {
-            return Partition::DEFAULT;
-        }
-        let map = self.arena.map();
-        let bag = map.meta(map.unit_of(address) - tag.offset_units());
+        let bag = self.arena.map().meta(at.first);
         // SAFETY: the tag says the unit heads a bag; its partition is written when the bag is
         // carved, before any of its objects is handed out (volatile: only a misuse racing the
         // bag's reuse could change it, and then it is refused below, as the checks that follow

@@ -82,16 +82,14 @@ impl NodeHeaps {
         let size = class.size();
         let class_heap = self.class_in(node, part, class);
         let _guard = class_heap.lock.lock();
-        let tag = self.arena.tag_checked(address)?;
-        if !tag.is_bag() || tag.class() != class {
+        let at = self.arena.bag_at(address)?;
+        if at.class != class {
             return None;
         }
-        let first = map.unit_of(address) - tag.offset_units();
-        let start = map.address_of(first);
-        if (address - start) % size != 0 {
+        if (address - at.start) % size != 0 {
             return Some(Misuse::InvalidPointer);
         }
-        let bag = map.meta(first);
+        let bag = map.meta(at.first);
         // SAFETY: the class lock is held and the tag says `bag` is a bag of this class; a bag
         // of another partition is read under the wrong lock only when the program misuses it,
         // and then only its fields are read, never written.
@@ -100,7 +98,7 @@ impl NodeHeaps {
                 return None;
             }
             if !self.arena.is_secure()
-                && (address - start) / size >= (*bag).role.bag.carved as usize
+                && (address - at.start) / size >= (*bag).role.bag.carved as usize
             {
                 return Some(Misuse::InvalidPointer);
             }

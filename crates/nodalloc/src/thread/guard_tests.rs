@@ -54,9 +54,7 @@ fn a_freed_object_is_found_in_the_cache_the_ring_and_its_bag_and_an_uncarved_one
     );
     assert_eq!(heap.find_freed(small, q), None, "in another thread's cache");
     // The last object of `q`'s bag: far past anything carved (a bag holds many batches).
-    let map = heaps.arena.map();
-    let tag = heaps.arena.tag_checked(q as usize).unwrap();
-    let start = map.address_of(map.unit_of(q as usize) - tag.offset_units());
+    let start = heaps.arena.bag_at(q as usize).unwrap().start;
     let uncarved = (start + (small.capacity() - 1) * small.size()) as *mut u8;
     assert!(small.capacity() > 2 * small.batch());
     assert_eq!(

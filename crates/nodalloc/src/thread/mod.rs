@@ -145,8 +145,16 @@ static NO_CPU: u32 = 0;
 /// stack frame).
 #[cold]
 #[inline(never)]
-pub(crate) fn corrupted_list(block: *mut u8, head: *mut u8) -> ! {
-    crate::node::report_damaged_link(block, head)
+pub(crate) fn corrupted_list(heap: &ThreadHeap, block: *mut u8, head: *mut u8) -> ! {
+    match heap.heaps() {
+        Some(heaps) => crate::node::report_damaged_link(heaps.arena, block, head),
+        None => crate::os::fatal(|w| {
+            w.str("corrupted free list: freed block ")
+                .hex(block as usize)
+                .str(" held ")
+                .hex(head as usize);
+        }),
+    }
 }
 
 impl ThreadHeap {

@@ -60,7 +60,7 @@ impl ThreadHeap {
         if !list.head.is_null() {
             // The pop refused a head outside the arena: the link of the block it handed out
             // last.
-            super::corrupted_list(list.aux, list.head);
+            super::corrupted_list(self, list.aux, list.head);
         }
         if self.state == HeapState::Fresh && !self.run_attach_hook() {
             return null_mut();
