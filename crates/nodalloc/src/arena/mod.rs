@@ -31,10 +31,10 @@ pub mod secure;
 use crate::os::{
     self, options::ThpChoice, topology::ThpMode, topology::Topology, topology::MAX_NODES,
 };
-use crate::size_class::SizeClass;
-use crate::size_class::{UNIT, UNIT_SHIFT};
+use crate::size_class::{SizeClass, UNIT, UNIT_SHIFT};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use pagemap::PageMap;
+use region::{ChunkNode, CommitBudget, DecommitPolicy, Region, SpanUse, CHUNK_UNITS};
 
 /// Where a bag is, as [`Arena::bag_at`] finds it from an address inside it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,7 +55,6 @@ impl BagAt {
         (address >= self.start + size).then(|| address - size)
     }
 }
-use region::{ChunkNode, CommitBudget, DecommitPolicy, Region, SpanUse, CHUNK_UNITS};
 
 /// Objects of at most this many bytes are packed in the dense pool: every page of one of their
 /// bags holds the start of an object, so a bag in use is resident whole whatever the program
@@ -224,7 +223,11 @@ impl Arena {
     /// that walks a tag back to its bag's first unit (the free fast path keeps its own copy,
     /// `HomeView::bag_object`).
     pub fn bag_at(&self, address: usize) -> Option<BagAt> {
-        let tag = self.tag_checked(address)?;
+        self.bag_with_tag(address, self.tag_checked(address)?)
+    }
+
+    /// [`Self::bag_at`] for a caller that read the unit's tag already.
+    pub fn bag_with_tag(&self, address: usize, tag: pagemap::Tag) -> Option<BagAt> {
         if !tag.is_bag() {
             return None;
         }

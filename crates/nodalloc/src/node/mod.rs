@@ -231,10 +231,11 @@ impl NodeHeaps {
     /// map does not give to a bag (a large object, or nothing), the misuse for an address
     /// inside a bag that is not an object's start.
     pub(crate) fn small_class_at(&self, address: usize) -> Result<Option<SizeClass>, Misuse> {
-        if self.arena.tag_checked(address).is_none() {
-            return Err(Misuse::InvalidPointer);
-        }
-        let Some(at) = self.arena.bag_at(address) else {
+        let tag = self
+            .arena
+            .tag_checked(address)
+            .ok_or(Misuse::InvalidPointer)?;
+        let Some(at) = self.arena.bag_with_tag(address, tag) else {
             return Ok(None);
         };
         if !at.class.is_object_start(address - at.start) {
