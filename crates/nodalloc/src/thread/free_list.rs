@@ -118,8 +118,8 @@ impl FreeList {
     }
 
     /// Links `batch` behind the list's oldest object (the objects handed out last). Only while
-    /// the marker is unarmed, which this keeps.
-    pub(super) fn append(&mut self, batch: Batch, write_link: impl FnOnce(*mut u8, *mut u8)) {
+    /// the marker is unarmed, which this keeps, and outside secure mode (plain links).
+    pub(super) fn append(&mut self, batch: Batch) {
         debug_assert!(self.mark == u32::from(self.rest) || self.is_uncached());
         if batch.count == 0 {
             return;
@@ -127,7 +127,8 @@ impl FreeList {
         if self.count == 0 {
             return self.install(batch, false);
         }
-        write_link(self.tail, batch.head);
+        // SAFETY: the tail is one of the list's free objects, linked through its first word.
+        unsafe { crate::ds::set_next(self.tail, batch.head) };
         self.tail = batch.tail;
         self.count += batch.count as u32;
     }

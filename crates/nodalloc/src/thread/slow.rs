@@ -190,8 +190,7 @@ impl ThreadHeap {
         };
         let list = &mut self.lists[class.index()];
         list.install(batch, false);
-        // SAFETY: the list's tail is one of its objects, ours, linked through its first word.
-        list.append(freed, |tail, next| unsafe { set_next(tail, next) });
+        list.append(freed);
         self.limit_after_refill(class);
     }
 
