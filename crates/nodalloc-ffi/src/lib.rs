@@ -25,7 +25,7 @@ use core::ffi::{c_int, c_void};
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicUsize, Ordering};
 use nodalloc_core::raw::{
-    self, class_of_malloc, class_of_small_malloc, Pointer, SizeClass, ThreadHeap,
+    self, class_of_malloc, slot_of_small_malloc, ClassSlot, Pointer, ThreadHeap,
 };
 
 /// malloc's alignment on x86_64 and aarch64 glibc (`MALLOC_ALIGNMENT`).
@@ -209,7 +209,7 @@ fn handed_out(p: *mut u8) -> *mut c_void {
 /// C's `malloc`.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-    match class_of_small_malloc(size) {
+    match slot_of_small_malloc(size) {
         // SAFETY: forwarded contract.
         Some(class) => unsafe { malloc_class(size, class) },
         None => malloc_medium(size),
@@ -222,7 +222,7 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 extern "C" fn malloc_medium(size: usize) -> *mut c_void {
     match class_of_malloc(size) {
         // SAFETY: `malloc`'s contract.
-        Some(class) => unsafe { malloc_class(size, class) },
+        Some(class) => unsafe { malloc_class(size, class.slot()) },
         None => allocate(size, MALLOC_ALIGN),
     }
 }
@@ -232,7 +232,7 @@ extern "C" fn malloc_medium(size: usize) -> *mut c_void {
 /// # Safety
 /// C's `malloc`.
 #[inline(always)]
-unsafe fn malloc_class(size: usize, class: SizeClass) -> *mut c_void {
+unsafe fn malloc_class(size: usize, class: ClassSlot) -> *mut c_void {
     let heap = tls::get();
     // SAFETY: the slot holds this thread's heap or the detached one.
     let p = unsafe { ThreadHeap::pop_cached(heap, class) };

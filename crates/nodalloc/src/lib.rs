@@ -68,7 +68,7 @@ pub use face::*;
 mod face {
     use crate::instance::{with_heap, Instance};
     use crate::node::NodeId;
-    use crate::size_class::{class_of, class_of_small, SizeClass};
+    use crate::size_class::{class_of, slot_of_small, ClassSlot};
     use core::alloc::{GlobalAlloc, Layout};
     use core::ptr::null_mut;
 
@@ -140,13 +140,13 @@ mod face {
     }
 
     #[inline(always)]
-    fn alloc_small(class: SizeClass) -> *mut u8 {
+    fn alloc_small(class: ClassSlot) -> *mut u8 {
         with_heap(|heap| {
             let object = heap.alloc_cached(class);
             if !object.is_null() {
                 object
             } else {
-                heap.alloc_slow(class)
+                heap.alloc_slow(class.class())
             }
         })
     }
@@ -160,18 +160,18 @@ mod face {
         // one of them; a variable one gets a small case with no branch to join.
         #[inline]
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            if let Some(class) = class_of_small(layout.size(), layout.align()) {
+            if let Some(class) = slot_of_small(layout.size(), layout.align()) {
                 return alloc_small(class);
             }
             match class_of(layout.size(), layout.align()) {
-                Some(class) => alloc_small(class),
+                Some(class) => alloc_small(class.slot()),
                 None => alloc_large(layout),
             }
         }
 
         #[inline]
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            if let Some(class) = class_of_small(layout.size(), layout.align()) {
+            if let Some(class) = slot_of_small(layout.size(), layout.align()) {
                 // SAFETY: `ptr` was returned by `alloc` with this layout, hence of this class.
                 return with_heap(|heap| unsafe { heap.free(ptr, class) });
             }

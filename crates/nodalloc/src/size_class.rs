@@ -91,6 +91,45 @@ impl SizeClass {
             2 * self.batch()
         }
     }
+
+    /// The class as a [`ClassSlot`].
+    #[inline(always)]
+    pub fn slot(self) -> ClassSlot {
+        ClassSlot((self.index() * SLOT_BYTES) as u16)
+    }
+}
+
+/// Bytes per class in a per-class array of cache lines, such as a thread heap's lists.
+pub const SLOT_BYTES: usize = 64;
+
+/// A size class as the byte offset of its entry in an array of [`SLOT_BYTES`] bytes per class
+/// (its index times 64): what the fast paths' lookups return, so reaching the class's list in
+/// a thread heap costs no shift. Invariant: the index it encodes is below `NUM_CLASSES`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct ClassSlot(u16);
+
+const _: () = assert!(NUM_CLASSES * SLOT_BYTES <= u16::MAX as usize);
+
+impl ClassSlot {
+    /// The entry's byte offset: below `NUM_CLASSES * SLOT_BYTES`, a multiple of `SLOT_BYTES`.
+    #[inline(always)]
+    pub fn offset(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The class.
+    #[inline(always)]
+    pub fn class(self) -> SizeClass {
+        SizeClass((self.offset() / SLOT_BYTES) as u8)
+    }
+}
+
+impl From<SizeClass> for ClassSlot {
+    #[inline(always)]
+    fn from(class: SizeClass) -> Self {
+        class.slot()
+    }
 }
 
 const fn class_size_of(index: usize) -> usize {
@@ -128,11 +167,12 @@ pub static CLASS_SIZES: [u32; NUM_CLASSES] = {
     sizes
 };
 
-static LOOKUP: [u8; LOOKUP_MAX / 8 + 1] = {
-    let mut table = [0u8; LOOKUP_MAX / 8 + 1];
+/// The slots of the classes by `(size + 7) / 8`, up to [`LOOKUP_MAX`].
+static LOOKUP: [ClassSlot; LOOKUP_MAX / 8 + 1] = {
+    let mut table = [ClassSlot(0); LOOKUP_MAX / 8 + 1];
     let mut i = 0;
     while i <= LOOKUP_MAX / 8 {
-        table[i] = compute_class(i * 8) as u8;
+        table[i] = ClassSlot((compute_class(i * 8) * SLOT_BYTES) as u16);
         i += 1;
     }
     table
@@ -225,8 +265,8 @@ static BATCHES: [u8; NUM_CLASSES] = {
 /// is a large object. Alignments of 16 and more pick a class whose size is a multiple of `align`.
 #[inline(always)]
 pub fn class_of(size: usize, align: usize) -> Option<SizeClass> {
-    if let Some(class) = class_of_small(size, align) {
-        return Some(class);
+    if let Some(slot) = slot_of_small(size, align) {
+        return Some(slot.class());
     }
     if align <= 16 {
         // Above 1 KiB every class is a multiple of 16, so the arithmetic lookup serves both.
@@ -235,18 +275,18 @@ pub fn class_of(size: usize, align: usize) -> Option<SizeClass> {
     class_of_general(size, align)
 }
 
-/// [`class_of`] for sizes up to 1 KiB at alignments up to 16 (one table load), `None` for the
-/// rest: a face keeps this part inline and [`class_of`] out of line.
+/// [`class_of`] for sizes up to 1 KiB at alignments up to 16 (one table load), as a slot;
+/// `None` for the rest: a face keeps this part inline and [`class_of`] out of line.
 #[inline(always)]
-pub fn class_of_small(size: usize, align: usize) -> Option<SizeClass> {
+pub fn slot_of_small(size: usize, align: usize) -> Option<ClassSlot> {
     if size > LOOKUP_MAX {
         return None;
     }
     if align <= 8 {
-        Some(SizeClass(LOOKUP[(size + 7) >> 3]))
+        Some(LOOKUP[(size + 7) >> 3])
     } else if align == 16 {
         // `max(2)`: a zero-byte request still gets a 16-byte class.
-        Some(SizeClass(LOOKUP[(((size + 15) & !15) >> 3).max(2)]))
+        Some(LOOKUP[(((size + 15) & !15) >> 3).max(2)])
     } else {
         None
     }
@@ -282,30 +322,31 @@ fn class_of_general(size: usize, align: usize) -> Option<SizeClass> {
 /// The class for C's `malloc`, whose results must be 16-byte aligned.
 #[inline(always)]
 pub fn class_of_malloc(size: usize) -> Option<SizeClass> {
-    class_of_small_malloc(size).or_else(|| class_of_medium(size))
+    slot_of_small_malloc(size)
+        .map(ClassSlot::class)
+        .or_else(|| class_of_medium(size))
 }
 
-/// [`class_of_malloc`] for sizes up to 1 KiB (one shift and one load), `None` above: a face
-/// keeps this part inline and the rest out of line.
+/// [`class_of_malloc`] for sizes up to 1 KiB (one shift and one load), as a slot; `None`
+/// above: a face keeps this part inline and the rest out of line.
 #[inline(always)]
-pub fn class_of_small_malloc(size: usize) -> Option<SizeClass> {
+pub fn slot_of_small_malloc(size: usize) -> Option<ClassSlot> {
     if size <= LOOKUP_MAX {
         // SAFETY: (size + 15) >> 4 <= LOOKUP_MAX / 16 + 1, the table's last index.
-        Some(SizeClass(unsafe {
-            *LOOKUP_MALLOC.get_unchecked((size + 15) >> 4)
-        }))
+        Some(unsafe { *LOOKUP_MALLOC.get_unchecked((size + 15) >> 4) })
     } else {
         None
     }
 }
 
-/// The 16-aligned classes by `(size + 15) / 16`, so `malloc`'s lookup is one shift and one load.
-static LOOKUP_MALLOC: [u8; LOOKUP_MAX / 16 + 1] = {
-    let mut table = [0u8; LOOKUP_MAX / 16 + 1];
+/// The slots of the 16-aligned classes by `(size + 15) / 16`, so `malloc`'s lookup is one
+/// shift and one load.
+static LOOKUP_MALLOC: [ClassSlot; LOOKUP_MAX / 16 + 1] = {
+    let mut table = [ClassSlot(0); LOOKUP_MAX / 16 + 1];
     let mut i = 0;
     while i <= LOOKUP_MAX / 16 {
         let size = if i == 0 { 16 } else { i * 16 };
-        table[i] = compute_class(size) as u8;
+        table[i] = ClassSlot((compute_class(size) * SLOT_BYTES) as u16);
         i += 1;
     }
     table

@@ -17,10 +17,17 @@
 //! `mark` folds both thresholds into the one compare a push makes: it is `rest` while `nth` is
 //! unarmed and `limit` once it is armed. Only the owning thread touches a list.
 //!
-//! A list the thread has not refilled since its heap attached is **fresh** (`mark` is 1, which
-//! no armed or unarmed list of a cached class has), so its first push takes the slow path: an
-//! object freed before the thread took any of its class was allocated by another thread, and
-//! the thread heap puts it behind a batch of its own (see `ThreadHeap::first_free`).
+//! An empty list's `mark` is 1 ([`EMPTY_MARK`]), so the push that makes an object its only one
+//! takes the slow path, which records that object as the tail ([`FreeList::settle`]): the fast
+//! push writes only the head, and the pop that empties a list sets the mark.
+//!
+//! A list the thread has not refilled since its heap attached is **fresh** (`mark` is 0, which
+//! no other list has), so its first push takes the slow path too: an object freed before the
+//! thread took any of its class was allocated by another thread, and the thread heap puts it
+//! behind a batch of its own (see `ThreadHeap::first_free`).
+//!
+//! The fast paths keep one statistics counter, of frees; the allocations are what the count
+//! and `book` say (see `book`).
 
 use crate::node::Batch;
 use crate::size_class::SizeClass;
@@ -37,12 +44,17 @@ pub(crate) struct FreeList {
     /// so checking that a pointer starts an object costs no load from elsewhere.
     pub(super) start_magic: u64,
     count: u32,
-    /// The count at which a push must take the slow path: `rest` (arm `nth`) or the limit.
+    /// The count at which a push must take the slow path: `rest` (arm `nth`), the limit, or
+    /// [`EMPTY_MARK`] (0 for a fresh list).
     mark: u32,
     /// Objects behind `nth` once armed: what a cut moves (`limit` less the class's batch).
     behind: u32,
-    /// Objects handed out and taken back since the counts were last published.
-    allocs: u32,
+    /// The count at the last publication, plus what the slow paths moved in since, less what
+    /// they moved out (wrapping): a pop lowers the count by one where it would raise an
+    /// allocation counter, so the allocations since the publication are
+    /// `book + frees - count`, and the pop needs no counter of its own.
+    book: u32,
+    /// Objects taken back since the counts were last published.
     frees: u32,
     /// `mark` while `nth` is unarmed: `behind + 1`, or 1 for a class threads do not cache (its
     /// every free takes the slow path).
@@ -67,8 +79,15 @@ pub(crate) fn cache_limit_max(class: SizeClass) -> usize {
 /// Bytes of one class a grown limit may keep.
 const MAX_GROWN_BYTES: usize = 256 << 10;
 
+/// The `mark` of an empty list: its next push takes the slow path, which records the tail.
+const EMPTY_MARK: u32 = 1;
+
+/// The `mark` of a fresh list (see the module's doc).
+const FRESH_MARK: u32 = 0;
+
 // One cache line per class: the fast paths touch nothing else of the list.
-const _: () = assert!(core::mem::size_of::<FreeList>() == 64);
+// A list's `ClassSlot` is its offset in the heap's array of lists.
+const _: () = assert!(core::mem::size_of::<FreeList>() == crate::size_class::SLOT_BYTES);
 
 impl FreeList {
     pub(super) const EMPTY: FreeList = FreeList {
@@ -81,7 +100,7 @@ impl FreeList {
         rest: 0,
         behind: 0,
         limit: 0,
-        allocs: 0,
+        book: 0,
         frees: 0,
         aux: null_mut(),
     };
@@ -90,8 +109,7 @@ impl FreeList {
     /// and the marker is left unarmed).
     pub(super) fn configure(&mut self, class: SizeClass) {
         self.start_magic = class.start_magic();
-        self.nth = null_mut();
-        self.mark = self.rest.into();
+        self.unarm();
         if class.cache_limit() == 0 {
             self.limit = 0;
             self.behind = 0;
@@ -106,21 +124,57 @@ impl FreeList {
     /// takes the slow path. A list that holds objects, or of an uncached class, is left as is.
     pub(super) fn make_fresh(&mut self) {
         if self.count == 0 && self.limit != 0 {
-            self.mark = 1;
+            self.mark = FRESH_MARK;
         }
     }
 
-    /// True for a fresh list (see [`FreeList::make_fresh`]). An uncached class's `rest` is 1;
-    /// a cached class's `rest` is `behind + 1` with `behind` at least its batch, and its `mark`
-    /// is `rest` or `limit`.
+    /// True for a fresh list (see [`FreeList::make_fresh`]). An unconfigured list's `rest` is
+    /// 0, an uncached class's 1; a cached class's `rest` is `behind + 1` with `behind` at least
+    /// its batch, and its `mark` is `rest`, `limit` or [`EMPTY_MARK`].
     pub(super) fn is_fresh(&self) -> bool {
-        self.mark == 1 && self.rest > 1
+        self.mark == FRESH_MARK && self.rest > 1
+    }
+
+    /// True while `nth` is unarmed: `mark` is `rest`, or [`EMPTY_MARK`] for an empty list.
+    fn is_unarmed(&self) -> bool {
+        self.mark == u32::from(self.rest) || (self.count == 0 && self.mark == EMPTY_MARK)
+    }
+
+    /// Leaves `nth` unarmed: `mark` is `rest`, or [`EMPTY_MARK`] when the list is empty.
+    fn unarm(&mut self) {
+        self.nth = null_mut();
+        self.mark = if self.count == 0 {
+            EMPTY_MARK
+        } else {
+            self.rest.into()
+        };
+    }
+
+    /// Sets the count to `count` for a slow path that moved objects in or out (see `book`).
+    fn set_count(&mut self, count: u32) {
+        self.book = self.book.wrapping_add(count).wrapping_sub(self.count);
+        self.count = count;
+    }
+
+    /// The first step of a push's slow path (the push brought the count to `mark`): when the
+    /// object is the list's only one, records it as the tail. True when that was all there was
+    /// to do: the list was empty (not fresh, of a cached class), and is now unarmed.
+    pub(super) fn settle(&mut self, secure: bool) -> bool {
+        if self.count != 1 {
+            return false;
+        }
+        self.tail = if secure { self.aux } else { self.head };
+        if self.mark == EMPTY_MARK && self.rest > 1 {
+            self.mark = self.rest.into();
+            return true;
+        }
+        false
     }
 
     /// Links `batch` behind the list's oldest object (the objects handed out last). Only while
     /// the marker is unarmed, which this keeps, and outside secure mode (plain links).
     pub(super) fn append(&mut self, batch: Batch) {
-        debug_assert!(self.mark == u32::from(self.rest) || self.is_uncached());
+        debug_assert!(self.is_unarmed() || self.is_uncached());
         if batch.count == 0 {
             return;
         }
@@ -130,7 +184,7 @@ impl FreeList {
         // SAFETY: the tail is one of the list's free objects, linked through its first word.
         unsafe { crate::ds::set_next(self.tail, batch.head) };
         self.tail = batch.tail;
-        self.count += batch.count as u32;
+        self.set_count(self.count + batch.count as u32);
     }
 
     /// The objects the list may hold before a cut.
@@ -142,11 +196,11 @@ impl FreeList {
     /// Only while the marker is unarmed: after a refill or a cut.
     pub(super) fn set_limit(&mut self, class: SizeClass, limit: usize) {
         debug_assert!(limit >= class.cache_limit() && limit <= cache_limit_max(class));
-        debug_assert!(self.mark == self.rest.into());
+        debug_assert!(self.is_unarmed() || self.rest == 0);
         self.limit = limit as u16;
         self.behind = (limit - class.batch()) as u32;
         self.rest = self.behind as u16 + 1;
-        self.mark = self.rest.into();
+        self.unarm();
     }
 
     /// Objects in the list.
@@ -169,29 +223,26 @@ impl FreeList {
     #[inline(always)]
     pub(super) fn popped(&mut self) {
         self.count -= 1;
-        self.allocs = self.allocs.wrapping_add(1);
-        // Popping the object `nth` pointed to re-arms the marker for the next push.
-        if self.count == self.behind {
+        if self.count == 0 {
+            // Empty: the next push records its object as the tail (see `settle`).
+            self.mark = EMPTY_MARK;
+        } else if self.count == self.behind {
+            // Popping the object `nth` pointed to re-arms the marker for the next push.
             self.mark = self.rest.into();
         }
     }
 
     /// Makes `object`, already linked to the old head, the list's head. True when the count
-    /// has reached `mark`: the caller must take [`FreeList::arm_or_cut`]'s slow path.
+    /// has reached `mark`: the caller must take the slow path ([`FreeList::settle`], then
+    /// [`FreeList::arm_or_cut`]).
     #[inline(always)]
     pub(super) fn push(&mut self, object: *mut u8) -> bool {
-        if self.count == 0 {
-            self.tail = object;
-        }
         self.head = object;
         self.booked_push()
     }
 
     /// As [`FreeList::push`], for secure mode's encoded list.
     pub(super) fn push_secure(&mut self, object: *mut u8) -> bool {
-        if self.count == 0 {
-            self.tail = object;
-        }
         self.aux = object;
         self.booked_push()
     }
@@ -239,9 +290,8 @@ impl FreeList {
         };
         write_link(nth, null_mut());
         self.tail = nth;
-        self.count -= count;
-        self.nth = null_mut();
-        self.mark = self.rest.into();
+        self.set_count(self.count - count);
+        self.unarm();
         Some(batch)
     }
 
@@ -254,9 +304,8 @@ impl FreeList {
             self.head = batch.head;
         }
         self.tail = batch.tail;
-        self.count = batch.count as u32;
-        self.nth = null_mut();
-        self.mark = self.rest.into();
+        self.set_count(batch.count as u32);
+        self.unarm();
     }
 
     /// Keeps only the head (`kept`, linked first), returning the rest; for parking.
@@ -268,7 +317,7 @@ impl FreeList {
             count: self.count as usize - 1,
         };
         self.tail = kept;
-        self.count = 1;
+        self.set_count(1);
         batch
     }
 
@@ -283,21 +332,21 @@ impl FreeList {
         self.head = null_mut();
         self.aux = null_mut();
         self.tail = null_mut();
-        self.nth = null_mut();
-        self.count = 0;
-        self.mark = self.rest.into();
+        self.set_count(0);
+        self.unarm();
         batch
     }
 
     /// True when nothing was handed out or taken back since the last publication.
     pub(super) fn is_idle(&self) -> bool {
-        self.allocs == 0 && self.frees == 0
+        self.book == self.count && self.frees == 0
     }
 
     /// The alloc and free counts since the last publication, reset to zero.
     pub(super) fn take_counts(&mut self) -> (u32, u32) {
-        let counts = (self.allocs, self.frees);
-        self.allocs = 0;
+        let allocs = self.book.wrapping_add(self.frees).wrapping_sub(self.count);
+        let counts = (allocs, self.frees);
+        self.book = self.count;
         self.frees = 0;
         counts
     }

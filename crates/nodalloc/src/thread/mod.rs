@@ -44,7 +44,7 @@ use crate::ds::{next_of, set_next};
 use crate::node::{HomeView, Misuse, NodeHeaps, NodeId, Partition, PartitionView};
 use crate::os::cpuset::CpuSet;
 use crate::os::topology::MAX_NODES;
-use crate::size_class::{SizeClass, NUM_CLASSES, UNIT_SHIFT};
+use crate::size_class::{ClassSlot, SizeClass, NUM_CLASSES, UNIT_SHIFT};
 use core::ptr::null_mut;
 use free_list::FreeList;
 use outbox::Outbox;
@@ -260,17 +260,20 @@ impl ThreadHeap {
         unsafe { self.heaps.as_ref() }
     }
 
-    /// The class's free list, without a bounds check on the fast paths.
+    /// The class's free list, without a bounds check or a shift on the fast paths.
     #[inline(always)]
-    fn list(&mut self, class: SizeClass) -> &mut FreeList {
-        debug_assert!(class.index() < NUM_CLASSES);
-        // SAFETY: a SizeClass is always below NUM_CLASSES (its invariant), the array's length.
-        unsafe { self.lists.get_unchecked_mut(class.index()) }
+    fn list(&mut self, class: impl Into<ClassSlot>) -> &mut FreeList {
+        let slot = class.into();
+        debug_assert!(slot.class().index() < NUM_CLASSES);
+        // SAFETY: a slot's offset is its class's index (below NUM_CLASSES, the array's length)
+        // times SLOT_BYTES, the size of a FreeList: the start of one of the lists.
+        unsafe { &mut *self.lists.as_mut_ptr().byte_add(slot.offset()) }
     }
 
     /// Pops a cached object, or null when the list is empty (then call [`Self::alloc_slow`]).
     #[inline(always)]
-    pub fn alloc_cached(&mut self, class: SizeClass) -> *mut u8 {
+    pub fn alloc_cached(&mut self, class: impl Into<ClassSlot>) -> *mut u8 {
+        let class = class.into();
         let (base, words) = (self.arena_base, self.arena_words);
         let list = self.list(class);
         let object = list.head;
@@ -288,7 +291,7 @@ impl ThreadHeap {
     /// # Safety
     /// The list's head is an object of the arena (so the list is not empty).
     #[inline(always)]
-    unsafe fn pop_head(&mut self, class: SizeClass) -> *mut u8 {
+    unsafe fn pop_head(&mut self, class: ClassSlot) -> *mut u8 {
         let list = self.list(class);
         let object = list.head;
         // SAFETY: cached objects are free, ours, and linked through their first word.
@@ -305,10 +308,10 @@ impl ThreadHeap {
     /// `heap` points to the calling thread's own heap, or to a detached heap that nothing
     /// writes.
     #[inline(always)]
-    pub unsafe fn pop_cached(heap: *mut ThreadHeap, class: SizeClass) -> *mut u8 {
-        // SAFETY: a read of either kind of heap (contract above); a SizeClass is always below
-        // NUM_CLASSES (its invariant), the array's length.
-        let head = unsafe { (*heap).lists.get_unchecked(class.index()).head };
+    pub unsafe fn pop_cached(heap: *mut ThreadHeap, class: ClassSlot) -> *mut u8 {
+        // SAFETY: a read of either kind of heap (contract above); a slot's offset is that of
+        // one of the lists (as in `list`).
+        let head = unsafe { (*(*heap).lists.as_ptr().byte_add(class.offset())).head };
         // SAFETY: as above (the detached heap's range is empty: null, as its lists hold).
         let (base, words) = unsafe { ((*heap).arena_base, (*heap).arena_words) };
         if (head as usize).wrapping_sub(base).rotate_right(3) >= words {
@@ -325,13 +328,14 @@ impl ThreadHeap {
     /// # Safety
     /// `object` must be a live object of `class` that the caller gives up.
     #[inline(always)]
-    pub unsafe fn free(&mut self, object: *mut u8, class: SizeClass) {
+    pub unsafe fn free(&mut self, object: *mut u8, class: impl Into<ClassSlot>) {
+        let class = class.into();
         if (object as usize).wrapping_sub(self.home.region_base) >> UNIT_SHIFT
             >= self.home.region_units
             || self.moved()
         {
             // SAFETY: forwarded contract.
-            return unsafe { self.free_slow(object, class) };
+            return unsafe { self.free_slow(object, class.class()) };
         }
         // SAFETY: forwarded contract.
         unsafe { self.free_local(object, class) }
@@ -415,7 +419,7 @@ impl ThreadHeap {
     /// `object` is a live object of `class` that the caller gives up, and of this heap's node
     /// ([`Self::home_class_of`] found it, or [`Self::caches_node`] holds for its origin).
     #[inline(always)]
-    pub unsafe fn free_local(&mut self, object: *mut u8, class: SizeClass) {
+    pub unsafe fn free_local(&mut self, object: *mut u8, class: impl Into<ClassSlot>) {
         let list = self.list(class);
         // SAFETY: the object is ours now and at least 8 bytes (every class is).
         unsafe { set_next(object, list.head) };

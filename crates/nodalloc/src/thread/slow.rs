@@ -153,8 +153,11 @@ impl ThreadHeap {
     #[cold]
     #[inline(never)]
     pub(super) fn free_mark(&mut self, class: SizeClass) {
-        let Some(heaps) = self.heaps() else { return };
         let secure = self.secure;
+        if self.lists[class.index()].settle(secure) {
+            return;
+        }
+        let Some(heaps) = self.heaps() else { return };
         let list = &mut self.lists[class.index()];
         if list.is_uncached() {
             return self.park(heaps, class);

@@ -487,7 +487,8 @@ fn grown_limits_stay_within_their_bounds_under_random_traffic() {
         }
         assert!(list.limit() >= class.cache_limit() && list.limit() <= cache_limit_max(class));
         assert!(heap.grown_bytes <= THREAD_GROWN_BYTES);
-        if step % 4096 == 0 {
+        // Every step where the list is nearly empty (its tail recorded by a slow push).
+        if step % 4096 == 0 || list.len() <= 2 {
             assert_list_consistent(&heap, class);
             assert_eq!(heap.grown_bytes, grown_bytes(&heap));
         }
@@ -517,38 +518,91 @@ fn grown_limits_stay_within_their_bounds_under_random_traffic() {
     }
 }
 
+/// A configured list of 64-byte objects, and `times` its limit of words to serve as objects.
+fn list_of_words(times: usize) -> (SizeClass, FreeList, Vec<usize>) {
+    let class = class_of(64, 8).unwrap();
+    let mut list = FreeList::EMPTY;
+    list.configure(class);
+    let words = vec![0usize; times * list.limit()];
+    (class, list, words)
+}
+
+/// The words as objects of a list (each one word: enough for its link).
+fn objects_of(words: &mut [usize]) -> Vec<*mut u8> {
+    words
+        .iter_mut()
+        .map(|w| w as *mut usize as *mut u8)
+        .collect()
+}
+
+/// Links `objects` in order into a batch.
+fn chain(objects: &[*mut u8]) -> Batch {
+    for (i, &object) in objects.iter().enumerate() {
+        let next = objects.get(i + 1).copied().unwrap_or(null_mut());
+        // SAFETY: the objects are the caller's own words.
+        unsafe { set_next(object, next) };
+    }
+    Batch {
+        head: objects[0],
+        tail: objects[objects.len() - 1],
+        count: objects.len(),
+    }
+}
+
+/// A list emptied by pops records the object of its next push as its tail (the fast push
+/// writes only the head), and the counts published say what the pops and pushes did.
+#[test]
+fn a_list_emptied_by_pops_takes_its_next_push_as_its_tail() {
+    let (class, mut list, mut words) = list_of_words(2);
+    let limit = list.limit();
+    let objects = objects_of(&mut words);
+    list.install(chain(&objects[..3]), false);
+    assert_eq!(list.take_counts(), (0, 0), "an install is neither");
+    for _ in 0..3 {
+        // SAFETY: popping our own words.
+        list.head = unsafe { next_of(list.head) };
+        list.popped();
+    }
+    assert_eq!(list.len(), 0);
+    // Pushes from here on: the first takes the slow path, which records it as the tail.
+    let pushed = &objects[3..3 + limit];
+    // SAFETY: as above.
+    unsafe { set_next(pushed[0], list.head) };
+    assert!(list.push(pushed[0]), "a push onto an empty list is slow");
+    assert!(list.settle(false), "settling is all an emptied list needs");
+    assert_eq!(list.tail(), pushed[0]);
+    let mut cut = None;
+    for &object in &pushed[1..] {
+        // SAFETY: as above.
+        unsafe { set_next(object, list.head) };
+        if list.push(object) && !list.settle(false) {
+            cut = list.arm_or_cut(
+                false,
+                // SAFETY: as above.
+                |o| unsafe { next_of(o) },
+                // SAFETY: as above.
+                |o, n| unsafe { set_next(o, n) },
+            );
+        }
+    }
+    let cut = cut.expect("the pushes reached the limit");
+    assert_eq!(cut.tail, pushed[0], "the cut ends at the oldest push");
+    assert_eq!(cut.count, limit - class.batch());
+    assert_eq!(list.len(), class.batch());
+    assert_eq!(list.take_counts(), (3, limit as u32));
+    assert_eq!(list.take_counts(), (0, 0));
+}
+
 /// A list handed a refill larger than its drain (another thread's grown list cut it) cannot
 /// arm its marker: at the limit it keeps its newest object and hands back the rest.
 #[test]
 fn a_list_past_its_arming_point_keeps_its_head_at_the_limit() {
-    let class = class_of(64, 8).unwrap();
-    let mut list = FreeList::EMPTY;
-    list.configure(class);
+    let (_, mut list, mut words) = list_of_words(4);
     let limit = list.limit();
-    let mut words = vec![0usize; 4 * limit];
-    let objects: Vec<*mut u8> = words
-        .iter_mut()
-        .map(|w| w as *mut usize as *mut u8)
-        .collect();
+    let objects = objects_of(&mut words);
     // A chain of limit - 1 objects, installed whole.
     let given = limit - 1;
-    for i in 0..given {
-        let next = if i + 1 < given {
-            objects[i + 1]
-        } else {
-            null_mut()
-        };
-        // SAFETY: the objects are our own words.
-        unsafe { set_next(objects[i], next) };
-    }
-    list.install(
-        Batch {
-            head: objects[0],
-            tail: objects[given - 1],
-            count: given,
-        },
-        false,
-    );
+    list.install(chain(&objects[..given]), false);
     // One push brings it to the limit.
     let pushed = objects[given];
     // SAFETY: as above.
