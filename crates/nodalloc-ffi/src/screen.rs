@@ -7,7 +7,9 @@
 //! The screen costs one load, one compare and one store on the free fast path, and one store on
 //! the malloc fast path.
 
-use nodalloc_core::raw::{self, NodeId, Partition, PointerMisuse, SizeClass, ThreadHeap};
+use nodalloc_core::raw::{
+    self, ClassSlot, NodeId, Partition, PointerMisuse, SizeClass, ThreadHeap,
+};
 
 /// Written into the second word of a block this face frees. Any value works (a match is
 /// confirmed before anything is reported); this one is unlikely as program data.
@@ -48,7 +50,7 @@ pub(crate) unsafe fn free_home_checked(
     let Some(class) = view.home_class_of(ptr) else {
         return false;
     };
-    check(class);
+    check(class.class());
     // The thread moved to another CPU: the slow path re-homes the heap first if need be.
     if view.moved() {
         return false;
@@ -74,7 +76,9 @@ pub(crate) unsafe fn free_classified(
 ) {
     match heap {
         // SAFETY: forwarded contract; a block of this heap's node.
-        Some(heap) if heap.caches_node(origin) => unsafe { screen_and_push(heap, ptr, class) },
+        Some(heap) if heap.caches_node(origin) => unsafe {
+            screen_and_push(heap, ptr, class.slot())
+        },
         // SAFETY: forwarded contract.
         Some(heap) if heap.partitions_node(origin) => unsafe {
             screen_partitioned(heap, ptr, class)
@@ -88,7 +92,7 @@ pub(crate) unsafe fn free_classified(
 /// `ptr` is a live small block of `class` and of the heap's node, at least 16 bytes, that the
 /// caller gives up.
 #[inline(always)]
-unsafe fn screen_and_push(heap: &mut ThreadHeap, ptr: *mut u8, class: SizeClass) {
+unsafe fn screen_and_push(heap: &mut ThreadHeap, ptr: *mut u8, class: ClassSlot) {
     let mark = ptr.wrapping_add(8) as *mut usize;
     // SAFETY: blocks of every C-face class are at least 16 bytes, 8-aligned, and ours.
     if unsafe { *mark } == FREED_MARK {

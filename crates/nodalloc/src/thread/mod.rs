@@ -383,15 +383,14 @@ impl ThreadHeap {
     /// mode), which the caller's slow path sorts out. Two loads besides the heap's own fields:
     /// the unit's tag and the class's magic in the line of its list.
     #[inline(always)]
-    pub fn home_class_of(&self, object: *const u8) -> Option<SizeClass> {
+    pub fn home_class_of(&self, object: *const u8) -> Option<ClassSlot> {
         self.home
             .bag_object(object, |class| {
                 // The list's copy of the class's magic: the line the push will write anyway.
-                // SAFETY: a SizeClass is always below NUM_CLASSES (a bag's tag holds one the
-                // node layer wrote), the array's length.
-                unsafe { self.lists.get_unchecked(class.index()) }.start_magic
+                // SAFETY: a slot's offset is that of one of the lists (as in `list`).
+                unsafe { &*self.lists.as_ptr().byte_add(class.slot().offset()) }.start_magic
             })
-            .map(|(class, _)| class)
+            .map(|(class, _)| class.slot())
     }
 
     /// True when a small object of `origin` freed now would go to this heap's cache (attached,
