@@ -196,8 +196,8 @@ impl CallgrindSuite {
         Table {
             title,
             note: format!(
-                "valgrind --tool=callgrind, (Ir({n}) - Ir(0)) / {n}; includes the loop (about 6 \
-                 instructions). {snmalloc}"
+                "valgrind --tool=callgrind, (Ir({n}) - Ir(0)) / {n}; includes the loop (the \
+                 `overhead` row; the size passes through `black_box` on every pair). {snmalloc}"
             ),
             header,
             rows,

@@ -17,12 +17,8 @@
 //! `mark` folds both thresholds into the one compare a push makes: it is `rest` while `nth` is
 //! unarmed and `limit` once it is armed. Only the owning thread touches a list.
 //!
-//! An empty list's `mark` is 1 ([`EMPTY_MARK`]), so the push that makes an object its only one
-//! takes the slow path, which records that object as the tail ([`FreeList::settle`]): the fast
-//! push writes only the head, and the pop that empties a list sets the mark.
-//!
 //! A list the thread has not refilled since its heap attached is **fresh** (`mark` is 0, which
-//! no other list has), so its first push takes the slow path too: an object freed before the
+//! no other list has), so its first push takes the slow path: an object freed before the
 //! thread took any of its class was allocated by another thread, and the thread heap puts it
 //! behind a batch of its own (see `ThreadHeap::first_free`).
 //!
@@ -44,8 +40,8 @@ pub(crate) struct FreeList {
     /// so checking that a pointer starts an object costs no load from elsewhere.
     pub(super) start_magic: u64,
     count: u32,
-    /// The count at which a push must take the slow path: `rest` (arm `nth`), the limit, or
-    /// [`EMPTY_MARK`] (0 for a fresh list).
+    /// The count at which a push must take the slow path: `rest` (arm `nth`) or the limit (0
+    /// for a fresh list).
     mark: u32,
     /// Objects behind `nth` once armed: what a cut moves (`limit` less the class's batch).
     behind: u32,
@@ -78,9 +74,6 @@ pub(crate) fn cache_limit_max(class: SizeClass) -> usize {
 
 /// Bytes of one class a grown limit may keep.
 const MAX_GROWN_BYTES: usize = 256 << 10;
-
-/// The `mark` of an empty list: its next push takes the slow path, which records the tail.
-const EMPTY_MARK: u32 = 1;
 
 /// The `mark` of a fresh list (see the module's doc).
 const FRESH_MARK: u32 = 0;
@@ -130,45 +123,26 @@ impl FreeList {
 
     /// True for a fresh list (see [`FreeList::make_fresh`]). An unconfigured list's `rest` is
     /// 0, an uncached class's 1; a cached class's `rest` is `behind + 1` with `behind` at least
-    /// its batch, and its `mark` is `rest`, `limit` or [`EMPTY_MARK`].
+    /// its batch, and its `mark` is `rest` or `limit`.
     pub(super) fn is_fresh(&self) -> bool {
         self.mark == FRESH_MARK && self.rest > 1
     }
 
-    /// True while `nth` is unarmed: `mark` is `rest`, or [`EMPTY_MARK`] for an empty list.
+    /// True while `nth` is unarmed.
     fn is_unarmed(&self) -> bool {
-        self.mark == u32::from(self.rest) || (self.count == 0 && self.mark == EMPTY_MARK)
+        self.mark == u32::from(self.rest)
     }
 
-    /// Leaves `nth` unarmed: `mark` is `rest`, or [`EMPTY_MARK`] when the list is empty.
+    /// Leaves `nth` unarmed.
     fn unarm(&mut self) {
         self.nth = null_mut();
-        self.mark = if self.count == 0 {
-            EMPTY_MARK
-        } else {
-            self.rest.into()
-        };
+        self.mark = self.rest.into();
     }
 
     /// Sets the count to `count` for a slow path that moved objects in or out (see `book`).
     fn set_count(&mut self, count: u32) {
         self.book = self.book.wrapping_add(count).wrapping_sub(self.count);
         self.count = count;
-    }
-
-    /// The first step of a push's slow path (the push brought the count to `mark`): when the
-    /// object is the list's only one, records it as the tail. True when that was all there was
-    /// to do: the list was empty (not fresh, of a cached class), and is now unarmed.
-    pub(super) fn settle(&mut self, secure: bool) -> bool {
-        if self.count != 1 {
-            return false;
-        }
-        self.tail = if secure { self.aux } else { self.head };
-        if self.mark == EMPTY_MARK && self.rest > 1 {
-            self.mark = self.rest.into();
-            return true;
-        }
-        false
     }
 
     /// Links `batch` behind the list's oldest object (the objects handed out last). Only while
@@ -223,26 +197,28 @@ impl FreeList {
     #[inline(always)]
     pub(super) fn popped(&mut self) {
         self.count -= 1;
-        if self.count == 0 {
-            // Empty: the next push records its object as the tail (see `settle`).
-            self.mark = EMPTY_MARK;
-        } else if self.count == self.behind {
+        if self.count == self.behind {
             // Popping the object `nth` pointed to re-arms the marker for the next push.
             self.mark = self.rest.into();
         }
     }
 
     /// Makes `object`, already linked to the old head, the list's head. True when the count
-    /// has reached `mark`: the caller must take the slow path ([`FreeList::settle`], then
-    /// [`FreeList::arm_or_cut`]).
+    /// has reached `mark`: the caller must take [`FreeList::arm_or_cut`]'s slow path.
     #[inline(always)]
     pub(super) fn push(&mut self, object: *mut u8) -> bool {
+        if self.count == 0 {
+            self.tail = object;
+        }
         self.head = object;
         self.booked_push()
     }
 
     /// As [`FreeList::push`], for secure mode's encoded list.
     pub(super) fn push_secure(&mut self, object: *mut u8) -> bool {
+        if self.count == 0 {
+            self.tail = object;
+        }
         self.aux = object;
         self.booked_push()
     }

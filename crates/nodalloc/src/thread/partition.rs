@@ -410,9 +410,6 @@ impl ThreadHeap {
         let cache = unsafe { &mut *self.parts };
         let (part, class) = pair_of(cache.keys[index]);
         let list = &mut cache.lists[index];
-        if list.settle(secure) {
-            return;
-        }
         let cut = list.arm_or_cut(
             secure,
             // SAFETY: `nth` is a cached object of this class, ours.

@@ -153,11 +153,8 @@ impl ThreadHeap {
     #[cold]
     #[inline(never)]
     pub(super) fn free_mark(&mut self, class: SizeClass) {
-        let secure = self.secure;
-        if self.lists[class.index()].settle(secure) {
-            return;
-        }
         let Some(heaps) = self.heaps() else { return };
+        let secure = self.secure;
         let list = &mut self.lists[class.index()];
         if list.is_uncached() {
             return self.park(heaps, class);
