@@ -7,7 +7,7 @@
 //! are plotted rather than tabulated. [`Report::summarize`] ranks them and
 //! [`Report::targets`] checks the project's performance targets; both are pure
 //! functions of the records, so the tests can feed them made-up numbers.
-//! Turning them into text and files is [`render`]'s part.
+//! Turning them into text and files is `render`'s part.
 //!
 //! Filled by the suites (`src/suites/`), written by `src/main.rs`.
 

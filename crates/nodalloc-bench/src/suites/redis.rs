@@ -145,7 +145,7 @@ fn name_cell(r: &Record) -> String {
 /// What one server run measured.
 struct RedisRun {
     wall: Duration,
-    /// Requests/s per test, in [`TESTS`] order.
+    /// Requests/s per test, in `TESTS` order.
     rps: Vec<f64>,
     hwm_kib: u64,
     rss_end_kib: u64,
@@ -315,7 +315,7 @@ fn memory_kib(pid: u32) -> Result<(u64, u64), String> {
     Ok((field("VmHWM:")?, field("VmRSS:")?))
 }
 
-/// Requests/s per test, in [`TESTS`] order, from `redis-benchmark --csv`
+/// Requests/s per test, in `TESTS` order, from `redis-benchmark --csv`
 /// (`"SET","250000.00",...` after a header line).
 pub fn parse_rps(csv: &str) -> Result<Vec<f64>, String> {
     let rows: Vec<(String, f64)> = csv
