@@ -102,7 +102,7 @@ impl SizeClass {
 /// Bytes per class in a per-class array of cache lines, such as a thread heap's lists.
 pub const SLOT_BYTES: usize = 64;
 
-/// A size class as the byte offset of its entry in an array of [`SLOT_BYTES`] bytes per class
+/// A size class as the byte offset of its entry in an array of `SLOT_BYTES` bytes per class
 /// (its index times 64): what the fast paths' lookups return, so reaching the class's list in
 /// a thread heap costs no shift. Invariant: the index it encodes is below `NUM_CLASSES`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
