@@ -6,15 +6,21 @@ use super::*;
 
 impl NodeHeaps {
     /// A batch of free objects of `class` in partition `part` for a thread of `node`: from the
-    /// ring, else carved from the node's bags, else (own region exhausted) stolen from the
-    /// nearest node that has some.
-    pub fn refill(&self, node: NodeId, part: Partition, class: SizeClass) -> Option<Batch> {
+    /// ring, else `want` objects (at least the class's batch) from the node's bags, else (own
+    /// region exhausted) stolen from the nearest node that has some.
+    pub fn refill(
+        &self,
+        node: NodeId,
+        part: Partition,
+        class: SizeClass,
+        want: usize,
+    ) -> Option<Batch> {
         let class_heap = self.class_in(node, part, class);
         if let Some(batch) = class_heap.ring_pop() {
             class_heap.ring_touched.store(true, Ordering::Relaxed);
             return Some(batch);
         }
-        self.take_from_bags(node, part, class, class.batch())
+        self.take_from_bags(node, part, class, want.max(class.batch()))
     }
 
     /// Up to `want` objects from bags, own node first, then other nodes nearest first.

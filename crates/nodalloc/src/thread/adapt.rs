@@ -19,8 +19,10 @@ use crate::node::{NodeHeaps, NodeId};
 use crate::size_class::SizeClass;
 use core::sync::atomic::Ordering;
 
-/// Bytes a thread's grown limits may add to its base limits, summed over classes.
-pub(crate) const THREAD_GROWN_BYTES: usize = 4 << 20;
+/// Bytes a thread's grown limits may add to its base limits, summed over classes. Half the
+/// node's budget: two busy threads of a node may use it all (at 4 MiB, the latency case's
+/// threads ran out of it with most of their classes at their base limits).
+pub(crate) const THREAD_GROWN_BYTES: usize = 16 << 20;
 
 /// Bytes the grown limits of all threads of one node may add together.
 pub(crate) const NODE_GROWN_BYTES: usize = 32 << 20;

@@ -107,7 +107,13 @@ impl ThreadHeap {
         part: Partition,
         class: SizeClass,
     ) -> Option<Batch> {
-        let batch = heaps.refill(self.node, part, class)?;
+        // A list whose limit grew takes half of it from the bags (see `FreeList::refill_size`).
+        let want = if part == Partition::DEFAULT {
+            self.lists[class.index()].refill_size()
+        } else {
+            class.batch()
+        };
+        let batch = heaps.refill(self.node, part, class, want)?;
         if heaps.origin_of(batch.head as usize) != Some(self.node) {
             self.foreign = true;
         }

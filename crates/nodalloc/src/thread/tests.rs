@@ -402,10 +402,11 @@ fn grown_bytes(heap: &ThreadHeap) -> usize {
         .sum()
 }
 
-/// A class whose list overflows and runs dry in turn keeps more objects; flushing the heap
-/// puts every limit back to its base and gives the node's budget back.
+/// A class whose list overflows and runs dry in turn keeps more objects, and takes half its
+/// grown limit from the bags at a refill (a class used both ways goes to the class lock less
+/// often); flushing the heap puts every limit back to its base and gives the node's budget back.
 #[test]
-fn a_class_used_both_ways_grows_its_limit_until_the_heap_is_flushed() {
+fn a_class_used_both_ways_grows_its_limit_and_its_refills_until_the_heap_is_flushed() {
     let heaps = heaps(1);
     let mut heap = attached(heaps, NodeId(0));
     heap.next_upkeep = u64::MAX;
@@ -423,6 +424,18 @@ fn a_class_used_both_ways_grows_its_limit_until_the_heap_is_flushed() {
         if round > 0 {
             assert!(limit > base, "round {round}: limit {limit} did not grow");
         }
+    }
+    // Empty the list and the ring: the next refill comes from the bags.
+    let limit = heap.lists[class.index()].limit();
+    let mut held: Vec<*mut u8> = (0..heap.lists[class.index()].len())
+        .map(|_| allocate(&mut heap, class))
+        .collect();
+    heaps.flush_all();
+    held.push(allocate(&mut heap, class));
+    assert_eq!(heap.lists[class.index()].len(), limit / 2 - 1);
+    for object in held {
+        // SAFETY: allocated above, freed once.
+        unsafe { heap.free(object, class) };
     }
     let budget = &heaps.node(NodeId(0)).grown_cache_bytes;
     assert_eq!(heap.grown_bytes, grown_bytes(&heap));
