@@ -5,22 +5,13 @@
 use super::*;
 
 impl NodeHeaps {
-    /// A batch of free objects of `class` in partition `part` for a thread of `node`: from the
-    /// ring, else `want` objects (at least the class's batch) from the node's bags, else (own
-    /// region exhausted) stolen from the nearest node that has some.
-    pub fn refill(
-        &self,
-        node: NodeId,
-        part: Partition,
-        class: SizeClass,
-        want: usize,
-    ) -> Option<Batch> {
+    /// A batch of `class` in partition `part` from `node`'s transfer ring, if it holds one (a
+    /// refill tries it before [`Self::take_from_bags`]).
+    pub fn ring_refill(&self, node: NodeId, part: Partition, class: SizeClass) -> Option<Batch> {
         let class_heap = self.class_in(node, part, class);
-        if let Some(batch) = class_heap.ring_pop() {
-            class_heap.ring_touched.store(true, Ordering::Relaxed);
-            return Some(batch);
-        }
-        self.take_from_bags(node, part, class, want.max(class.batch()))
+        let batch = class_heap.ring_pop()?;
+        class_heap.ring_touched.store(true, Ordering::Relaxed);
+        Some(batch)
     }
 
     /// Up to `want` objects from bags, own node first, then other nodes nearest first.

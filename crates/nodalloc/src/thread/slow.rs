@@ -113,7 +113,9 @@ impl ThreadHeap {
         } else {
             class.batch()
         };
-        let batch = heaps.refill(self.node, part, class, want)?;
+        let batch = heaps
+            .ring_refill(self.node, part, class)
+            .or_else(|| heaps.take_from_bags(self.node, part, class, want.max(class.batch())))?;
         if heaps.origin_of(batch.head as usize) != Some(self.node) {
             self.foreign = true;
         }
