@@ -33,6 +33,8 @@ mod slow;
 mod upkeep;
 
 #[cfg(test)]
+mod free_list_tests;
+#[cfg(test)]
 mod guard_tests;
 #[cfg(test)]
 mod partition_tests;
