@@ -170,7 +170,7 @@ impl FreeList {
     /// Only while the marker is unarmed: after a refill or a cut.
     pub(super) fn set_limit(&mut self, class: SizeClass, limit: usize) {
         debug_assert!(limit >= class.cache_limit() && limit <= cache_limit_max(class));
-        debug_assert!(self.is_unarmed() || self.rest == 0);
+        debug_assert!(self.is_unarmed());
         self.limit = limit as u16;
         self.behind = (limit - class.batch()) as u32;
         self.rest = self.behind as u16 + 1;
