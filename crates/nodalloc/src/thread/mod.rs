@@ -272,6 +272,15 @@ impl ThreadHeap {
         unsafe { &mut *self.lists.as_mut_ptr().byte_add(slot.offset()) }
     }
 
+    /// [`Self::list`], to read.
+    #[inline(always)]
+    fn list_ref(&self, class: impl Into<ClassSlot>) -> &FreeList {
+        let slot = class.into();
+        debug_assert!(slot.class().index() < NUM_CLASSES);
+        // SAFETY: as in `list`.
+        unsafe { &*self.lists.as_ptr().byte_add(slot.offset()) }
+    }
+
     /// Pops a cached object, or null when the list is empty (then call [`Self::alloc_slow`]).
     #[inline(always)]
     pub fn alloc_cached(&mut self, class: impl Into<ClassSlot>) -> *mut u8 {
@@ -311,9 +320,8 @@ impl ThreadHeap {
     /// writes.
     #[inline(always)]
     pub unsafe fn pop_cached(heap: *mut ThreadHeap, class: ClassSlot) -> *mut u8 {
-        // SAFETY: a read of either kind of heap (contract above); a slot's offset is that of
-        // one of the lists (as in `list`).
-        let head = unsafe { (*(*heap).lists.as_ptr().byte_add(class.offset())).head };
+        // SAFETY: a read of either kind of heap (contract above): nothing writes it meanwhile.
+        let head = unsafe { (*heap).list_ref(class).head };
         // SAFETY: as above (the detached heap's range is empty: null, as its lists hold).
         let (base, words) = unsafe { ((*heap).arena_base, (*heap).arena_words) };
         if (head as usize).wrapping_sub(base).rotate_right(3) >= words {
@@ -389,8 +397,7 @@ impl ThreadHeap {
         self.home
             .bag_object(object, |class| {
                 // The list's copy of the class's magic: the line the push will write anyway.
-                // SAFETY: a slot's offset is that of one of the lists (as in `list`).
-                unsafe { &*self.lists.as_ptr().byte_add(class.slot().offset()) }.start_magic
+                self.list_ref(class).start_magic
             })
             .map(|(class, _)| class.slot())
     }
