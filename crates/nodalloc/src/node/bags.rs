@@ -331,10 +331,11 @@ impl NodeHeaps {
             let Some(at) = self.arena.bag_at(address).filter(|at| at.class == class) else {
                 break Err((object, Misuse::InvalidPointer));
             };
-            if (address - at.start) % size != 0 {
+            let start = at.start;
+            let offset = address - start;
+            if !class.is_object_start(offset) {
                 break Err((object, Misuse::InvalidPointer));
             }
-            let start = at.start;
             let bag = map.meta(at.first);
             if partitioned {
                 // SAFETY: the tag says `bag` is a bag descriptor. Read without its lock, so
@@ -370,9 +371,7 @@ impl NodeHeaps {
             unsafe {
                 // Secure mode carves in a random order, so the count says nothing about which
                 // objects were carved (and the allocation bitmap vouched for this one).
-                if !self.arena.is_secure()
-                    && (address - start) / size >= (*bag).role.bag.carved as usize
-                {
+                if !self.arena.is_secure() && offset >= (*bag).role.bag.carved as usize * size {
                     break Err((object, Misuse::InvalidPointer));
                 }
                 if (*bag).role.bag.live == 0 {
@@ -383,7 +382,6 @@ impl NodeHeaps {
                 (*bag).role.bag.free = object;
                 (*bag).role.bag.live -= 1;
                 (*bag).role.bag.sweep.returned_at = stamp;
-                class_heap.out_of_bags.fetch_sub(1, Ordering::Relaxed);
                 run += 1;
                 if (*bag).role.bag.live == 0 {
                     if !was_full {
@@ -407,12 +405,16 @@ impl NodeHeaps {
         result
     }
 
-    /// The end of a run of `return_to_bags` under one class lock: the class heap has bags to
-    /// sweep, and the run's objects are counted as frees if asked.
+    /// The end of a run of `return_to_bags` under one class lock (still held): the run's
+    /// objects are no longer out of the bags, the class heap has bags to sweep, and the objects
+    /// are counted as frees if asked.
     fn finish_run(&self, class_heap: &ClassHeap, run: u64, count_frees: bool) {
         if run == 0 {
             return;
         }
+        class_heap
+            .out_of_bags
+            .fetch_sub(run as usize, Ordering::Relaxed);
         class_heap.to_sweep.store(true, Ordering::Relaxed);
         if count_frees {
             class_heap.frees.fetch_add(run, Ordering::Relaxed);
