@@ -524,6 +524,56 @@ fn assert_bad_free_aborts_with(misuse: &str, what: &str, env: &[(&str, &str)]) {
     }
 }
 
+/// Runs `misuse CASE` (no secure mode) and checks that it dies of SIGABRT with a line on stderr
+/// starting with `expected(pointer)`.
+fn assert_misuse_aborts(case: &str, expected: impl Fn(&str) -> String) {
+    for mode in MODES {
+        let (pointer, finished) = run_to_announced_misuse("misuse", case, &[], mode);
+        assert_eq!(
+            finished.status.signal(),
+            Some(SIGABRT),
+            "misuse {case} ({mode:?}) should die of SIGABRT, but: {}",
+            finished.describe()
+        );
+        let expected = expected(&pointer);
+        assert!(
+            finished
+                .stderr
+                .lines()
+                .any(|line| line.starts_with(&expected)),
+            "misuse {case} ({mode:?}): stderr lacks a line starting with `{expected}`: {}",
+            finished.describe()
+        );
+    }
+}
+
+#[test]
+fn an_overflow_into_a_freed_large_neighbour_aborts_when_the_spans_merge() {
+    assert_misuse_aborts("overflow-freed-large", |pointer| {
+        format!(
+            "nodalloc: heap corruption: the freed block at {pointer} was written to at its start"
+        )
+    });
+}
+
+#[test]
+fn an_underflow_into_a_freed_large_neighbour_aborts_when_the_spans_merge() {
+    assert_misuse_aborts("underflow-freed-large", |pointer| {
+        format!(
+            "nodalloc: heap corruption: the freed block at {pointer} was written to at its last word"
+        )
+    });
+}
+
+#[test]
+fn a_write_after_free_at_the_start_of_a_large_block_aborts_when_its_memory_is_reused() {
+    assert_misuse_aborts("write-freed-large", |pointer| {
+        format!(
+            "nodalloc: heap corruption: the freed block at {pointer} was written to at its start"
+        )
+    });
+}
+
 #[test]
 fn free_of_a_stack_pointer_aborts_naming_the_pointer() {
     assert_bad_free_aborts("stack", "invalid pointer");

@@ -35,11 +35,13 @@ const SIGBUS: i32 = 7;
 const SIGSEGV: i32 = 11;
 
 /// Caught in default mode, every run of 10 when measured, each by an abort naming the pointer
-/// (or a block announced nearby), a fault, or an outcome avoided. Not here: what needs a
-/// header or a canary (underflows, overflows a damaged neighbour never reveals), what glibc
-/// catches at 262144 bytes only because it maps blocks that large on their own (writes and
-/// reads past them or after their free), zero-size blocks, immediate reuse, and the C++ forms
-/// a block came from (secure mode records them).
+/// (or a block announced nearby), a fault, or an outcome avoided. At 262144 bytes a block is a
+/// span of its own, and a freed span's first and last words hold canaries: overflows and
+/// underflows into a freed neighbour are found when it merges with the block's span. Not
+/// here: what needs a header or a canary beside a block of a class (underflows, overflows a
+/// damaged neighbour never reveals), what glibc catches at 262144 bytes only because it maps
+/// blocks that large on their own (reads past them, accesses after their free), zero-size
+/// blocks, immediate reuse, and the C++ forms a block came from (secure mode records them).
 const CAUGHT_DEFAULT: &[&str] = &[
     "double-free 8",
     "double-free 4096",
@@ -89,14 +91,21 @@ const CAUGHT_DEFAULT: &[&str] = &[
     "realloc-interior 4096",
     "realloc-interior 262144",
     "overflow-1 4096",
+    "overflow-1 262144",
     "overflow-usable-1 8",
     "overflow-usable-1 4096",
+    "overflow-usable-1 262144",
     "overflow-memcpy-32 8",
     "overflow-memcpy-32 4096",
+    "overflow-memcpy-32 262144",
     "overflow-4096 8",
     "overflow-4096 4096",
+    "overflow-4096 262144",
+    "overflow-far-1m 262144",
     "overflow-after-shrink 4096",
+    "underflow-1 262144",
     "underflow-16 8",
+    "underflow-16 262144",
     "uaf-write-first 8",
     "uaf-write-first 4096",
     "uaf-write-first 262144",

@@ -1,7 +1,8 @@
 /* Frees that nodalloc must refuse by aborting, with a one-line message naming the pointer.
  *
  * Usage: misuse MODE (stack, middle, double, double-small, double-medium, double-big,
- * double-handed-on, poison, middle-small, unused). The program prints
+ * double-handed-on, poison, middle-small, unused, overflow-freed-large, underflow-freed-large,
+ * write-freed-large). The program prints
  * "pointer 0x…" (the pointer it is about to free, as %p prints it) on stdout, then makes the
  * bad call; the harness expects SIGABRT and the message on stderr. Reaching the end is a failure (exit 1).
  */
@@ -18,7 +19,7 @@ static void announce(void *pointer) {
 }
 
 int main(int argc, char **argv) {
-    CHECK(argc == 2, "usage: misuse stack|middle|double|double-small|double-medium|double-big|double-handed-on|poison|middle-small|unused");
+    CHECK(argc == 2, "usage: misuse MODE (see the comment at the top)");
     /* An expected abort should not leave a core file behind. */
     struct rlimit no_core = {0, 0};
     setrlimit(RLIMIT_CORE, &no_core);
@@ -118,6 +119,43 @@ int main(int argc, char **argv) {
         void *pointer = opaque_pointer(block + 40 * MIB + 64);
         announce(pointer);
         free(pointer);
+    } else if (strcmp(mode, "overflow-freed-large") == 0) {
+        /* Two adjacent 1 MiB blocks; the second is freed, then a write past the end of the first
+         * lands in its first word. Freeing the first merges the two spans. */
+        char *block = malloc(opaque_size(MIB));
+        char *next = malloc(opaque_size(MIB));
+        char *barrier = malloc(opaque_size(MIB));
+        CHECK(block != NULL && next != NULL && barrier != NULL, "malloc(1 MiB) failed");
+        CHECK(next == block + MIB, "1 MiB blocks not adjacent: %p, %p", (void *)block, (void *)next);
+        announce(next);
+        free(next);
+        memset((void *)opaque_size((uintptr_t)block + MIB), 0x41, 8);
+        free(block);
+    } else if (strcmp(mode, "underflow-freed-large") == 0) {
+        /* The first of two adjacent 1 MiB blocks is freed, then a write before the start of the
+         * second lands in its last word. Freeing the second merges the two spans. */
+        char *block = malloc(opaque_size(MIB));
+        char *next = malloc(opaque_size(MIB));
+        char *barrier = malloc(opaque_size(MIB));
+        CHECK(block != NULL && next != NULL && barrier != NULL, "malloc(1 MiB) failed");
+        CHECK(next == block + MIB, "1 MiB blocks not adjacent: %p, %p", (void *)block, (void *)next);
+        announce(block);
+        free(block);
+        memset((void *)opaque_size((uintptr_t)next - 1), 0x41, 1);
+        free(next);
+    } else if (strcmp(mode, "write-freed-large") == 0) {
+        /* A write after free into a freed 1 MiB block's first word, then a malloc that reuses
+         * its memory. */
+        char *block = malloc(opaque_size(MIB));
+        char *barrier = malloc(opaque_size(MIB));
+        CHECK(block != NULL && barrier != NULL, "malloc(1 MiB) failed");
+        memset(block, 1, MIB);
+        uintptr_t address = (uintptr_t)block;
+        announce(block);
+        free(block);
+        memset((void *)opaque_size(address), 0x41, 4);
+        char *again = malloc(opaque_size(MIB));
+        fprintf(stderr, "misuse write-freed-large: malloc returned %p\n", (void *)again);
     } else {
         CHECK(0, "unknown mode %s", mode);
     }

@@ -172,6 +172,7 @@ impl Arena {
                     start,
                     start + pool_bytes,
                     on_demand,
+                    !config.secure,
                     budget,
                     huge_from,
                     chunk_bits.add(index * chunk_words),

@@ -161,6 +161,8 @@ impl Role {
                     newer: core::ptr::null_mut(),
                 },
                 freed_at,
+                canary: false,
+                tail_canary: false,
             },
         }
     }
@@ -206,6 +208,13 @@ pub struct FreeState {
     pub age: AgeLinks,
     /// When it was freed, in monotonic ns; 0 for a decommitted ("clean") span.
     pub freed_at: u64,
+    /// Its first word holds its canary (a dirty span of a pool with canaries, see
+    /// `Region::free`), to be checked when the span is merged into the one before it or its
+    /// head is handed out again.
+    pub canary: bool,
+    /// Its last word holds its tail canary, to be checked when the span after it is merged
+    /// into it or its tail is handed out again.
+    pub tail_canary: bool,
 }
 
 /// A dirty free span's neighbours on the age list of committed free spans, oldest first.

@@ -486,6 +486,61 @@ fn free_memory_past_the_budget_is_decommitted() {
     assert_eq!(unsafe { *(again as *const u8) }, 0);
 }
 
+/// The canary flags of the free span that starts at `address`, after checking that the words
+/// they vouch for hold their canaries.
+fn canaries_of(arena: &Arena, address: usize) -> (bool, bool) {
+    let map = arena.map();
+    assert!(matches!(map.tag(address).kind(), Kind::Free));
+    // SAFETY: reading a free span's descriptor and its committed words; no other thread uses
+    // this arena.
+    unsafe {
+        let meta = map.meta(map.unit_of(address));
+        let free = (*meta).role.free;
+        let last = address + ((*meta).units << UNIT_SHIFT) - 8;
+        if free.canary {
+            assert_eq!(*(address as *const usize), region::canary_of(address));
+        }
+        if free.tail_canary {
+            assert_eq!(*(last as *const usize), region::canary_of(last));
+        }
+        (free.canary, free.tail_canary)
+    }
+}
+
+#[test]
+fn freed_spans_keep_canaries_at_both_ends_through_merges_and_splits() {
+    let arena = test_arena(1, 64 << 20, usize::MAX);
+    let map = arena.map();
+    let mut spans: Vec<usize> = (0..6)
+        .map(|_| arena.alloc_span(0, 3, 1, SpanUse::Large).unwrap().0)
+        .collect();
+    spans.sort();
+    // SAFETY: each span was handed out above and holds nothing.
+    unsafe {
+        arena.free_span(spans[1], 3);
+        assert_eq!(canaries_of(arena, spans[1]), (true, true));
+        // Merged into the span before it: that span's head, this span's tail.
+        arena.free_span(spans[2], 3);
+        assert_eq!(canaries_of(arena, spans[1]), (true, true));
+        // Merged with the span after it (its head checked and gone inside).
+        arena.free_span(spans[4], 3);
+        arena.free_span(spans[3], 3);
+        assert_eq!(canaries_of(arena, spans[1]), (true, true));
+        assert_eq!((*map.meta(map.unit_of(spans[1]))).units, 12);
+    }
+    // A request from the head: the rest keeps the tail's canary, and has none at its head.
+    let (again, _) = arena.alloc_span(0, 4, 1, SpanUse::Large).unwrap();
+    assert_eq!(again, spans[1]);
+    assert_eq!(canaries_of(arena, spans[1] + 4 * UNIT), (false, true));
+    // Secure mode has guards instead: no canaries.
+    let secure = test_arena_secure(1, false);
+    let (span, _) = secure.alloc_span(0, 3, 1, SpanUse::Large).unwrap();
+    let (_barrier, _) = secure.alloc_span(0, 3, 1, SpanUse::Large).unwrap();
+    // SAFETY: handed out above, holds nothing.
+    unsafe { secure.free_span(span, 3) };
+    assert_eq!(canaries_of(secure, span), (false, false));
+}
+
 #[test]
 fn large_spans_grow_and_shrink_in_place() {
     let arena = test_arena(1, 64 << 20, usize::MAX);

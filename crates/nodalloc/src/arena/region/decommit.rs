@@ -69,7 +69,7 @@ impl Region {
             unsafe { os::decommit(address as *mut u8, bytes) };
             self.uncharge(bytes);
             self.decommitted.fetch_add(bytes, Ordering::Relaxed);
-            let (merged, merged_units) = self.insert_coalesced(state, map, first, units, 0);
+            let (merged, merged_units) = self.insert_coalesced(state, map, first, units, 0, false);
             let merged = map.address_of(merged);
             self.settle_huge_pages(address, bytes, merged, merged_units << UNIT_SHIFT);
         }

@@ -25,6 +25,7 @@ pub use budget::CommitBudget;
 pub use decommit::DecommitPolicy;
 pub use prepare::PREPARE_WINDOW_NS;
 use spans::bucket_of;
+pub(crate) use spans::canary_of;
 
 use super::pagemap::{AgeLinks, Kind, PageMap, Role, Tag, UnitMeta};
 use super::round_up;
@@ -101,6 +102,9 @@ pub struct Region {
     /// The reservation is `PROT_NONE` and each stretch the frontier passes is committed first
     /// (`vm.overcommit_memory=2`, where a writable reservation would be charged in full).
     commit_on_demand: bool,
+    /// Freed spans get a canary in their first word, checked when they are merged or reused
+    /// (default mode; see [`Region::free`]).
+    canaries: bool,
     /// The frontier, readable without the lock: descriptors past it may be inaccessible (tags
     /// are readable everywhere, zero where never written).
     frontier_hint: AtomicUsize,
@@ -146,6 +150,7 @@ impl Region {
         start: usize,
         end: usize,
         commit_on_demand: bool,
+        canaries: bool,
         budget: *const CommitBudget,
         huge_from: usize,
         small_chunks: *mut u64,
@@ -157,6 +162,7 @@ impl Region {
             (*this).start = start;
             (*this).end = end;
             (*this).commit_on_demand = commit_on_demand;
+            (*this).canaries = canaries;
             (*this).budget = budget;
             (*this).huge_from = huge_from;
             (*this).small_chunks = small_chunks;
@@ -300,6 +306,13 @@ impl Region {
 
     /// Returns a span to the pool (dirty), coalescing with dirty neighbours, then decommits what
     /// the decommit policy says is due, unless `defer` leaves that to the maintenance thread.
+    ///
+    /// With canaries, the span's first and last words take canaries first: a write into the
+    /// freed span there (a linear overflow from the block before it, an underflow from the
+    /// block after it, a write after free) is found when a neighbour's free merges the word
+    /// into a bigger span, or when the memory is handed out again, and aborts naming the
+    /// address (`spans::check_canary`). The last word may fault in a page the program never
+    /// touched: one page per freed span, until the span is reused or decommitted.
     pub fn free(
         &self,
         map: &PageMap,
@@ -319,12 +332,20 @@ impl Region {
             map.set_tag(unit, Tag::UNUSED);
         }
         self.count_used(state, address, units, false);
+        if self.canaries {
+            let last = address + (units << UNIT_SHIFT) - 8;
+            // SAFETY: the span was handed out, committed, and its owner gives it up.
+            unsafe {
+                (address as *mut usize).write(canary_of(address));
+                (last as *mut usize).write(canary_of(last));
+            }
+        }
         if now.saturating_sub(state.recent_free_at) >= decommit.delay_ns {
             state.recent_free = 0;
         }
         state.recent_free = state.recent_free.max(units << UNIT_SHIFT);
         state.recent_free_at = now;
-        self.insert_coalesced(state, map, first, units, now);
+        self.insert_coalesced(state, map, first, units, now, self.canaries);
         if !defer {
             self.purge_locked(state, map, now, decommit, false);
         }

@@ -99,7 +99,7 @@ impl Region {
             return;
         }
         let now = os::monotonic_ns().max(1);
-        self.insert_coalesced(state, map, map.unit_of(chunk), CHUNK_UNITS, now);
+        self.insert_coalesced(state, map, map.unit_of(chunk), CHUNK_UNITS, now, false);
         self.prepared.fetch_add(1, Ordering::Relaxed);
     }
 

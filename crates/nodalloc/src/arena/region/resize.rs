@@ -57,18 +57,21 @@ impl Region {
         }
         if !neighbour.is_null() {
             // SAFETY: as above.
-            let (available, freed_at) =
-                unsafe { ((*neighbour).units, (*neighbour).role.free.freed_at) };
-            self.remove_free(state, neighbour);
+            let (available, free) = unsafe { ((*neighbour).units, (*neighbour).role.free) };
             let used = available.min(extra);
+            // The object grows over the neighbour's head, and over its tail if it takes it all.
+            if free.canary {
+                spans::check_canary(next, next);
+            }
+            if free.tail_canary && used == available {
+                spans::check_canary(next, next + (available << UNIT_SHIFT) - 8);
+            }
+            self.remove_free(state, neighbour);
             if available > used {
-                self.insert_free(
-                    state,
-                    map,
-                    map.unit_of(next) + used,
-                    available - used,
-                    freed_at,
-                );
+                let rest = map.unit_of(next) + used;
+                self.insert_free(state, map, rest, available - used, free.freed_at);
+                // SAFETY: the span lock is held; the rest keeps the neighbour's tail.
+                unsafe { (*map.meta(rest)).role.free.tail_canary = free.tail_canary };
             }
         }
         if let Some(frontier) = extend_to {

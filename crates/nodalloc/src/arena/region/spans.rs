@@ -78,14 +78,26 @@ impl Region {
         units: usize,
     ) -> usize {
         // SAFETY: the span lock is held; `meta` heads a free span.
-        let freed_at = unsafe { (*meta).role.free.freed_at };
+        let free = unsafe { (*meta).role.free };
+        let after = span_units - offset - units;
+        let span = map.address_of(head);
+        if free.canary && offset == 0 {
+            check_canary(span, span);
+        }
+        if free.tail_canary && after == 0 {
+            check_canary(span, map.address_of(head + span_units) - 8);
+        }
         self.remove_free(state, meta);
         if offset > 0 {
-            self.insert_free(state, map, head, offset, freed_at);
+            self.insert_free(state, map, head, offset, free.freed_at);
+            // SAFETY: as above; the span just inserted keeps the head, and with it the canary.
+            unsafe { (*map.meta(head)).role.free.canary = free.canary };
         }
-        let after = span_units - offset - units;
         if after > 0 {
-            self.insert_free(state, map, head + offset + units, after, freed_at);
+            let rest = head + offset + units;
+            self.insert_free(state, map, rest, after, free.freed_at);
+            // SAFETY: as above; the span just inserted keeps the tail, and with it its canary.
+            unsafe { (*map.meta(rest)).role.free.tail_canary = free.tail_canary };
         }
         map.address_of(head + offset)
     }
@@ -201,8 +213,13 @@ impl Region {
         mut first: usize,
         mut units: usize,
         freed_at: u64,
+        canary: bool,
     ) -> (usize, usize) {
         let dirty = freed_at != 0;
+        // Whether the merged span's head and tail hold canaries: the inserted span's, or its
+        // neighbours' when it joins them.
+        let mut head_canary = canary && dirty;
+        let mut tail_canary = canary && dirty;
         let address = map.address_of(first);
         if address > self.start {
             let left = address - UNIT;
@@ -213,6 +230,13 @@ impl Region {
                 let meta = map.meta(head);
                 // SAFETY: as above.
                 if (unsafe { (*meta).role.free.freed_at } != 0) == dirty {
+                    // SAFETY: as above.
+                    let free = unsafe { (*meta).role.free };
+                    // Its tail goes inside the merged span: its canary's last chance.
+                    if free.tail_canary {
+                        check_canary(map.address_of(head), address - 8);
+                    }
+                    head_canary = free.canary;
                     self.remove_free(state, meta);
                     map.set_tag(map.unit_of(left), Tag::UNUSED);
                     first = head;
@@ -224,8 +248,13 @@ impl Region {
         if right < state.frontier && map.tag(right).kind() == Kind::Free {
             let meta = map.meta(map.unit_of(right));
             // SAFETY: the span lock is held; `meta` heads a free span.
-            let (length, right_dirty) = unsafe { ((*meta).units, (*meta).role.free.freed_at != 0) };
-            if right_dirty == dirty {
+            let (length, free) = unsafe { ((*meta).units, (*meta).role.free) };
+            if (free.freed_at != 0) == dirty {
+                // Its head goes inside the merged span: its canary's last chance.
+                if free.canary {
+                    check_canary(right, right);
+                }
+                tail_canary = free.tail_canary;
                 self.remove_free(state, meta);
                 map.set_tag(map.unit_of(right), Tag::UNUSED);
                 units += length;
@@ -233,6 +262,11 @@ impl Region {
         }
         // A merged dirty span keeps the newest time: it is only as old as its youngest part.
         self.insert_free(state, map, first, units, freed_at);
+        // SAFETY: the span lock is held; `first` heads the span just inserted.
+        unsafe {
+            (*map.meta(first)).role.free.canary = head_canary;
+            (*map.meta(first)).role.free.tail_canary = tail_canary;
+        }
         (first, units)
     }
 
@@ -346,4 +380,45 @@ pub(super) fn bucket_of(units: usize) -> usize {
         let log = (usize::BITS - 1 - units.leading_zeros()) as usize; // 2^log <= units
         (EXACT_BUCKETS + log - 6).min(NUM_BUCKETS - 1)
     }
+}
+
+/// The word [`Region::free`] writes into the first word of a freed span (pools with canaries):
+/// a constant mixed with the address, so the canary of one span read at another does not match.
+pub(crate) fn canary_of(address: usize) -> usize {
+    0x6672_6565_645f_7370 ^ address.rotate_left(23)
+}
+
+/// Checks the canary at `at` (the first or the last word) of the free dirty span that starts
+/// at `span`, aborting with a report that names the freed block if a write changed it. The
+/// span lock is held.
+pub(super) fn check_canary(span: usize, at: usize) {
+    // SAFETY: the caller holds the span lock of a dirty free span of this pool, and `at` is
+    // its first or last word: committed memory nobody else may touch.
+    let word = unsafe { (at as *const usize).read() };
+    if word != canary_of(at) {
+        damaged_canary(span, at, word);
+    }
+}
+
+/// Reports freed memory that was written to: a canary [`Region::free`] wrote into the span
+/// that starts at `span` no longer holds its value.
+#[cold]
+#[inline(never)]
+fn damaged_canary(span: usize, at: usize, word: usize) -> ! {
+    os::fatal(|w| {
+        w.str("heap corruption: the freed block at ").hex(span);
+        if at == span {
+            w.str(" was written to at its start (it held ")
+                .hex(word)
+                .str("): a write past the end of the block before it, or a write after free");
+        } else {
+            w.str(" was written to at its last word, ")
+                .hex(at)
+                .str(" (it held ")
+                .hex(word)
+                .str("): a write before the start of the block at ")
+                .hex(at + 8)
+                .str(", or a write after free");
+        }
+    })
 }
