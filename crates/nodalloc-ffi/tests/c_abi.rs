@@ -527,24 +527,7 @@ fn assert_bad_free_aborts_with(misuse: &str, what: &str, env: &[(&str, &str)]) {
 /// Runs `misuse CASE` (no secure mode) and checks that it dies of SIGABRT with a line on stderr
 /// starting with `expected(pointer)`.
 fn assert_misuse_aborts(case: &str, expected: impl Fn(&str) -> String) {
-    for mode in MODES {
-        let (pointer, finished) = run_to_announced_misuse("misuse", case, &[], mode);
-        assert_eq!(
-            finished.status.signal(),
-            Some(SIGABRT),
-            "misuse {case} ({mode:?}) should die of SIGABRT, but: {}",
-            finished.describe()
-        );
-        let expected = expected(&pointer);
-        assert!(
-            finished
-                .stderr
-                .lines()
-                .any(|line| line.starts_with(&expected)),
-            "misuse {case} ({mode:?}): stderr lacks a line starting with `{expected}`: {}",
-            finished.describe()
-        );
-    }
+    assert_program_aborts("misuse", case, &[], expected);
 }
 
 #[test]
@@ -765,12 +748,23 @@ fn assert_secure_program_aborts(
     env: &[(&str, &str)],
     expected: impl Fn(&str) -> String,
 ) {
+    assert_program_aborts("secure", case, env, expected);
+}
+
+/// `PROGRAM CASE` with `env` must die of SIGABRT with a line on stderr starting with
+/// `expected(pointer)` (see [`run_to_announced_misuse`]).
+fn assert_program_aborts(
+    program: &str,
+    case: &str,
+    env: &[(&str, &str)],
+    expected: impl Fn(&str) -> String,
+) {
     for mode in MODES {
-        let (pointer, finished) = run_to_announced_misuse("secure", case, env, mode);
+        let (pointer, finished) = run_to_announced_misuse(program, case, env, mode);
         assert_eq!(
             finished.status.signal(),
             Some(SIGABRT),
-            "secure {case} ({mode:?}) should die of SIGABRT, but: {}",
+            "{program} {case} ({mode:?}) should die of SIGABRT, but: {}",
             finished.describe()
         );
         let expected = expected(&pointer);
@@ -779,7 +773,7 @@ fn assert_secure_program_aborts(
                 .stderr
                 .lines()
                 .any(|line| line.starts_with(&expected)),
-            "secure {case} ({mode:?}): stderr lacks a line starting with `{expected}`: {}",
+            "{program} {case} ({mode:?}): stderr lacks a line starting with `{expected}`: {}",
             finished.describe()
         );
     }

@@ -18,6 +18,15 @@ static void announce(void *pointer) {
     fflush(stdout);
 }
 
+/* Two adjacent 1 MiB blocks (spans of their own), and a third after them that stays. */
+static void adjacent_mib_blocks(char **block, char **next) {
+    *block = malloc(opaque_size(MIB));
+    *next = malloc(opaque_size(MIB));
+    char *barrier = malloc(opaque_size(MIB));
+    CHECK(*block != NULL && *next != NULL && barrier != NULL, "malloc(1 MiB) failed");
+    CHECK(*next == *block + MIB, "1 MiB blocks not adjacent: %p, %p", (void *)*block, (void *)*next);
+}
+
 int main(int argc, char **argv) {
     CHECK(argc == 2, "usage: misuse MODE (see the comment at the top)");
     /* An expected abort should not leave a core file behind. */
@@ -122,11 +131,8 @@ int main(int argc, char **argv) {
     } else if (strcmp(mode, "overflow-freed-large") == 0) {
         /* Two adjacent 1 MiB blocks; the second is freed, then a write past the end of the first
          * lands in its first word. Freeing the first merges the two spans. */
-        char *block = malloc(opaque_size(MIB));
-        char *next = malloc(opaque_size(MIB));
-        char *barrier = malloc(opaque_size(MIB));
-        CHECK(block != NULL && next != NULL && barrier != NULL, "malloc(1 MiB) failed");
-        CHECK(next == block + MIB, "1 MiB blocks not adjacent: %p, %p", (void *)block, (void *)next);
+        char *block, *next;
+        adjacent_mib_blocks(&block, &next);
         announce(next);
         free(next);
         memset((void *)opaque_size((uintptr_t)block + MIB), 0x41, 8);
@@ -134,11 +140,8 @@ int main(int argc, char **argv) {
     } else if (strcmp(mode, "underflow-freed-large") == 0) {
         /* The first of two adjacent 1 MiB blocks is freed, then a write before the start of the
          * second lands in its last word. Freeing the second merges the two spans. */
-        char *block = malloc(opaque_size(MIB));
-        char *next = malloc(opaque_size(MIB));
-        char *barrier = malloc(opaque_size(MIB));
-        CHECK(block != NULL && next != NULL && barrier != NULL, "malloc(1 MiB) failed");
-        CHECK(next == block + MIB, "1 MiB blocks not adjacent: %p, %p", (void *)block, (void *)next);
+        char *block, *next;
+        adjacent_mib_blocks(&block, &next);
         announce(block);
         free(block);
         memset((void *)opaque_size((uintptr_t)next - 1), 0x41, 1);
