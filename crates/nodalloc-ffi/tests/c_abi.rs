@@ -531,6 +531,15 @@ fn assert_misuse_aborts(case: &str, expected: impl Fn(&str) -> String) {
 }
 
 #[test]
+fn a_live_block_written_into_a_freed_blocks_link_is_refused_not_handed_out() {
+    for case in ["forged-link", "forged-link-handed-on"] {
+        assert_misuse_aborts(case, |pointer| {
+            format!("nodalloc: corrupted free list: freed block {pointer} held 0x")
+        });
+    }
+}
+
+#[test]
 fn an_overflow_into_a_freed_large_neighbour_aborts_when_the_spans_merge() {
     assert_misuse_aborts("overflow-freed-large", |pointer| {
         format!(

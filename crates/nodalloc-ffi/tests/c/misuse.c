@@ -2,12 +2,13 @@
  *
  * Usage: misuse MODE (stack, middle, double, double-small, double-medium, double-big,
  * double-handed-on, poison, middle-small, unused, overflow-freed-large, underflow-freed-large,
- * write-freed-large). The program prints
+ * write-freed-large, forged-link, forged-link-handed-on). The program prints
  * "pointer 0x…" (the pointer it is about to free, as %p prints it) on stdout, then makes the
  * bad call; the harness expects SIGABRT and the message on stderr. Reaching the end is a failure (exit 1).
  */
 #include "check.h"
 
+#include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 
@@ -16,6 +17,21 @@
 static void announce(void *pointer) {
     printf("pointer %p\n", pointer);
     fflush(stdout);
+}
+
+/* Blocks of 1 KiB a thread allocated and freed before it ended. */
+static char *handed_on[64];
+
+static void *allocate_and_free_64(void *unused) {
+    (void)unused;
+    for (int i = 0; i < 64; i++) {
+        handed_on[i] = malloc(opaque_size(1024));
+        CHECK(handed_on[i] != NULL, "malloc(1024) failed");
+    }
+    for (int i = 0; i < 64; i++) {
+        free(handed_on[i]);
+    }
+    return NULL;
 }
 
 /* Two adjacent 1 MiB blocks (spans of their own), and a third after them that stays. */
@@ -159,6 +175,34 @@ int main(int argc, char **argv) {
         memset((void *)opaque_size(address), 0x41, 4);
         char *again = malloc(opaque_size(MIB));
         fprintf(stderr, "misuse write-freed-large: malloc returned %p\n", (void *)again);
+    } else if (strcmp(mode, "forged-link") == 0) {
+        /* A write after free puts the address of a live block (what a dangling `next` field
+         * holds) into a freed block's first word; the second malloc of its size would hand the
+         * live block out again. */
+        char *block = malloc(opaque_size(48));
+        char *live = malloc(opaque_size(48));
+        CHECK(block != NULL && live != NULL, "malloc(48) failed");
+        uintptr_t address = (uintptr_t)block;
+        announce(block);
+        free(block);
+        *(volatile uintptr_t *)opaque_size(address) = (uintptr_t)live;
+        char *first = malloc(opaque_size(48));
+        char *second = malloc(opaque_size(48));
+        fprintf(stderr, "misuse forged-link: malloc returned %p, then %p (live %p)\n",
+                (void *)first, (void *)second, (void *)live);
+    } else if (strcmp(mode, "forged-link-handed-on") == 0) {
+        /* As forged-link, for blocks a finished thread left to its node heap. */
+        pthread_t thread;
+        CHECK(pthread_create(&thread, NULL, allocate_and_free_64, NULL) == 0, "pthread_create");
+        CHECK(pthread_join(thread, NULL) == 0, "pthread_join");
+        char *live = malloc(opaque_size(48));
+        CHECK(live != NULL, "malloc(48) failed");
+        announce(handed_on[10]);
+        *(volatile uintptr_t *)opaque_size((uintptr_t)handed_on[10]) = (uintptr_t)live;
+        for (int i = 0; i < 256; i++) {
+            CHECK(malloc(opaque_size(1024)) != live, "malloc(1024) returned the live block %p",
+                  (void *)live);
+        }
     } else {
         CHECK(0, "unknown mode %s", mode);
     }

@@ -107,7 +107,8 @@ impl Arena {
         self.key ^ (slot as usize).rotate_left(SLOT_ROTATION)
     }
 
-    /// Writes the link of the free object at `slot`: plain, or encoded in secure mode.
+    /// Writes the link of the free object at `slot`: as [`crate::ds::set_next`] does, or
+    /// encoded with the process's secret in secure mode.
     ///
     /// # Safety
     /// `slot` must be a free object the caller owns (at least 8 bytes, 8-aligned).
@@ -116,7 +117,7 @@ impl Arena {
         let value = if self.secure {
             next as usize ^ self.link_mask(slot)
         } else {
-            next as usize
+            crate::ds::stored_link(next)
         };
         // SAFETY: the caller owns the free object at `slot`, large and aligned enough.
         unsafe { (slot as *mut usize).write(value) };
@@ -132,7 +133,7 @@ impl Arena {
         // SAFETY: the caller owns the free object at `slot`, large and aligned enough.
         let stored = unsafe { (slot as *const usize).read() };
         if !self.secure {
-            return stored as *mut u8;
+            return (stored ^ crate::ds::LINK_KEY) as *mut u8;
         }
         let next = stored ^ self.link_mask(slot);
         if next != 0 && !self.is_free_object(next, expect) {

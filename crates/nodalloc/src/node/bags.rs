@@ -118,7 +118,7 @@ impl NodeHeaps {
                         let next = arena.read_link(object, Expect::Class(class));
                         if !secure && !is_bag_link(next, start, (*bag).role.bag.carved, class) {
                             drop(_guard);
-                            report_damaged_link(arena, object, next);
+                            report_damaged_link(arena, object, crate::ds::stored_link(next));
                         }
                         (*bag).role.bag.free = next;
                         object
@@ -369,7 +369,7 @@ impl NodeHeaps {
             if !next.is_null() && self.arena.origin_of(next as usize) != Some(node.index()) {
                 // Every object of the chain is of this node: this link was overwritten.
                 drop(guard);
-                report_damaged_link(self.arena, object, next);
+                report_damaged_link(self.arena, object, crate::ds::stored_link(next));
             }
             // SAFETY: the class lock is held and the tag says `bag` is a bag of this class (of
             // this partition, checked above).
@@ -391,7 +391,7 @@ impl NodeHeaps {
                 if (*bag).role.bag.live == 0 {
                     if let Err((block, link)) = self.check_empty_bag(class, bag, start) {
                         drop(guard);
-                        report_damaged_link(self.arena, block, link);
+                        report_damaged_link(self.arena, block, crate::ds::stored_link(link));
                     }
                     if !was_full {
                         unlink(partial, bag);

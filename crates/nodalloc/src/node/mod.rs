@@ -313,12 +313,12 @@ impl NodeHeaps {
     }
 }
 
-/// Aborts naming a freed block whose link (its first word) leads nowhere a free list can: a
-/// write after free, or an overflow from the block before it, which the message names too
-/// (found in `arena`'s page map) when there is one.
+/// Aborts naming a freed block whose link (its first word, which held `stored`) leads nowhere
+/// a free list can: a write after free, or an overflow from the block before it, which the
+/// message names too (found in `arena`'s page map) when there is one.
 #[cold]
 #[inline(never)]
-pub(crate) fn report_damaged_link(arena: &Arena, block: *mut u8, link: *mut u8) -> ! {
+pub(crate) fn report_damaged_link(arena: &Arena, block: *mut u8, stored: usize) -> ! {
     let before = arena
         .bag_at(block as usize)
         .and_then(|at| at.object_before(block as usize));
@@ -326,8 +326,8 @@ pub(crate) fn report_damaged_link(arena: &Arena, block: *mut u8, link: *mut u8) 
         w.str("corrupted free list: freed block ")
             .hex(block as usize)
             .str(" held ")
-            .hex(link as usize)
-            .str(" as its link, no object of the heap (written after free");
+            .hex(stored)
+            .str(" as its link, which no free list holds (written after free");
         match before {
             Some(before) => w.str(", or overflowed into from the block at ").hex(before),
             None => w.str(", or overflowed into"),

@@ -144,17 +144,18 @@ static NO_CPU: u32 = 0;
 /// Reports a list whose head [`ThreadHeap::alloc_cached`] refused: not null (then the list is
 /// empty) but outside the arena, a link some write after free replaced. The pops return null
 /// for both and the refill path tells them apart (a call on the fast path would cost it a
-/// stack frame).
+/// stack frame). `block` held the word that decoded to `head`.
 #[cold]
 #[inline(never)]
 pub(crate) fn corrupted_list(heap: &ThreadHeap, block: *mut u8, head: *mut u8) -> ! {
+    let stored = crate::ds::stored_link(head);
     match heap.heaps() {
-        Some(heaps) => crate::node::report_damaged_link(heaps.arena, block, head),
+        Some(heaps) => crate::node::report_damaged_link(heaps.arena, block, stored),
         None => crate::os::fatal(|w| {
             w.str("corrupted free list: freed block ")
                 .hex(block as usize)
                 .str(" held ")
-                .hex(head as usize);
+                .hex(stored);
         }),
     }
 }
