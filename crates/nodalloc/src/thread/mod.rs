@@ -42,7 +42,7 @@ mod partition_tests;
 mod tests;
 
 use crate::bind::BindBase;
-use crate::ds::{next_of, set_next};
+use crate::ds::next_of;
 use crate::node::{HomeView, Misuse, NodeHeaps, NodeId, Partition, PartitionView};
 use crate::os::cpuset::CpuSet;
 use crate::os::topology::MAX_NODES;
@@ -81,6 +81,9 @@ pub struct ThreadHeap {
     /// Both in one compare: `(p - arena_base).rotate_right(3) < arena_words`.
     arena_base: usize,
     arena_words: usize,
+    /// [`crate::ds::LINK_KEY`], read from here by the fast paths: an operand in memory beside
+    /// the range, it holds no register across the loops they are inlined into.
+    link_key: usize,
     lists: [FreeList; NUM_CLASSES],
     /// Per class, the cuts since its last refill, up to `adapt::CUTS_TO_SHRINK`.
     cuts: [u8; NUM_CLASSES],
@@ -174,6 +177,7 @@ impl ThreadHeap {
             heaps: core::ptr::null(),
             arena_base: 0,
             arena_words: 0,
+            link_key: crate::ds::LINK_KEY,
             lists: [FreeList::EMPTY; NUM_CLASSES],
             cuts: [0; NUM_CLASSES],
             grown_bytes: 0,
@@ -304,10 +308,12 @@ impl ThreadHeap {
     /// The list's head is an object of the arena (so the list is not empty).
     #[inline(always)]
     unsafe fn pop_head(&mut self, class: ClassSlot) -> *mut u8 {
+        let key = self.link_key;
         let list = self.list(class);
         let object = list.head;
-        // SAFETY: cached objects are free, ours, and linked through their first word.
-        list.head = unsafe { next_of(object) };
+        // SAFETY: cached objects are free, ours, and linked through their first word (stored
+        // as `next_of` reads them: XOR the key).
+        list.head = (unsafe { *(object as *const usize) } ^ key) as *mut u8;
         list.aux = object;
         list.popped();
         object
@@ -429,9 +435,11 @@ impl ThreadHeap {
     /// ([`Self::home_class_of`] found it, or [`Self::caches_node`] holds for its origin).
     #[inline(always)]
     pub unsafe fn free_local(&mut self, object: *mut u8, class: impl Into<ClassSlot>) {
+        let key = self.link_key;
         let list = self.list(class);
-        // SAFETY: the object is ours now and at least 8 bytes (every class is).
-        unsafe { set_next(object, list.head) };
+        // SAFETY: the object is ours now and at least 8 bytes (every class is); its link is
+        // stored as `set_next` stores it (XOR the key).
+        unsafe { *(object as *mut usize) = list.head as usize ^ key };
         if list.push(object) {
             // The list, not the class, goes to the slow path: the class is then dead after the
             // list's address is known, which keeps a register free on the C face's `free`.

@@ -634,3 +634,35 @@ fn a_first_free_of_another_threads_object_goes_behind_a_batch_of_the_threads_own
         owner.flush();
     }
 }
+
+/// A write after free that puts a live block's address (or zero) into a cached block's link:
+/// the pop after the one that hands the block out refuses the link (its slow path then aborts
+/// naming the block) instead of handing the live block out a second time.
+#[test]
+fn a_pointer_or_zero_written_into_a_cached_link_is_refused_by_the_next_pop() {
+    let heaps = heaps(1);
+    let class = class_of(48, 8).unwrap();
+    for forged in [None, Some(0usize)] {
+        let mut heap = attached(heaps, NodeId(0));
+        let freed = allocate(&mut heap, class);
+        let live = allocate(&mut heap, class);
+        // SAFETY: `freed` is ours; given up here.
+        unsafe { heap.free(freed, class) };
+        let word = forged.unwrap_or(live as usize);
+        // SAFETY: the write after free under test, into the freed block's first word.
+        unsafe { (freed as *mut usize).write(word) };
+        assert_eq!(heap.alloc_cached(class), freed);
+        assert!(
+            heap.alloc_cached(class).is_null(),
+            "the pop took the forged link {word:#x}"
+        );
+        assert_eq!(
+            crate::ds::stored_link(heap.list_ref(class.slot()).head),
+            word,
+            "the refused head decodes back to the word written"
+        );
+        // Repair the list (as if nothing was cached) and let the heap go.
+        heap.lists[class.index()].head = core::ptr::null_mut();
+        let _ = live;
+    }
+}
