@@ -389,10 +389,6 @@ impl NodeHeaps {
                 (*bag).role.bag.sweep.returned_at = stamp;
                 run += 1;
                 if (*bag).role.bag.live == 0 {
-                    if let Err((block, link)) = self.check_empty_bag(class, bag, start) {
-                        drop(guard);
-                        report_damaged_link(self.arena, block, crate::ds::stored_link(link));
-                    }
                     if !was_full {
                         unlink(partial, bag);
                     }
@@ -534,52 +530,6 @@ pub(super) unsafe fn push_back(list: &mut *mut UnitMeta, bag: *mut UnitMeta) {
         }
         (*last).next = bag;
         (*bag).prev = last;
-    }
-}
-
-/// Bags of at most this many objects have their free list walked when they fall empty (see
-/// [`NodeHeaps::check_empty_bag`]): a walk of a few cache lines beside the bag's release.
-const CHECKED_CAPACITY: u32 = 64;
-
-impl NodeHeaps {
-    /// The last check of a bag that fell empty, before its memory goes back to the region
-    /// (default mode, bags of at most [`CHECKED_CAPACITY`] objects): every link of its free
-    /// list must lead to a carved object of the bag. A free object's first word is the only
-    /// trace an overflow from its neighbour or a write after free leaves in it, and once the
-    /// bag is gone nothing would read it again. Returns the block whose link is damaged and
-    /// that link. (Secure mode checks every link as it is followed.)
-    ///
-    /// # Safety
-    /// The class lock owning `bag`, a bag of `class` starting at `start`, is held.
-    unsafe fn check_empty_bag(
-        &self,
-        class: SizeClass,
-        bag: *mut UnitMeta,
-        start: usize,
-    ) -> Result<(), (*mut u8, *mut u8)> {
-        // SAFETY: forwarded contract.
-        let (carved, mut object) = unsafe { ((*bag).role.bag.carved, (*bag).role.bag.free) };
-        if self.arena.is_secure() || class.capacity() as u32 > CHECKED_CAPACITY {
-            return Ok(());
-        }
-        // At most `carved` objects are listed: a longer walk is a cycle some write made.
-        for _ in 0..carved {
-            if object.is_null() {
-                return Ok(());
-            }
-            // SAFETY: `object` is a carved object of the bag on its free list (checked when
-            // it was reached), free, and the bag's under the lock.
-            let next = unsafe { self.arena.read_link(object, Expect::Class(class)) };
-            if !is_bag_link(next, start, carved, class) {
-                return Err((object, next));
-            }
-            object = next;
-        }
-        if object.is_null() {
-            Ok(())
-        } else {
-            Err((object, object))
-        }
     }
 }
 
