@@ -2,6 +2,7 @@
 # The heap-misuse suite's score: every case of crates/nodalloc-ffi/tests/c/misuse_suite.cpp
 # (category × size 8, 4096, 262144) under glibc, nodalloc, nodalloc in secure mode and the peers
 # that are installed (mimalloc, tcmalloc, jemalloc), as a table of caught (x) / not caught (.).
+# glibc-warm is glibc past its start (see below).
 #
 # Caught: the process was killed by a signal, exited non-zero, or ended without printing its
 # `unnoticed` line (a 5 s timeout counts as caught and is listed).
@@ -39,9 +40,12 @@ fi
 [ -f "$library" ] || { echo "no $library (run without --no-build)" >&2; exit 1; }
 
 # name, LD_PRELOAD (empty: none), extra environment
-names=(glibc nodalloc nodalloc-secure)
-preloads=("" "$library" "$library")
-envs=("" "" "NODALLOC_SECURE=1")
+# glibc-warm: glibc with the mmap threshold a program reaches once it frees its first block
+# above 128 KiB (glibc raises it to that block's size): its blocks of 256 KiB then come from its
+# heap, as in most programs after their start.
+names=(glibc glibc-warm nodalloc nodalloc-secure)
+preloads=("" "" "$library" "$library")
+envs=("" "GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4194304" "" "NODALLOC_SECURE=1")
 for peer in mimalloc:/usr/lib/x86_64-linux-gnu/libmimalloc.so.2 \
     tcmalloc:/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 \
     jemalloc:/usr/lib/x86_64-linux-gnu/libjemalloc.so.2; do
@@ -68,7 +72,7 @@ mkdir -p "$results"
 run_case() {
     local name="$1" preload="$2" extra="$3" category="$4" size="$5"
     local file="$results/$name/$category-$size"
-    local -a environment=(env -u LD_PRELOAD -u NODALLOC_SECURE)
+    local -a environment=(env -u LD_PRELOAD -u NODALLOC_SECURE -u GLIBC_TUNABLES)
     [ "$preload" != - ] && environment+=("LD_PRELOAD=$preload")
     [ "$extra" != - ] && environment+=("$extra")
     # In a subshell whose stderr is dropped: bash would report each signal death there.
