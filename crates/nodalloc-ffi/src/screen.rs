@@ -12,8 +12,10 @@ use nodalloc_core::raw::{
 };
 
 /// Written into the second word of a block this face frees. Any value works (a match is
-/// confirmed before anything is reported); this one is unlikely as program data.
-const FREED_MARK: usize = 0x6e6f_6461_6c6c_6f63 ^ 0x5a5a_5a5a_5a5a_5a5a;
+/// confirmed before anything is reported); this one is unlikely as program data, and
+/// sign-extended from 32 bits, so the compare and the store take it as an immediate (no
+/// 64-bit constant to load first).
+const FREED_MARK: usize = 0xFFFF_FFFF_9E37_79B9;
 
 /// Clears the mark of a block being handed out, so freeing it once more is not a suspicion.
 #[inline(always)]
