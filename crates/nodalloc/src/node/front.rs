@@ -24,6 +24,9 @@ pub(crate) struct HomeView {
     pub(crate) region_base: usize,
     /// Units in the region: `(p - region_base) >> UNIT_SHIFT` below it is a unit of the region.
     pub(crate) region_units: usize,
+    /// The region's bytes (`region_units` units): a face that needs no unit (the Rust face
+    /// knows the class) compares `p - region_base` with it, without the shift.
+    pub(crate) region_bytes: usize,
     /// The tag of the region's first unit.
     pub(crate) region_tags: *const AtomicU32,
 }
@@ -33,6 +36,7 @@ impl HomeView {
     pub(crate) const NONE: HomeView = HomeView {
         region_base: 0,
         region_units: 0,
+        region_bytes: 0,
         region_tags: core::ptr::null(),
     };
 
@@ -85,6 +89,7 @@ impl NodeHeaps {
         HomeView {
             region_base,
             region_units: arena.region_bytes() >> UNIT_SHIFT,
+            region_bytes: (arena.region_bytes() >> UNIT_SHIFT) << UNIT_SHIFT,
             // SAFETY: the region's units are units of the arena, so their tags are in the array.
             region_tags: unsafe { map.tags().add(map.unit_of(region_base)) },
         }

@@ -46,7 +46,7 @@ use crate::ds::next_of;
 use crate::node::{HomeView, Misuse, NodeHeaps, NodeId, Partition, PartitionView};
 use crate::os::cpuset::CpuSet;
 use crate::os::topology::MAX_NODES;
-use crate::size_class::{ClassSlot, SizeClass, NUM_CLASSES, UNIT_SHIFT};
+use crate::size_class::{ClassSlot, SizeClass, NUM_CLASSES};
 use core::ptr::null_mut;
 use free_list::FreeList;
 use outbox::Outbox;
@@ -347,8 +347,7 @@ impl ThreadHeap {
     #[inline(always)]
     pub unsafe fn free(&mut self, object: *mut u8, class: impl Into<ClassSlot>) {
         let class = class.into();
-        if (object as usize).wrapping_sub(self.home.region_base) >> UNIT_SHIFT
-            >= self.home.region_units
+        if (object as usize).wrapping_sub(self.home.region_base) >= self.home.region_bytes
             || self.moved()
         {
             // SAFETY: forwarded contract.
