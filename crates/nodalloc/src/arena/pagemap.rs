@@ -56,13 +56,17 @@ impl Tag {
     /// The kind bit every bag unit has (first and later), so a free tests it alone.
     const BAG_BIT: u32 = 8;
 
+    /// Where a bag unit's class sits (bits 6–13): masked, the tag is then the class times 64,
+    /// its `ClassSlot`, with no shift on the C face's free.
+    const CLASS_SHIFT: u32 = 6;
+
     pub fn bag(class: SizeClass, offset_units: usize) -> Tag {
         let kind = if offset_units == 0 {
             Tag::BAG_BIT | 1
         } else {
             Tag::BAG_BIT | 2
         };
-        Tag(kind | (class.0 as u32) << 8 | (offset_units as u32) << 16)
+        Tag(kind | (class.0 as u32) << Tag::CLASS_SHIFT | (offset_units as u32) << 16)
     }
 
     #[inline(always)]
@@ -86,7 +90,7 @@ impl Tag {
 
     #[inline(always)]
     pub fn class(self) -> SizeClass {
-        SizeClass((self.0 >> 8) as u8)
+        SizeClass((self.0 >> Tag::CLASS_SHIFT) as u8)
     }
 
     /// Units back to the bag's first unit.
@@ -237,6 +241,8 @@ pub struct BagSweep {
 }
 
 const _: () = assert!(core::mem::size_of::<UnitMeta>() == 64);
+// A bag tag masked to its class bits is the class's `ClassSlot` (see `Tag::CLASS_SHIFT`).
+const _: () = assert!(1 << Tag::CLASS_SHIFT == crate::size_class::SLOT_BYTES);
 
 /// The two parallel arrays, indexed by unit number.
 pub struct PageMap {
