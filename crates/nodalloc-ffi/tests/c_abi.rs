@@ -540,12 +540,14 @@ fn a_live_block_written_into_a_freed_blocks_link_is_refused_not_handed_out() {
 }
 
 #[test]
-fn an_overflow_into_a_freed_large_neighbour_aborts_when_the_spans_merge() {
-    assert_misuse_aborts("overflow-freed-large", |pointer| {
-        format!(
-            "nodalloc: heap corruption: the freed block at {pointer} was written to at its start"
-        )
-    });
+fn an_overflow_into_a_freed_large_neighbour_aborts_when_the_spans_merge_or_the_block_grows() {
+    for case in ["overflow-freed-large", "overflow-freed-large-realloc"] {
+        assert_misuse_aborts(case, |pointer| {
+            format!(
+                "nodalloc: heap corruption: the freed block at {pointer} was written to at its start"
+            )
+        });
+    }
 }
 
 #[test]

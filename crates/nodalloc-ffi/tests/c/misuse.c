@@ -2,7 +2,8 @@
  *
  * Usage: misuse MODE (stack, middle, double, double-small, double-medium, double-big,
  * double-handed-on, poison, middle-small, unused, overflow-freed-large, underflow-freed-large,
- * write-freed-large, forged-link, forged-link-handed-on). The program prints
+ * overflow-freed-large-realloc, write-freed-large, forged-link, forged-link-handed-on). The
+ * program prints
  * "pointer 0x…" (the pointer it is about to free, as %p prints it) on stdout, then makes the
  * bad call; the harness expects SIGABRT and the message on stderr. Reaching the end is a failure (exit 1).
  */
@@ -144,15 +145,22 @@ int main(int argc, char **argv) {
         void *pointer = opaque_pointer(block + 40 * MIB + 64);
         announce(pointer);
         free(pointer);
-    } else if (strcmp(mode, "overflow-freed-large") == 0) {
+    } else if (strncmp(mode, "overflow-freed-large", 20) == 0) {
         /* Two adjacent 1 MiB blocks; the second is freed, then a write past the end of the first
-         * lands in its first word. Freeing the first merges the two spans. */
+         * lands in its first word. Freeing the first merges the two spans; growing it in place
+         * (overflow-freed-large-realloc) takes the second's span. */
         char *block, *next;
         adjacent_mib_blocks(&block, &next);
         announce(next);
         free(next);
         memset((void *)opaque_size((uintptr_t)block + MIB), 0x41, 8);
-        free(block);
+        if (strcmp(mode, "overflow-freed-large-realloc") == 0) {
+            char *grown = realloc(block, opaque_size(MIB + MIB / 2));
+            fprintf(stderr, "misuse %s: realloc returned %p (was %p)\n", mode, (void *)grown,
+                    (void *)opaque_size((uintptr_t)block));
+        } else {
+            free(block);
+        }
     } else if (strcmp(mode, "underflow-freed-large") == 0) {
         /* The first of two adjacent 1 MiB blocks is freed, then a write before the start of the
          * second lands in its last word. Freeing the second merges the two spans. */
