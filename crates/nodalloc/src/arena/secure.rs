@@ -133,7 +133,7 @@ impl Arena {
         // SAFETY: the caller owns the free object at `slot`, large and aligned enough.
         let stored = unsafe { (slot as *const usize).read() };
         if !self.secure {
-            return (stored ^ crate::ds::LINK_KEY) as *mut u8;
+            return crate::ds::link_of(stored);
         }
         let next = stored ^ self.link_mask(slot);
         if next != 0 && !self.is_free_object(next, expect) {

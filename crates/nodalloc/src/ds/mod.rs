@@ -22,6 +22,12 @@ pub fn stored_link(next: *mut u8) -> usize {
     next as usize ^ LINK_KEY
 }
 
+/// The link a free object's first word that holds `stored` leads to.
+#[inline(always)]
+pub fn link_of(stored: usize) -> *mut u8 {
+    (stored ^ LINK_KEY) as *mut u8
+}
+
 /// Reads the link stored in the first bytes of a free object.
 ///
 /// # Safety
@@ -29,7 +35,7 @@ pub fn stored_link(next: *mut u8) -> usize {
 #[inline(always)]
 pub unsafe fn next_of(object: *mut u8) -> *mut u8 {
     // SAFETY: the caller guarantees `object` is a free object we own, aligned and large enough.
-    (unsafe { *(object as *const usize) } ^ LINK_KEY) as *mut u8
+    link_of(unsafe { *(object as *const usize) })
 }
 
 /// Writes the link word of a free object.

@@ -102,8 +102,8 @@ pub struct Region {
     /// The reservation is `PROT_NONE` and each stretch the frontier passes is committed first
     /// (`vm.overcommit_memory=2`, where a writable reservation would be charged in full).
     commit_on_demand: bool,
-    /// Freed spans get a canary in their first word, checked when they are merged or reused
-    /// (default mode; see [`Region::free`]).
+    /// Freed spans get canaries in their first and last words, checked when they are merged or
+    /// reused (default mode; see [`Region::free`]).
     canaries: bool,
     /// The frontier, readable without the lock: descriptors past it may be inaccessible (tags
     /// are readable everywhere, zero where never written).
