@@ -86,10 +86,11 @@ impl NodeHeaps {
         let arena = self.arena;
         let region_base = arena.region_start(node.index());
         let map = arena.map();
+        let region_units = arena.region_bytes() >> UNIT_SHIFT;
         HomeView {
             region_base,
-            region_units: arena.region_bytes() >> UNIT_SHIFT,
-            region_bytes: (arena.region_bytes() >> UNIT_SHIFT) << UNIT_SHIFT,
+            region_units,
+            region_bytes: region_units << UNIT_SHIFT,
             // SAFETY: the region's units are units of the arena, so their tags are in the array.
             region_tags: unsafe { map.tags().add(map.unit_of(region_base)) },
         }

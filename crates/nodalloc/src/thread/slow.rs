@@ -107,15 +107,16 @@ impl ThreadHeap {
         part: Partition,
         class: SizeClass,
     ) -> Option<Batch> {
-        // A list whose limit grew takes half of it from the bags (see `FreeList::refill_size`).
+        // A list whose limit grew takes half of it from the bags (see `FreeList::refill_size`),
+        // at least a batch (an uncached class's list has no limit); a partition takes a batch.
         let want = if part == Partition::DEFAULT {
-            self.lists[class.index()].refill_size()
+            self.lists[class.index()].refill_size().max(class.batch())
         } else {
             class.batch()
         };
         let batch = heaps
             .ring_refill(self.node, part, class)
-            .or_else(|| heaps.take_from_bags(self.node, part, class, want.max(class.batch())))?;
+            .or_else(|| heaps.take_from_bags(self.node, part, class, want))?;
         if heaps.origin_of(batch.head as usize) != Some(self.node) {
             self.foreign = true;
         }
