@@ -24,9 +24,7 @@ use callsite::entry_stub;
 use core::ffi::{c_int, c_void};
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicUsize, Ordering};
-use nodalloc_core::raw::{
-    self, class_of_malloc, slot_of_small_malloc, ClassSlot, Pointer, ThreadHeap,
-};
+use nodalloc_core::raw::{self, class_of_malloc, ClassSlot, Pointer, ThreadHeap};
 
 /// malloc's alignment on x86_64 and aarch64 glibc (`MALLOC_ALIGNMENT`).
 const MALLOC_ALIGN: usize = 16;
@@ -209,9 +207,12 @@ fn handed_out(p: *mut u8) -> *mut c_void {
 /// C's `malloc`.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-    match slot_of_small_malloc(size) {
+    let heap = tls::get();
+    // SAFETY: the slot holds this thread's heap or the detached one, both readable; the
+    // reference ends with the lookup.
+    match unsafe { &*heap }.slots().slot_of_small_malloc(size) {
         // SAFETY: forwarded contract.
-        Some(class) => unsafe { malloc_class(size, class) },
+        Some(class) => unsafe { malloc_class(heap, size, class) },
         None => malloc_medium(size),
     }
 }
@@ -222,18 +223,17 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
 extern "C" fn malloc_medium(size: usize) -> *mut c_void {
     match class_of_malloc(size) {
         // SAFETY: `malloc`'s contract.
-        Some(class) => unsafe { malloc_class(size, class.slot()) },
+        Some(class) => unsafe { malloc_class(tls::get(), size, class.slot()) },
         None => allocate(size, MALLOC_ALIGN),
     }
 }
 
-/// The fast path of a `malloc` of `size`, whose class is `class`.
+/// The fast path of a `malloc` of `size`, whose class is `class`, on `heap` (the slot's value).
 ///
 /// # Safety
-/// C's `malloc`.
+/// C's `malloc`; `heap` is the thread's slot's value.
 #[inline(always)]
-unsafe fn malloc_class(size: usize, class: ClassSlot) -> *mut c_void {
-    let heap = tls::get();
+unsafe fn malloc_class(heap: *mut ThreadHeap, size: usize, class: ClassSlot) -> *mut c_void {
     // SAFETY: the slot holds this thread's heap or the detached one.
     let p = unsafe { ThreadHeap::pop_cached(heap, class) };
     if !p.is_null() {
@@ -301,9 +301,8 @@ extern "C" fn malloc_miss(
 /// C's `free`: `ptr` is null or a live block from this allocator.
 #[no_mangle]
 pub unsafe extern "C" fn free(ptr: *mut c_void) {
-    if ptr.is_null() {
-        return;
-    }
+    // Null is no block of any home region (which never starts at address 0): the slow path
+    // sorts it out, and the fast path has no test of its own for it.
     // SAFETY: the slot holds this thread's heap or the detached one; the caller gives the
     // block up.
     if unsafe { screen::free_home(tls::get(), ptr as *mut u8) } {
@@ -313,11 +312,14 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     unsafe { free_slow(ptr as *mut u8) }
 }
 
-/// A `free` the home fast path did not take. With call-site partitions, a small block of the
-/// heap's node goes to its partition's list here (no stack frame: every call is a tail call);
-/// everything else goes on to [`free_general`].
+/// A `free` the home fast path did not take (null among them). With call-site partitions, a
+/// small block of the heap's node goes to its partition's list here (no stack frame: every
+/// call is a tail call); everything else goes on to [`free_general`].
 #[inline(never)]
 unsafe extern "C" fn free_slow(ptr: *mut u8) {
+    if ptr.is_null() {
+        return;
+    }
     if let Some(heap) = heap() {
         heap.check_moved();
         if let Some((class, part)) = heap.partition_class_of(ptr) {

@@ -53,10 +53,8 @@ pub(crate) unsafe fn free_home_checked(
         return false;
     };
     check(class.class());
-    // The thread moved to another CPU: the slow path re-homes the heap first if need be.
-    if view.moved() {
-        return false;
-    }
+    // A thread that moved to another node still caches its old home's objects here: its next
+    // allocation follows the move and sends them home first (`ThreadHeap::alloc_cached`).
     // SAFETY: the block matched the heap's home region, so the heap is the thread's own (the
     // detached heap matches nothing); a small block of this node at an object boundary, given
     // up by the caller.
@@ -99,7 +97,7 @@ unsafe fn screen_and_push(heap: &mut ThreadHeap, ptr: *mut u8, class: ClassSlot)
     // SAFETY: blocks of every C-face class are at least 16 bytes, 8-aligned, and ours.
     if unsafe { *mark } == FREED_MARK {
         // SAFETY: forwarded contract (a tail call: the fast path keeps no registers).
-        return unsafe { free_marked(heap, ptr) };
+        return unsafe { free_marked(ptr, heap) };
     }
     // SAFETY: as above.
     unsafe { *mark = FREED_MARK };
@@ -183,13 +181,14 @@ unsafe fn screen(heap: &ThreadHeap, ptr: *mut u8, class: SizeClass) {
 
 /// A block that carries the mark: a double free if it is in the cache (reported), else
 /// program data that looked like the mark (freed as usual). The class is looked up again
-/// rather than passed: the fast path then keeps no register for it.
+/// rather than passed: the fast path then keeps no register for it. The block comes first, in
+/// the register it arrived in at `free`.
 ///
 /// # Safety
 /// As for [`screen_and_push`].
 #[cold]
 #[inline(never)]
-unsafe extern "C" fn free_marked(heap: &mut ThreadHeap, ptr: *mut u8) {
+unsafe extern "C" fn free_marked(ptr: *mut u8, heap: &mut ThreadHeap) {
     let class = match raw::classify(ptr) {
         Ok(raw::Pointer::Small { class, .. }) => class,
         Ok(_) => raw::report_misuse(ptr, PointerMisuse::InvalidPointer),

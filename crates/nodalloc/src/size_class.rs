@@ -167,17 +167,6 @@ pub static CLASS_SIZES: [u32; NUM_CLASSES] = {
     sizes
 };
 
-/// The slots of the classes by `(size + 7) / 8`, up to [`LOOKUP_MAX`].
-static LOOKUP: [ClassSlot; LOOKUP_MAX / 8 + 1] = {
-    let mut table = [ClassSlot(0); LOOKUP_MAX / 8 + 1];
-    let mut i = 0;
-    while i <= LOOKUP_MAX / 8 {
-        table[i] = ClassSlot((compute_class(i * 8) * SLOT_BYTES) as u16);
-        i += 1;
-    }
-    table
-};
-
 const BAG_UNITS_TABLE: [u8; NUM_CLASSES] = {
     let mut units = [0u8; NUM_CLASSES];
     let mut i = 0;
@@ -279,17 +268,7 @@ pub fn class_of(size: usize, align: usize) -> Option<SizeClass> {
 /// `None` for the rest: a face keeps this part inline and [`class_of`] out of line.
 #[inline(always)]
 pub fn slot_of_small(size: usize, align: usize) -> Option<ClassSlot> {
-    if size > LOOKUP_MAX {
-        return None;
-    }
-    if align <= 8 {
-        Some(LOOKUP[(size + 7) >> 3])
-    } else if align == 16 {
-        // `max(2)`: a zero-byte request still gets a 16-byte class.
-        Some(LOOKUP[(((size + 15) & !15) >> 3).max(2)])
-    } else {
-        None
-    }
+    SLOTS.slot_of_small(size, align)
 }
 
 /// Sizes above the lookup table: a leading-zero count and two shifts.
@@ -331,26 +310,72 @@ pub fn class_of_malloc(size: usize) -> Option<SizeClass> {
 /// above: a face keeps this part inline and the rest out of line.
 #[inline(always)]
 pub fn slot_of_small_malloc(size: usize) -> Option<ClassSlot> {
-    if size <= LOOKUP_MAX {
-        // SAFETY: (size + 15) >> 4 <= LOOKUP_MAX / 16 + 1, the table's last index.
-        Some(unsafe { *LOOKUP_MALLOC.get_unchecked((size + 15) >> 4) })
-    } else {
-        None
+    SLOTS.slot_of_small_malloc(size)
+}
+
+/// The tables of the one-load class lookups, up to [`LOOKUP_MAX`] bytes. Every thread heap
+/// keeps a copy (mimalloc's per-heap table of pages by size, done for classes): a face's fast
+/// path reads its thread's heap anyway, so the lookup is one load at the heap's address, with
+/// no load of a table's address first.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct SlotTables {
+    /// The slots of the classes by `(size + 7) / 8`.
+    by_8: [ClassSlot; LOOKUP_MAX / 8 + 1],
+    /// The slots of the 16-aligned classes by `(size + 15) / 16`, so `malloc`'s lookup is one
+    /// shift and one load.
+    malloc: [ClassSlot; LOOKUP_MAX / 16 + 1],
+}
+
+impl SlotTables {
+    /// The tables.
+    pub const TABLES: SlotTables = {
+        let mut by_8 = [ClassSlot(0); LOOKUP_MAX / 8 + 1];
+        let mut i = 0;
+        while i <= LOOKUP_MAX / 8 {
+            by_8[i] = ClassSlot((compute_class(i * 8) * SLOT_BYTES) as u16);
+            i += 1;
+        }
+        let mut malloc = [ClassSlot(0); LOOKUP_MAX / 16 + 1];
+        let mut i = 0;
+        while i <= LOOKUP_MAX / 16 {
+            let size = if i == 0 { 16 } else { i * 16 };
+            malloc[i] = ClassSlot((compute_class(size) * SLOT_BYTES) as u16);
+            i += 1;
+        }
+        SlotTables { by_8, malloc }
+    };
+
+    /// [`slot_of_small`] from these tables.
+    #[inline(always)]
+    pub fn slot_of_small(&self, size: usize, align: usize) -> Option<ClassSlot> {
+        if size > LOOKUP_MAX {
+            return None;
+        }
+        if align <= 8 {
+            Some(self.by_8[(size + 7) >> 3])
+        } else if align == 16 {
+            // `max(2)`: a zero-byte request still gets a 16-byte class.
+            Some(self.by_8[(((size + 15) & !15) >> 3).max(2)])
+        } else {
+            None
+        }
+    }
+
+    /// [`slot_of_small_malloc`] from these tables.
+    #[inline(always)]
+    pub fn slot_of_small_malloc(&self, size: usize) -> Option<ClassSlot> {
+        if size <= LOOKUP_MAX {
+            // SAFETY: (size + 15) >> 4 <= LOOKUP_MAX / 16 + 1, the table's last index.
+            Some(unsafe { *self.malloc.get_unchecked((size + 15) >> 4) })
+        } else {
+            None
+        }
     }
 }
 
-/// The slots of the 16-aligned classes by `(size + 15) / 16`, so `malloc`'s lookup is one
-/// shift and one load.
-static LOOKUP_MALLOC: [ClassSlot; LOOKUP_MAX / 16 + 1] = {
-    let mut table = [ClassSlot(0); LOOKUP_MAX / 16 + 1];
-    let mut i = 0;
-    while i <= LOOKUP_MAX / 16 {
-        let size = if i == 0 { 16 } else { i * 16 };
-        table[i] = ClassSlot((compute_class(size) * SLOT_BYTES) as u16);
-        i += 1;
-    }
-    table
-};
+/// The tables for lookups made without a thread heap at hand.
+static SLOTS: SlotTables = SlotTables::TABLES;
 
 #[cfg(test)]
 mod tests {

@@ -60,13 +60,21 @@ impl Tag {
     /// its `ClassSlot`, with no shift on the C face's free.
     const CLASS_SHIFT: u32 = 6;
 
+    /// Where a bag unit's offset in units from the bag's first unit sits (bits 15–31): at the
+    /// unit's shift, so masked, the tag is the offset in bytes of the unit from the bag's start
+    /// (see [`Tag::offset_bytes`]), with no shift on the C face's free.
+    const OFFSET_SHIFT: u32 = UNIT_SHIFT;
+
     pub fn bag(class: SizeClass, offset_units: usize) -> Tag {
+        debug_assert!(offset_units < 1 << (32 - Tag::OFFSET_SHIFT));
         let kind = if offset_units == 0 {
             Tag::BAG_BIT | 1
         } else {
             Tag::BAG_BIT | 2
         };
-        Tag(kind | (class.0 as u32) << Tag::CLASS_SHIFT | (offset_units as u32) << 16)
+        Tag(kind
+            | (class.0 as u32) << Tag::CLASS_SHIFT
+            | (offset_units as u32) << Tag::OFFSET_SHIFT)
     }
 
     #[inline(always)]
@@ -96,9 +104,20 @@ impl Tag {
     /// Units back to the bag's first unit.
     #[inline(always)]
     pub fn offset_units(self) -> usize {
-        (self.0 >> 16) as usize
+        (self.0 >> Tag::OFFSET_SHIFT) as usize
+    }
+
+    /// Bytes from the bag's start to the unit's: [`Tag::offset_units`] in bytes, one mask.
+    #[inline(always)]
+    pub fn offset_bytes(self) -> usize {
+        (self.0 & !((1 << Tag::OFFSET_SHIFT) - 1)) as usize
     }
 }
+
+// The class's 8 bits end below the offset, and a bag's offset fits: a bag of any class is a
+// few units, far below 2^17.
+const _: () = assert!(Tag::CLASS_SHIFT + 8 <= Tag::OFFSET_SHIFT);
+const _: () = assert!(Tag::BAG_BIT < 1 << Tag::CLASS_SHIFT);
 
 /// Descriptor of a unit. Bag fields are owned by the node heap's class lock; span fields by the
 /// region's span lock. All-zero is a valid, empty descriptor.

@@ -5,7 +5,7 @@
 
 use super::{Misuse, NodeHeaps, NodeId, Partition};
 use crate::arena::secure::Expect;
-use crate::size_class::{SizeClass, UNIT_SHIFT};
+use crate::size_class::{SizeClass, UNIT, UNIT_SHIFT};
 use core::sync::atomic::{AtomicU32, Ordering};
 
 /// A page-map tag, read on the C face's free fast path.
@@ -62,11 +62,12 @@ impl HomeView {
             return None;
         }
         let class = tag.class();
-        let first = unit - tag.offset_units();
-        if !crate::size_class::is_multiple(from_region - (first << UNIT_SHIFT), magic(class)) {
+        // The offset in the bag: in the unit, plus the unit's from the bag's start.
+        let in_bag = (from_region & (UNIT - 1)) + tag.offset_bytes();
+        if !crate::size_class::is_multiple(in_bag, magic(class)) {
             return None;
         }
-        Some((class, first))
+        Some((class, unit - tag.offset_units()))
     }
 }
 

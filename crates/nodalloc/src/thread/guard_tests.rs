@@ -66,9 +66,11 @@ fn a_freed_object_is_found_in_the_cache_the_ring_and_its_bag_and_an_uncarved_one
     unsafe { other.free(b, big) };
 }
 
-/// The origin rule across a move: a thread re-pinned to another node's CPU frees objects of its
-/// old node and allocates again. Its first free notices the new CPU (the rseq word, or at the
-/// latest a slow path) and re-homes the heap, so none of the freed objects comes back to it.
+/// The origin rule across a move: a thread re-pinned to another node's CPU, with objects of its
+/// old node in its cache, frees more of them and allocates again. Its first allocation after
+/// the move notices the new CPU (the rseq word) and re-homes the heap, sending what it cached
+/// to the old node first, so none of those objects comes back to it: neither the ones freed
+/// before the move nor the ones freed after it.
 #[test]
 fn a_thread_moved_to_another_node_gets_none_of_its_old_nodes_objects_back() {
     use crate::os::cpuset::CpuSet;
@@ -94,17 +96,23 @@ fn a_thread_moved_to_another_node_gets_none_of_its_old_nodes_objects_back() {
     heap.next_upkeep = u64::MAX;
     let class = class_of(64, 8).unwrap();
     let objects: Vec<*mut u8> = (0..2000).map(|_| allocate(&mut heap, class)).collect();
-    pin(to);
-    for &object in &objects {
+    let (before, after) = objects.split_at(1000);
+    for &object in before {
         // SAFETY: each object is live, of `class`, and freed once.
         unsafe { heap.free(object, class) };
     }
+    assert!(heap.cached(class) > 0);
+    pin(to);
+    for &object in after {
+        // SAFETY: as above.
+        unsafe { heap.free(object, class) };
+    }
+    let again: Vec<*mut u8> = (0..2000).map(|_| allocate(&mut heap, class)).collect();
     assert_eq!(
         heap.node(),
         NodeId(topology.node_of_cpu(to)),
         "the heap did not follow"
     );
-    let again: Vec<*mut u8> = (0..2000).map(|_| allocate(&mut heap, class)).collect();
     let reused = again.iter().filter(|p| objects.contains(p)).count();
     let foreign = again
         .iter()
@@ -117,6 +125,30 @@ fn a_thread_moved_to_another_node_gets_none_of_its_old_nodes_objects_back() {
     );
     for &object in &again {
         // SAFETY: allocated above, freed once.
+        unsafe { heap.free(object, class) };
+    }
+    heap.flush();
+    pin(from);
+    assert_eq!(heap.node(), NodeId(topology.node_of_cpu(to)));
+    // A thread that only allocates after a move: its cache holds objects of the node it left.
+    let cached: Vec<*mut u8> = (0..64).map(|_| allocate(&mut heap, class)).collect();
+    for &object in &cached {
+        // SAFETY: as above.
+        unsafe { heap.free(object, class) };
+    }
+    assert!(heap.cached(class) > 0);
+    pin(to);
+    let served: Vec<*mut u8> = (0..64).map(|_| allocate(&mut heap, class)).collect();
+    let foreign = served
+        .iter()
+        .filter(|p| heaps.arena.origin_of(**p as usize) == Some(old.index()))
+        .count();
+    assert_eq!(
+        foreign, 0,
+        "the cache of the node left behind served an allocation"
+    );
+    for &object in &served {
+        // SAFETY: as above.
         unsafe { heap.free(object, class) };
     }
     heap.flush();

@@ -46,7 +46,7 @@ use crate::ds::next_of;
 use crate::node::{HomeView, Misuse, NodeHeaps, NodeId, Partition, PartitionView};
 use crate::os::cpuset::CpuSet;
 use crate::os::topology::MAX_NODES;
-use crate::size_class::{ClassSlot, SizeClass, NUM_CLASSES};
+use crate::size_class::{ClassSlot, SizeClass, SlotTables, NUM_CLASSES};
 use core::ptr::null_mut;
 use free_list::FreeList;
 use outbox::Outbox;
@@ -85,6 +85,9 @@ pub struct ThreadHeap {
     /// the range, it holds no register across the loops they are inlined into.
     link_key: usize,
     lists: [FreeList; NUM_CLASSES],
+    /// The class lookups' tables, a copy in every heap: the faces' fast paths look a size up
+    /// at the heap's address, which they have, with no load of a table's address first.
+    slots: SlotTables,
     /// Per class, the cuts since its last refill, up to `adapt::CUTS_TO_SHRINK`.
     cuts: [u8; NUM_CLASSES],
     /// Bytes the grown limits add to the base limits (bounded by `THREAD_GROWN_BYTES`).
@@ -112,12 +115,13 @@ pub struct ThreadHeap {
     /// another node (unbound and moved by the scheduler, or re-pinned by the program).
     follow_cpu: bool,
     /// With `follow_cpu`, where glibc registered an rseq area: the word in which the kernel
-    /// keeps the thread's current CPU, and the CPU seen there when the heap last looked. A free
-    /// fast path that finds another CPU there takes the slow path, which re-homes the heap if
-    /// that CPU is on another node: a thread moved (by the scheduler, `taskset`, or itself)
-    /// stops caching its old node's objects at its next free, and returns those it cached.
-    /// Otherwise a word that never changes ([`NO_CPU`]). Set when attached (null before, when
-    /// the fast paths never get this far).
+    /// keeps the thread's current CPU, and the CPU seen there when the heap last looked. An
+    /// allocation fast path that finds another CPU there takes the slow path, which re-homes
+    /// the heap if that CPU is on another node: a thread moved (by the scheduler, `taskset`, or
+    /// itself) returns the objects it cached to their node before it hands out anything, and
+    /// allocates from its new node from then on (a free that leaves the home region re-homes
+    /// too). Otherwise a word that never changes ([`NO_CPU`]). Set when attached (null before,
+    /// when the fast paths never get this far: the lists are empty).
     cpu_word: *const u32,
     cpu_seen: u32,
     /// Called on the first slow path of a fresh heap to attach it (the instance binds the
@@ -179,6 +183,7 @@ impl ThreadHeap {
             arena_words: 0,
             link_key: crate::ds::LINK_KEY,
             lists: [FreeList::EMPTY; NUM_CLASSES],
+            slots: SlotTables::TABLES,
             cuts: [0; NUM_CLASSES],
             grown_bytes: 0,
             outboxes: [Outbox::EMPTY; MAX_NODES],
@@ -267,6 +272,12 @@ impl ThreadHeap {
         unsafe { self.heaps.as_ref() }
     }
 
+    /// The tables of the one-load class lookups (sizes up to 1 KiB), at the heap's address.
+    #[inline(always)]
+    pub fn slots(&self) -> &SlotTables {
+        &self.slots
+    }
+
     /// The class's free list, without a bounds check or a shift on the fast paths.
     #[inline(always)]
     fn list(&mut self, class: impl Into<ClassSlot>) -> &mut FreeList {
@@ -286,20 +297,41 @@ impl ThreadHeap {
         unsafe { &*self.lists.as_ptr().byte_add(slot.offset()) }
     }
 
-    /// Pops a cached object, or null when the list is empty (then call [`Self::alloc_slow`]).
+    /// Pops a cached object, or null when the list is empty or the thread moved to another
+    /// CPU since the heap last looked (then call [`Self::alloc_slow`], which follows the move
+    /// first: a thread that now runs on another node never hands out its old node's objects).
     #[inline(always)]
     pub fn alloc_cached(&mut self, class: impl Into<ClassSlot>) -> *mut u8 {
         let class = class.into();
-        let (base, words) = (self.arena_base, self.arena_words);
-        let list = self.list(class);
-        let object = list.head;
-        // One compare for both an empty list (null is outside the arena) and a head that is no
-        // object of the arena (outside it, or not 8-aligned).
-        if (object as usize).wrapping_sub(base).rotate_right(3) >= words {
+        // The move is checked after the head: a heap not attached has an empty range (and no
+        // CPU word yet).
+        if !self.head_is_object(class) || self.moved() {
             return null_mut();
         }
         // SAFETY: the list's head, an object of the arena (checked above).
         unsafe { self.pop_head(class) }
+    }
+
+    /// True when the class's list holds an object: its head is in the arena and 8-aligned.
+    /// One compare for both an empty list (null is outside the arena) and a head that is no
+    /// object of the arena (outside it, or not 8-aligned: a link some write replaced).
+    #[inline(always)]
+    fn head_is_object(&self, class: ClassSlot) -> bool {
+        let head = self.list_ref(class).head;
+        (head as usize)
+            .wrapping_sub(self.arena_base)
+            .rotate_right(3)
+            < self.arena_words
+    }
+
+    /// [`Self::alloc_cached`] for a slow path that already followed any move: pops the head if
+    /// the list holds an object.
+    pub(super) fn pop_if_any(&mut self, class: SizeClass) -> *mut u8 {
+        if !self.head_is_object(class.slot()) {
+            return null_mut();
+        }
+        // SAFETY: the list's head, an object of the arena (checked above).
+        unsafe { self.pop_head(class.slot()) }
     }
 
     /// Pops the head of the class's list.
@@ -328,10 +360,8 @@ impl ThreadHeap {
     #[inline(always)]
     pub unsafe fn pop_cached(heap: *mut ThreadHeap, class: ClassSlot) -> *mut u8 {
         // SAFETY: a read of either kind of heap (contract above): nothing writes it meanwhile.
-        let head = unsafe { (*heap).list_ref(class).head };
-        // SAFETY: as above (the detached heap's range is empty: null, as its lists hold).
-        let (base, words) = unsafe { ((*heap).arena_base, (*heap).arena_words) };
-        if (head as usize).wrapping_sub(base).rotate_right(3) >= words {
+        // The detached heap's range is empty, so the move is never checked on it.
+        if unsafe { !(*heap).head_is_object(class) || (*heap).moved() } {
             return null_mut();
         }
         // SAFETY: a detached heap's lists are empty, so this is the thread's own heap, and its
@@ -340,16 +370,16 @@ impl ThreadHeap {
     }
 
     /// Pushes an object of `class` freed by this thread. Objects of other nodes (and anything
-    /// outside the home region) take the slow path.
+    /// outside the home region) take the slow path. A thread that moved to another node still
+    /// caches objects of its old home here: its next allocation follows the move and sends
+    /// them home before it hands anything out.
     ///
     /// # Safety
     /// `object` must be a live object of `class` that the caller gives up.
     #[inline(always)]
     pub unsafe fn free(&mut self, object: *mut u8, class: impl Into<ClassSlot>) {
         let class = class.into();
-        if (object as usize).wrapping_sub(self.home.region_base) >= self.home.region_bytes
-            || self.moved()
-        {
+        if (object as usize).wrapping_sub(self.home.region_base) >= self.home.region_bytes {
             // SAFETY: forwarded contract.
             return unsafe { self.free_slow(object, class.class()) };
         }
@@ -358,8 +388,8 @@ impl ThreadHeap {
     }
 
     /// True when the thread runs on another CPU than the heap last saw (see `cpu_word`): then
-    /// a free must take the slow path, whose [`Self::follow_move`] re-homes the heap if need
-    /// be. Only for an attached heap (whose home matched the object).
+    /// an allocation must take the slow path, whose [`Self::follow_move`] re-homes the heap if
+    /// need be. Only for an attached heap (whose list held an object).
     #[inline(always)]
     pub fn moved(&self) -> bool {
         // SAFETY: an attached heap's word is the thread's rseq `cpu_id` (live while the thread
@@ -443,19 +473,21 @@ impl ThreadHeap {
             // The list, not the class, goes to the slow path: the class is then dead after the
             // list's address is known, which keeps a register free on the C face's `free`.
             let list: *const FreeList = list;
-            self.free_mark_of(list);
+            Self::free_mark_of(list, self);
         }
     }
 
-    /// [`Self::free_mark`] for the class whose list is `list` (one of this heap's lists).
+    /// [`Self::free_mark`] for the class whose list is `list` (one of `heap`'s lists).
     /// `extern "C"`: it cannot unwind, so the C face's `free` (which must not unwind either)
-    /// needs no landing pad around the call and keeps no stack frame.
+    /// needs no landing pad around the call and keeps no stack frame. The list comes first:
+    /// `free` then keeps the block in the first argument's register, where it arrived, and
+    /// the heap in the second's.
     #[cold]
     #[inline(never)]
-    extern "C" fn free_mark_of(&mut self, list: *const FreeList) {
-        // SAFETY: `list` points into `self.lists` (the caller took it from there).
-        let index = unsafe { list.offset_from(self.lists.as_ptr()) } as usize;
-        self.free_mark(SizeClass(index as u8));
+    extern "C" fn free_mark_of(list: *const FreeList, heap: &mut ThreadHeap) {
+        // SAFETY: `list` points into `heap.lists` (the caller took it from there).
+        let index = unsafe { list.offset_from(heap.lists.as_ptr()) } as usize;
+        heap.free_mark(SizeClass(index as u8));
     }
 
     /// True when `object` is in this thread's cache of `class` (a bounded walk: two batches);

@@ -43,9 +43,22 @@ impl ThreadHeap {
     }
 
     /// The refill path: a batch from the node heap (or a direct allocation once retired).
-    /// With call-site partitions, first the partition cache's pop for the current partition.
+    /// First a move of the thread is followed (the fast path refused to pop after one; the
+    /// list keeps its objects if the thread's node is the same), then, with call-site
+    /// partitions, the partition cache's pop for the current partition.
     #[inline(never)]
     pub fn alloc_slow(&mut self, class: SizeClass) -> *mut u8 {
+        if self.state == HeapState::Active {
+            if self.moved() {
+                self.follow_move();
+            }
+            // The fast path may have refused the pop for the move alone (the thread may even
+            // be back on the CPU it left by now).
+            let object = self.pop_if_any(class);
+            if !object.is_null() {
+                return object;
+            }
+        }
         let object = self.partition_pop_current(class);
         if !object.is_null() {
             return object;
@@ -80,7 +93,7 @@ impl ThreadHeap {
         if !self.refill(heaps, class) {
             return null_mut();
         }
-        let object = self.alloc_cached(class);
+        let object = self.pop_if_any(class);
         debug_assert!(!object.is_null());
         object
     }
