@@ -60,6 +60,7 @@ struct repin {
     uintptr_t *freed; /* the same addresses, sorted */
     char **fresh;     /* what the re-pinned thread allocated after freeing them */
     int *status;
+    int own;          /* .own: the re-pinned thread allocates and frees them itself, before the pin */
     /* figures of the re-pinned thread */
     int home_before, cpu_node_after_pin, home_after;
 };
@@ -90,9 +91,23 @@ static void *repin_thread(void *argument) {
         memset(little[i], 0xb0, r->size < 64 ? r->size : 64);
     }
     r->home_before = named_node(little[0]);
+    if (r->own) {
+        /* Its own objects, freed on the first node: its cache holds the newest of them when
+         * it moves, and after the move it only allocates. */
+        for (long i = 0; i < r->count; i++) {
+            if (!(r->handed[i] = malloc(r->size)))
+                die("malloc");
+            memset(r->handed[i], 0xa1, r->size < 64 ? r->size : 64);
+        }
+        for (long i = 0; i < r->count; i++)
+            r->freed[i] = (uintptr_t)r->handed[i];
+        qsort(r->freed, r->count, sizeof *r->freed, compare_pointers);
+        for (long i = 0; i < r->count; i++)
+            free(r->handed[i]);
+    }
     pin_thread(&usable_node(cpu_nodes[1])->cpus);
     r->cpu_node_after_pin = node_of_cpu_id(sched_getcpu());
-    for (long i = 0; i < r->count; i++)
+    for (long i = 0; i < r->count && !r->own; i++)
         free(r->handed[i]);
     for (long i = 0; i < r->count; i++) {
         if (!(r->fresh[i] = malloc(r->size)))
@@ -109,7 +124,9 @@ static void *repin_thread(void *argument) {
 }
 
 /* repin_reuse (64 B x 20000), repin_reuse.4k (4 KiB x 20000), repin_reuse.100k (100 KiB x
- * 2000). Measured over the re-pinned thread's allocations after the frees: `reused` = how
+ * 2000); repin_reuse.own (64 B x 20000): the re-pinned thread allocates and frees the objects
+ * itself before it moves, then only allocates (no free after the move to notice it).
+ * Measured over the re-pinned thread's allocations after the frees: `reused` = how
  * many are addresses it had just freed, `on_first_node` = how many the kernel has on the first
  * node (the page of the object's first byte), `on_second_node` likewise. Target: both
  * reused and on_first_node 0. */
@@ -123,6 +140,7 @@ void test_repin_reuse(const char *test) {
         r->size = 100 << 10;
         r->count = 2000;
     }
+    r->own = strstr(test, ".own") != NULL;
     first_malloc();
     r->handed = xmap(sizeof *r->handed * r->count);
     r->freed = xmap(sizeof *r->freed * r->count);
@@ -134,11 +152,13 @@ void test_repin_reuse(const char *test) {
         workers[i].context = r;
         worker_pin(&workers[i], 0);
     }
-    start_workers(&workers[0], 1, repin_producer);
-    join_workers(&workers[0], 1);
-    for (long i = 0; i < r->count; i++)
-        r->freed[i] = (uintptr_t)r->handed[i];
-    qsort(r->freed, r->count, sizeof *r->freed, compare_pointers);
+    if (!r->own) {
+        start_workers(&workers[0], 1, repin_producer);
+        join_workers(&workers[0], 1);
+        for (long i = 0; i < r->count; i++)
+            r->freed[i] = (uintptr_t)r->handed[i];
+        qsort(r->freed, r->count, sizeof *r->freed, compare_pointers);
+    }
     start_workers(&workers[1], 1, repin_thread);
     join_workers(&workers[1], 1);
 
