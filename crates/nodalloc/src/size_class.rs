@@ -313,7 +313,7 @@ pub fn slot_of_small_malloc(size: usize) -> Option<ClassSlot> {
     SLOTS.slot_of_small_malloc(size)
 }
 
-/// The tables of the one-load class lookups, up to [`LOOKUP_MAX`] bytes. Every thread heap
+/// The tables of the one-load class lookups, up to 1 KiB. Every thread heap
 /// keeps a copy (mimalloc's per-heap table of pages by size, done for classes): a face's fast
 /// path reads its thread's heap anyway, so the lookup is one load at the heap's address, with
 /// no load of a table's address first.
