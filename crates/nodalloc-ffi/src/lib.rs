@@ -291,7 +291,13 @@ extern "C" fn malloc_miss(
                 return p as *mut c_void;
             }
             heap.enter_call_site(site);
-            handed_out(heap.alloc_slow(class))
+            let p = heap.alloc_slow(class);
+            if heap.took_untouched() {
+                // Never written since its span was carved: no mark to clear, and a write
+                // would fault its page in here rather than where the program touches it.
+                return p as *mut c_void;
+            }
+            handed_out(p)
         }
         _ => allocate_at(size, MALLOC_ALIGN, site, frame),
     }

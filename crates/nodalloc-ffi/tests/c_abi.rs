@@ -891,6 +891,17 @@ fn sparse_patterns_cost_the_pages_they_touch() {
     }
 }
 
+/// Blocks of 16 KiB from fresh bags: `malloc` writes nothing into them (no link, no double-free
+/// mark), so no page of theirs is faulted in before the program touches it.
+#[test]
+fn big_blocks_are_handed_out_untouched() {
+    let resident = sparse_figures("untouched", Mode::Preloaded)["resident_after_malloc"];
+    assert_eq!(
+        resident, 0,
+        "first pages resident after malloc, before any write"
+    );
+}
+
 /// Blocks of 1-64 KiB written whole, 90 % freed at random: once the program has idled, only
 /// the survivors' pages stay (the sweep gives back the free pages inside bags still in use).
 #[test]

@@ -25,6 +25,7 @@ fn child_entry() {
         Ok(pattern) if pattern.starts_with("sparse-") => sparse_pattern(&pattern[7..]),
         Ok("dense") => dense_small_objects(),
         Ok("holes") => holes(),
+        Ok("untouched") => big_objects_come_untouched(),
         Ok(other) => panic!("unknown scenario {other}"),
         Err(_) => {}
     }
@@ -342,6 +343,51 @@ fn dense_small_objects() {
         // SAFETY: allocated above with this layout.
         unsafe { GLOBAL.dealloc(p, layout) };
     }
+}
+
+/// Objects of 16 KiB from fresh bags: an allocation writes nothing into them (no link, no
+/// page faulted in inside `alloc`), so their first pages are not resident until the program
+/// touches them; then they are, and everything frees.
+fn big_objects_come_untouched() {
+    const COUNT: usize = 64;
+    let layout = Layout::from_size_align(16 << 10, 8).unwrap();
+    let objects: Vec<*mut u8> = (0..COUNT)
+        // SAFETY: a valid layout.
+        .map(|_| unsafe { GLOBAL.alloc(layout) })
+        .collect();
+    let resident = |objects: &[*mut u8]| {
+        objects
+            .iter()
+            .filter(|&&p| {
+                let mut vector = 0u8;
+                // SAFETY: mincore of the page of a live allocation into one byte.
+                let ok = unsafe { libc::mincore((p as usize & !4095) as *mut _, 1, &mut vector) };
+                assert_eq!(ok, 0, "mincore");
+                vector & 1 != 0
+            })
+            .count()
+    };
+    let before = resident(&objects);
+    for &p in &objects {
+        assert!(!p.is_null() && p as usize % 4096 == 0, "{p:?}");
+        // SAFETY: the object is ours, 16 KiB long.
+        unsafe { p.write_bytes(0x5A, layout.size()) };
+    }
+    let after = resident(&objects);
+    eprintln!(
+        "untouched {before} of {COUNT} first pages resident after alloc, {after} after the writes"
+    );
+    assert_eq!((before, after), (0, COUNT));
+    for p in objects {
+        // SAFETY: allocated above with this layout.
+        unsafe { GLOBAL.dealloc(p, layout) };
+    }
+}
+
+#[test]
+fn big_objects_are_handed_out_untouched() {
+    let stderr = expect_child("untouched", &[], "untouched ");
+    eprintln!("{}", stderr.trim());
 }
 
 #[test]

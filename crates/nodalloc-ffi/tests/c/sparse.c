@@ -16,12 +16,16 @@
  *             medium objects (1-8 KiB, only their first bytes written); prints the peak growth
  *             and, as drained_kib=N, the growth left after everything is freed and the
  *             program idles 1.5 s, allocating a little
+ *   untouched 64 blocks of 16 KiB: prints, as resident_after_malloc=N, how many of their
+ *             first pages are resident before the program writes them (malloc writes nothing
+ *             into a block carved for the first time), then writes, checks and frees them
  *   holes     8192 blocks of 1-64 KiB, every byte written, 90 % freed at random; prints, as
  *             kept_kib=N, the growth left after the program idles 1 s allocating a little, and
  *             live_kib=N, the bytes the survivors hold (their pages must be all that stays)
  */
 #include "check.h"
 
+#include <sys/mman.h>
 #include <time.h>
 
 static long rss_kib(void) {
@@ -260,6 +264,30 @@ static void pattern_holes(void) {
     free(sizes);
 }
 
+static void pattern_untouched(void) {
+    enum { COUNT = 64, SIZE = 16 << 10 };
+    static char *blocks[COUNT];
+    long page = sysconf(_SC_PAGESIZE);
+    int resident = 0;
+    for (int i = 0; i < COUNT; i++) {
+        blocks[i] = malloc(opaque_size(SIZE));
+        CHECK(blocks[i] != NULL, "malloc(16 KiB)");
+    }
+    for (int i = 0; i < COUNT; i++) {
+        unsigned char vector = 0;
+        CHECK(mincore((void *)((uintptr_t)blocks[i] & ~(uintptr_t)(page - 1)), 1, &vector) == 0,
+              "mincore(%p)", (void *)blocks[i]);
+        resident += vector & 1;
+    }
+    for (int i = 0; i < COUNT; i++)
+        memset(blocks[i], i, SIZE);
+    for (int i = 0; i < COUNT; i++) {
+        CHECK(blocks[i][0] == (char)i && blocks[i][SIZE - 1] == (char)i, "block %d kept its bytes", i);
+        free(blocks[i]);
+    }
+    printf("untouched rss_growth_kib=0 resident_after_malloc=%d\n", resident);
+}
+
 int main(int argc, char **argv) {
     /* Start the allocator (and stdio's buffers) before the first measurement. */
     malloc_and_free(64);
@@ -281,6 +309,8 @@ int main(int argc, char **argv) {
         pattern_churn();
     else if (!strcmp(pattern, "holes"))
         pattern_holes();
+    else if (!strcmp(pattern, "untouched"))
+        pattern_untouched();
     else
         CHECK(0, "unknown pattern '%s'", pattern);
     printf("ok sparse: %lu checks\n", checks_passed);

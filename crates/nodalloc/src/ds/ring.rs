@@ -25,6 +25,15 @@ pub struct Batch {
     pub count: usize,
 }
 
+impl Batch {
+    /// No object.
+    pub const EMPTY: Batch = Batch {
+        head: core::ptr::null_mut(),
+        tail: core::ptr::null_mut(),
+        count: 0,
+    };
+}
+
 struct Slot {
     /// The slot's sequence number minus its index (see [`Slot::sequence`]).
     sequence_offset: AtomicUsize,

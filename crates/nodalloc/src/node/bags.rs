@@ -22,7 +22,7 @@ impl NodeHeaps {
         class: SizeClass,
         want: usize,
     ) -> Option<Batch> {
-        if let Some(batch) = self.take_from_node_bags(node, part, class, want, &mut false) {
+        if let Some(batch) = self.take_from_node_bags(node, part, class, want, &mut false, None) {
             return Some(batch);
         }
         let mut order = [0u8; MAX_NODES];
@@ -32,7 +32,7 @@ impl NodeHeaps {
             let stolen = self
                 .class_in(other, part, class)
                 .ring_pop()
-                .or_else(|| self.take_from_node_bags(other, part, class, want, &mut false));
+                .or_else(|| self.take_from_node_bags(other, part, class, want, &mut false, None));
             if stolen.is_some() {
                 self.node(node).steals.fetch_add(1, Ordering::Relaxed);
                 return stolen;
@@ -41,16 +41,45 @@ impl NodeHeaps {
         None
     }
 
-    /// Objects from `node`'s own bags, carving a new bag from its own region if needed.
-    /// `head_zeroed` is set when the batch's head was carved from a bag whose memory read as
-    /// zero (so the object is zero but for its link word).
-    fn take_from_node_bags(
+    /// For a thread's allocation that found its list of `class` (of the sparse pool: objects
+    /// above [`DENSE_OBJECT_MAX`]) empty: up to `want` objects of `node`'s bags' free lists
+    /// (objects the program touched before) as `Ok`, or, when those are empty and a bag would
+    /// carve an object for the first time, that one object **untouched** as `Err`, for the
+    /// caller to hand out as it is, counted as allocated. Carving writes each object's link
+    /// into the object's first page, which faults it in: a refill that carved a whole batch of
+    /// them made one `malloc` pay a page fault per object (4–6 µs for a batch) for pages the
+    /// program had not touched yet; untouched, the object's first page faults when the program
+    /// touches it, as it would under any allocator. `None` when the node has nothing left.
+    pub fn take_untouched(
         &self,
         node: NodeId,
         part: Partition,
         class: SizeClass,
         want: usize,
+    ) -> Option<Result<Batch, *mut u8>> {
+        debug_assert!(class.size() > DENSE_OBJECT_MAX);
+        let mut fresh = null_mut();
+        match self.take_from_node_bags(node, part, class, want, &mut false, Some(&mut fresh)) {
+            Some(batch) => Some(Ok(batch)),
+            None if !fresh.is_null() => Some(Err(self.hand_out_single(node, part, class, fresh))),
+            None => None,
+        }
+    }
+
+    /// Objects from `node`'s own bags, carving a new bag from its own region if needed.
+    /// `head_zeroed` is set when the batch's head was carved from a bag whose memory read as
+    /// zero (so the object is zero but for its link word). With `fresh` (see
+    /// [`Self::take_untouched`]; not in secure mode), the batch stops before an object would be
+    /// carved; if it is empty then, one object is carved without writing its link, put in
+    /// `fresh`, and the batch is `None`.
+    fn take_from_node_bags(
+        &self,
+        node: NodeId,
+        part: Partition,
+        class: SizeClass,
+        mut want: usize,
         head_zeroed: &mut bool,
+        mut fresh: Option<&mut *mut u8>,
     ) -> Option<Batch> {
         self.activate(node, part, class);
         let class_heap = self.class_in(node, part, class);
@@ -60,6 +89,8 @@ impl NodeHeaps {
         let size = class.size();
         let capacity = class.capacity() as u32;
         let secure = arena.is_secure();
+        debug_assert!(fresh.is_none() || !secure);
+        let mut untouched = 0;
         let _guard = class_heap.lock.lock();
         // SAFETY: the class lock is held for the rest of this function.
         let partial = unsafe { &mut *class_heap.partial.get() };
@@ -70,6 +101,11 @@ impl NodeHeaps {
         };
         while batch.count < want {
             let created = partial.is_null();
+            if created && fresh.is_some() && batch.count != 0 {
+                // A batch of freed objects ends before a new bag: a bag started and left with
+                // nothing carved would look prepared (`live == 0`) to the next refill.
+                break;
+            }
             if created {
                 let Some(address) =
                     arena.alloc_span_on(node.index(), class.bag_units(), 1, SpanUse::Bag(class))
@@ -123,6 +159,19 @@ impl NodeHeaps {
                         (*bag).role.bag.free = next;
                         object
                     } else if (*bag).role.bag.carved < capacity {
+                        if let Some(fresh) = fresh.take() {
+                            // Never-touched memory: a batch of the free lists' objects ends
+                            // here; an empty one becomes this object, untouched.
+                            want = 0;
+                            if batch.count == 0 {
+                                *fresh =
+                                    (start + (*bag).role.bag.carved as usize * size) as *mut u8;
+                                (*bag).role.bag.carved += 1;
+                                (*bag).role.bag.live += 1;
+                                untouched = 1;
+                            }
+                            break;
+                        }
                         zeroed = !secure && (*bag).role.bag.zeroed;
                         let index = if secure {
                             carve_order((*bag).role.bag.carved, capacity, (*bag).role.bag.seed)
@@ -160,7 +209,7 @@ impl NodeHeaps {
         }
         class_heap
             .out_of_bags
-            .fetch_add(batch.count, Ordering::Relaxed);
+            .fetch_add(batch.count + untouched, Ordering::Relaxed);
         if batch.count == 0 {
             None
         } else {
@@ -205,7 +254,7 @@ impl NodeHeaps {
         class: SizeClass,
     ) -> Option<(*mut u8, bool)> {
         let mut zeroed = false;
-        let batch = self.take_from_node_bags(node, part, class, 1, &mut zeroed)?;
+        let batch = self.take_from_node_bags(node, part, class, 1, &mut zeroed, None)?;
         Some((self.hand_out_single(node, part, class, batch.head), zeroed))
     }
 

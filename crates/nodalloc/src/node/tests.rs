@@ -110,6 +110,79 @@ fn only_first_carves_from_untouched_bags_are_known_zero() {
     }
 }
 
+/// A refill of a class of the sparse pool: from a fresh bag, one object at a time, untouched
+/// (its memory still reads as zero where a link would have been written), in address order;
+/// once objects were freed into the bag, a batch of those (linked), stopping before the carve.
+#[test]
+fn a_sparse_refill_hands_out_one_fresh_object_untouched_or_a_batch_of_freed_ones() {
+    let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
+    let class = class_of(5 << 10, 8).unwrap();
+    assert!(
+        class.size() > DENSE_OBJECT_MAX && class.capacity() >= 4,
+        "{} B, {} a bag",
+        class.size(),
+        class.capacity()
+    );
+    let take = || {
+        heaps
+            .take_untouched(NodeId(0), Partition::DEFAULT, class, 8)
+            .unwrap()
+    };
+    let mut fresh = Vec::new();
+    for _ in 0..3 {
+        let object = take().expect_err("a fresh object, untouched");
+        // SAFETY: the object is ours; its link word, had one been written, is its first.
+        let first = unsafe { *(object as *const usize) };
+        assert_eq!(first, 0, "a link was written");
+        fresh.push(object);
+    }
+    assert!(fresh
+        .windows(2)
+        .all(|w| w[1] as usize == w[0] as usize + class.size()));
+    // Two go back to the bag's free list: the next refill is those two, linked, and the
+    // carve waits for the refill after it.
+    for &object in &fresh[..2] {
+        // SAFETY: live objects of `class` from node 0, given up once.
+        unsafe { heaps.free_single(NodeId(0), class, object) };
+    }
+    let batch = take().expect("the freed objects, as a batch");
+    assert_eq!(batch.count, 2);
+    // SAFETY: the batch's objects are linked through their first words.
+    let second = unsafe { next_of(batch.head) };
+    assert_eq!(second, batch.tail);
+    let mut got = [batch.head, batch.tail];
+    got.sort();
+    assert_eq!(got, [fresh[0], fresh[1]]);
+    let next = take().expect_err("the carve, untouched again");
+    assert_eq!(next as usize, fresh[2] as usize + class.size());
+    for object in [batch.head, batch.tail, fresh[2], next] {
+        // SAFETY: each handed out above and given up once.
+        unsafe { heaps.free_single(NodeId(0), class, object) };
+    }
+    // A bag carved to the end: a refill of its freed objects starts no bag (one started and
+    // left with nothing carved would pass for a prepared bag at the next refill).
+    let bags = || heaps.class(NodeId(0), class).bags.load(Ordering::Relaxed);
+    let mut out: Vec<_> = (0..class.capacity())
+        .map(|_| take().expect_err("a fresh object"))
+        .collect();
+    assert_eq!(bags(), 1);
+    for &object in &out[..2] {
+        // SAFETY: live objects of `class` from node 0, given up once.
+        unsafe { heaps.free_single(NodeId(0), class, object) };
+    }
+    let batch = take().expect("the freed objects, as a batch");
+    assert_eq!((batch.count, bags()), (2, 1));
+    out[0] = batch.head;
+    out[1] = batch.tail;
+    out.push(take().expect_err("a new bag's first object"));
+    assert_eq!(bags(), 2);
+    for object in out {
+        // SAFETY: each handed out above and given up once.
+        unsafe { heaps.free_single(NodeId(0), class, object) };
+    }
+    assert_eq!(bags(), 0);
+}
+
 /// A batch from a fresh bag runs in address order (head first), over a bag boundary too, and
 /// its tail is the last object: a thread hands a fresh bag out ascending.
 #[test]

@@ -143,6 +143,10 @@ pub struct ThreadHeap {
     /// Some list may hold objects a refill stole from another node (the home region was
     /// exhausted): what the heap gives back is sorted by origin until its next flush.
     foreign: bool,
+    /// The last [`Self::alloc_slow`] handed out an object of the sparse pool that nothing had
+    /// touched yet (see `refill_sparse`): a face that writes into the objects it hands out
+    /// (the C face's double-free mark) asks with [`Self::took_untouched`] and leaves it alone.
+    untouched: bool,
 }
 
 /// The CPU word of a heap that does not follow its thread's CPU: it never changes.
@@ -206,6 +210,7 @@ impl ThreadHeap {
             part_fast: false,
             part_view: PartitionView::NONE,
             foreign: false,
+            untouched: false,
         }
     }
 
@@ -436,6 +441,14 @@ impl ThreadHeap {
                 self.list_ref(class).start_magic
             })
             .map(|(class, _)| class.slot())
+    }
+
+    /// True when the object the last [`Self::alloc_slow`] returned was carved for the first
+    /// time and handed out untouched (a class of the sparse pool; see `refill_sparse`): a
+    /// write into it would fault its first page in inside the allocation, for a page the
+    /// program touches when it uses the object anyway. Resets the answer.
+    pub fn took_untouched(&mut self) -> bool {
+        core::mem::replace(&mut self.untouched, false)
     }
 
     /// True when a small object of `origin` freed now would go to this heap's cache (attached,

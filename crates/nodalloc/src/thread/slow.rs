@@ -48,6 +48,7 @@ impl ThreadHeap {
     /// partitions, the partition cache's pop for the current partition.
     #[inline(never)]
     pub fn alloc_slow(&mut self, class: SizeClass) -> *mut u8 {
+        self.untouched = false;
         if self.state == HeapState::Active {
             if self.moved() {
                 self.follow_move();
@@ -90,9 +91,46 @@ impl ThreadHeap {
         if self.secure {
             return self.secure_alloc(heaps, class);
         }
+        if class.size() > DENSE_OBJECT_MAX {
+            return self.refill_sparse(heaps, class);
+        }
         if !self.refill(heaps, class) {
             return null_mut();
         }
+        let object = self.pop_if_any(class);
+        debug_assert!(!object.is_null());
+        object
+    }
+
+    /// [`Self::refill`] and the pop, for a class of the sparse pool: when the node's ring is
+    /// empty and its bags' free lists too, the object a bag carves next is handed out as it
+    /// is, untouched (`NodeHeaps::take_untouched`: no page fault inside `malloc` for a page
+    /// the program has not touched yet), and the list stays empty (no longer fresh). Other
+    /// nodes' bags as a refill takes them.
+    fn refill_sparse(&mut self, heaps: &'static NodeHeaps, class: SizeClass) -> *mut u8 {
+        self.refill_duties(heaps);
+        self.publish(class);
+        let want = self.refill_want(Partition::DEFAULT, class);
+        let taken = match heaps.ring_refill(self.node, Partition::DEFAULT, class) {
+            Some(batch) => Some(Ok(batch)),
+            None => heaps.take_untouched(self.node, Partition::DEFAULT, class, want),
+        };
+        let batch = match taken {
+            Some(Ok(batch)) => batch,
+            Some(Err(object)) => {
+                self.lists[class.index()].install(Batch::EMPTY, false);
+                self.limit_after_refill(class);
+                self.untouched = true;
+                return object;
+            }
+            // The node has nothing left: other nodes', nearest first.
+            None => match self.take_refill(heaps, Partition::DEFAULT, class) {
+                Some(batch) => batch,
+                None => return null_mut(),
+            },
+        };
+        self.lists[class.index()].install(batch, false);
+        self.limit_after_refill(class);
         let object = self.pop_if_any(class);
         debug_assert!(!object.is_null());
         object
@@ -120,13 +158,7 @@ impl ThreadHeap {
         part: Partition,
         class: SizeClass,
     ) -> Option<Batch> {
-        // A list whose limit grew takes half of it from the bags (see `FreeList::refill_size`),
-        // at least a batch (an uncached class's list has no limit); a partition takes a batch.
-        let want = if part == Partition::DEFAULT {
-            self.lists[class.index()].refill_size().max(class.batch())
-        } else {
-            class.batch()
-        };
+        let want = self.refill_want(part, class);
         let batch = heaps
             .ring_refill(self.node, part, class)
             .or_else(|| heaps.take_from_bags(self.node, part, class, want))?;
@@ -134,6 +166,17 @@ impl ThreadHeap {
             self.foreign = true;
         }
         Some(batch)
+    }
+
+    /// Objects a refill of (`part`, `class`) takes from the bags: a list whose limit grew takes
+    /// half of it (see `FreeList::refill_size`), at least a batch (an uncached class's list has
+    /// no limit); a partition takes a batch.
+    fn refill_want(&self, part: Partition, class: SizeClass) -> usize {
+        if part == Partition::DEFAULT {
+            self.lists[class.index()].refill_size().max(class.batch())
+        } else {
+            class.batch()
+        }
     }
 
     /// Gives a batch of this heap's cached objects back to the node heap: into the ring (or
