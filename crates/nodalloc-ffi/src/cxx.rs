@@ -180,20 +180,20 @@ new_operators! {
         => nodalloc_new_array_aligned_nothrow_entry;
 }
 
-/// `free` for a sized `delete`: a block of the thread's node (found by the `free` fast path)
-/// must have `size` in its class, else the process aborts naming the block. Other blocks are
-/// not checked.
+/// `free` for a sized `delete` (`kind` [`Kind::New`]) or C23's `free_sized` ([`Kind::Malloc`]):
+/// a block of the thread's node (found by the `free` fast path) must have `size` in its class,
+/// else the process aborts naming the block. Other blocks are not checked.
 ///
 /// # Safety
-/// C++'s contract for a sized `delete`: `ptr` is null or a live block from `new`.
+/// The caller's contract: `ptr` is null or a live block of `size` bytes it gives up.
 #[inline(always)]
-unsafe fn free_sized(ptr: *mut c_void, size: usize) {
+pub(crate) unsafe fn free_sized(ptr: *mut c_void, size: usize, kind: Kind) {
     if ptr.is_null() {
         return;
     }
     let check = |class| {
         if class_of_malloc(size) != Some(class) {
-            wrong_size(ptr);
+            wrong_size(ptr, kind);
         }
     };
     // SAFETY: the slot holds this thread's heap or the detached one; the caller gives the
@@ -206,11 +206,8 @@ unsafe fn free_sized(ptr: *mut c_void, size: usize) {
 
 #[cold]
 #[inline(never)]
-fn wrong_size(ptr: *mut c_void) -> ! {
-    nodalloc_core::raw::report_corruption(
-        "sized delete with a size other than new's for block",
-        ptr as *const u8,
-    )
+fn wrong_size(ptr: *mut c_void, kind: Kind) -> ! {
+    nodalloc_core::raw::report_corruption(secure::wrong_size_message(kind), ptr as *const u8)
 }
 
 /// The size a `delete` operator checks outside secure mode, if it checks one.
@@ -243,7 +240,7 @@ macro_rules! delete_operators {
             }
             match checked_size!($($check)?) {
                 // SAFETY: forwarded contract.
-                Some(size) => unsafe { free_sized(ptr, size) },
+                Some(size) => unsafe { free_sized(ptr, size, Kind::New) },
                 // SAFETY: forwarded contract.
                 None => unsafe { crate::free(ptr) },
             }

@@ -15,6 +15,7 @@ mod callsite;
 mod cxx;
 mod extras;
 mod foreign;
+mod glibc;
 mod screen;
 mod secure;
 mod threads;

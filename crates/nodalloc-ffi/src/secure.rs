@@ -361,7 +361,7 @@ unsafe fn checked(p: *mut u8, expected: Kind, sized: Option<usize>) -> Option<(u
     }
     if let Some(sized) = sized {
         if sized != size {
-            raw::report_corruption("sized delete with a size other than new's for block", p);
+            raw::report_corruption(wrong_size_message(expected), p);
         }
     }
     if let Some(before) = raw::object_before(p) {
@@ -691,4 +691,13 @@ pub(crate) fn flush_thread() {
     }
     // SAFETY: our page, emptied.
     unsafe { libc::munmap(q as *mut c_void, 4096) };
+}
+
+/// The message of a sized free whose size is not the allocation's: C23's `free_sized` for
+/// blocks of `malloc`, a sized `delete` for those of `new`.
+pub(crate) fn wrong_size_message(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Malloc => "free_sized with a size other than malloc's for block",
+        _ => "sized delete with a size other than new's for block",
+    }
 }

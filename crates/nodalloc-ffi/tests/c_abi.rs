@@ -180,6 +180,40 @@ fn nodalloc_extras_report_nodes_place_blocks_limit_commits_and_print_stats() {
     }
 }
 
+/// glibc's other malloc functions (`__libc_*`, `malloc_trim`, `mallinfo`/`mallinfo2`,
+/// `mallopt`, `malloc_stats`, `malloc_info`) and C23's `free_sized`/`free_aligned_sized` are
+/// nodalloc's and report its heap. Freed memory stays committed until `malloc_trim` here (a
+/// big retained budget, a long delay), so the trim has something to give back.
+#[test]
+fn glibcs_other_malloc_functions_are_nodallocs_and_report_its_heap() {
+    for mode in MODES {
+        for secure in ["0", "1"] {
+            let mut program = command("glibc_extras", mode);
+            program
+                .env("NODALLOC_RETAIN", "256M")
+                .env("NODALLOC_DECOMMIT_DELAY", "600000")
+                .env("NODALLOC_SECURE", secure);
+            let finished = run_passing("glibc_extras", mode, &mut program);
+            assert!(
+                has_stats_line(&finished.stderr),
+                "malloc_stats ({mode:?}, NODALLOC_SECURE={secure}) printed no line starting \
+                 with `{STATS_LINE_PREFIX}` on stderr: {}",
+                finished.describe()
+            );
+        }
+    }
+}
+
+#[test]
+fn free_sized_with_a_size_of_another_class_aborts_naming_the_block() {
+    for secure in ["0", "1"] {
+        let env = [("NODALLOC_SECURE", secure)];
+        assert_program_aborts("glibc_extras", "free-sized-mismatch", &env, |pointer| {
+            format!("nodalloc: free_sized with a size other than malloc's for block {pointer}")
+        });
+    }
+}
+
 #[test]
 fn malloc_on_node_reaches_every_simulated_node() {
     for mode in MODES {

@@ -278,7 +278,7 @@ mod face {
     /// (like glibc's `malloc_trim(0)`). Other threads' caches are left alone.
     pub fn purge() {
         if let Some(instance) = Instance::existing() {
-            with_heap(|heap| instance.purge(heap));
+            with_heap(|heap| instance.purge(Some(heap)));
         }
     }
 

@@ -32,6 +32,15 @@ pub fn recycle_heap(heap: &'static mut ThreadHeap) {
     instance::recycle_heap(heap)
 }
 
+/// [`crate::purge`] for a face with thread heaps of its own: flushes `heap` (the calling
+/// thread's, `None` for a thread without one), then returns every cached free object to its
+/// bags and every free page to the OS.
+pub fn purge(heap: Option<&mut ThreadHeap>) {
+    if let Some(instance) = Instance::existing() {
+        instance.purge(heap);
+    }
+}
+
 /// Classifies `ptr`, or names the misuse (inside the heap but not a live object's start).
 pub fn classify(ptr: *const u8) -> Result<Pointer, PointerMisuse> {
     match Instance::existing() {

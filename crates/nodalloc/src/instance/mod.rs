@@ -255,8 +255,10 @@ impl Instance {
 
     /// Returns every cached object (the caller's thread's, every ring and inbox) to its bags and
     /// every free page to the OS now.
-    pub(crate) fn purge(self, heap: &mut ThreadHeap) {
-        heap.flush();
+    pub(crate) fn purge(self, heap: Option<&mut ThreadHeap>) {
+        if let Some(heap) = heap {
+            heap.flush();
+        }
         self.heaps.flush_all();
         self.heaps.purge();
     }

@@ -1,0 +1,237 @@
+//! The rest of glibc's malloc interface, so that no call a program makes reaches glibc's own
+//! allocator behind nodalloc's back: the `__libc_*` names (some libraries and tools call them
+//! directly, and a block glibc handed out would be a foreign pointer at our `free`),
+//! `malloc_trim`, `mallinfo`/`mallinfo2`, `mallopt`, `malloc_stats`, `malloc_info`, and C23's
+//! `free_sized`/`free_aligned_sized`.
+//!
+//! The statistics functions report nodalloc's own figures in glibc's fields (see
+//! [`mallinfo2`]); `mallopt` accepts glibc's parameters and changes nothing (nodalloc's tuning
+//! is its `NODALLOC_*` variables).
+
+use crate::secure::{self, Kind};
+use crate::set_errno;
+use core::ffi::{c_int, c_void};
+
+/// # Safety
+/// As for `malloc`.
+#[no_mangle]
+pub unsafe extern "C" fn __libc_malloc(size: usize) -> *mut c_void {
+    // SAFETY: forwarded contract.
+    unsafe { crate::malloc(size) }
+}
+
+/// # Safety
+/// As for `calloc`.
+#[no_mangle]
+pub unsafe extern "C" fn __libc_calloc(count: usize, size: usize) -> *mut c_void {
+    // SAFETY: forwarded contract.
+    unsafe { crate::calloc(count, size) }
+}
+
+/// # Safety
+/// As for `realloc`.
+#[no_mangle]
+pub unsafe extern "C" fn __libc_realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
+    // SAFETY: forwarded contract.
+    unsafe { crate::realloc(ptr, size) }
+}
+
+/// # Safety
+/// As for `free`.
+#[no_mangle]
+pub unsafe extern "C" fn __libc_free(ptr: *mut c_void) {
+    // SAFETY: forwarded contract.
+    unsafe { crate::free(ptr) }
+}
+
+/// # Safety
+/// As for `memalign`.
+#[no_mangle]
+pub unsafe extern "C" fn __libc_memalign(align: usize, size: usize) -> *mut c_void {
+    // SAFETY: forwarded contract.
+    unsafe { crate::memalign(align, size) }
+}
+
+/// # Safety
+/// As for `valloc`.
+#[no_mangle]
+pub unsafe extern "C" fn __libc_valloc(size: usize) -> *mut c_void {
+    // SAFETY: forwarded contract.
+    unsafe { crate::valloc(size) }
+}
+
+/// # Safety
+/// As for `pvalloc`.
+#[no_mangle]
+pub unsafe extern "C" fn __libc_pvalloc(size: usize) -> *mut c_void {
+    // SAFETY: forwarded contract.
+    unsafe { crate::pvalloc(size) }
+}
+
+/// glibc's `malloc_trim`: flushes the calling thread's cache and gives every free page back to
+/// the OS now (`nodalloc::purge`). 1 when the committed bytes fell, 0 otherwise; `pad` is
+/// ignored (nothing is kept at a heap top).
+#[no_mangle]
+pub extern "C" fn malloc_trim(_pad: usize) -> c_int {
+    let before = nodalloc_core::stats().committed;
+    nodalloc_core::raw::purge(crate::heap());
+    c_int::from(nodalloc_core::stats().committed < before)
+}
+
+/// glibc's `struct mallinfo2`, with nodalloc's figures: `arena` the committed bytes,
+/// `uordblks` the bytes of live blocks, `fordblks` the rest of the committed bytes (free but
+/// still resident), `usmblks` the most ever committed at once; large blocks live in the same
+/// heap, so `hblks` and `hblkhd` (glibc's separate mappings) are 0, as are the fields of
+/// glibc's bins.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Mallinfo2 {
+    pub arena: usize,
+    pub ordblks: usize,
+    pub smblks: usize,
+    pub hblks: usize,
+    pub hblkhd: usize,
+    pub usmblks: usize,
+    pub fsmblks: usize,
+    pub uordblks: usize,
+    pub fordblks: usize,
+    pub keepcost: usize,
+}
+
+/// glibc's older `struct mallinfo`: [`Mallinfo2`]'s fields as `int` (they wrap past 2 GiB,
+/// as glibc's do).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Mallinfo {
+    pub arena: c_int,
+    pub ordblks: c_int,
+    pub smblks: c_int,
+    pub hblks: c_int,
+    pub hblkhd: c_int,
+    pub usmblks: c_int,
+    pub fsmblks: c_int,
+    pub uordblks: c_int,
+    pub fordblks: c_int,
+    pub keepcost: c_int,
+}
+
+/// glibc's `mallinfo2` (see [`Mallinfo2`]).
+#[no_mangle]
+pub extern "C" fn mallinfo2() -> Mallinfo2 {
+    let stats = nodalloc_core::stats();
+    Mallinfo2 {
+        arena: stats.committed,
+        usmblks: stats.peak_committed,
+        uordblks: stats.allocated,
+        fordblks: stats.committed.saturating_sub(stats.allocated),
+        ..Mallinfo2::default()
+    }
+}
+
+/// glibc's `mallinfo` (see [`Mallinfo`]).
+#[no_mangle]
+pub extern "C" fn mallinfo() -> Mallinfo {
+    let info = mallinfo2();
+    // Truncated to `int`, as glibc's are.
+    let int = |value: usize| value as c_int;
+    Mallinfo {
+        arena: int(info.arena),
+        usmblks: int(info.usmblks),
+        uordblks: int(info.uordblks),
+        fordblks: int(info.fordblks),
+        ..Mallinfo::default()
+    }
+}
+
+/// glibc's `mallopt`: 1 (accepted) for the parameters glibc knows (`M_MXFAST` … `M_KEEP`,
+/// `M_TRIM_THRESHOLD` … `M_ARENA_MAX`), which change nothing here; 0 for any other, as glibc
+/// answers an unknown parameter.
+#[no_mangle]
+pub extern "C" fn mallopt(param: c_int, _value: c_int) -> c_int {
+    c_int::from(matches!(param, 1..=4 | -8..=-1))
+}
+
+/// glibc's `malloc_stats`: nodalloc's statistics on stderr (as `NODALLOC_STATS=1` prints them
+/// at exit).
+#[no_mangle]
+pub extern "C" fn malloc_stats() {
+    nodalloc_core::stats().write_to(libc::STDERR_FILENO);
+}
+
+/// glibc's `malloc_info`: an XML description of the heap on `stream`, in glibc's elements
+/// (one `heap` per NUMA node; `rest` is the free committed bytes, `system` the committed ones,
+/// `aspace` the address space the node's region has used). 0, or -1 with `EINVAL` for
+/// `options` other than 0 or a null stream.
+///
+/// # Safety
+/// `stream` is null or an open `FILE` the caller may write.
+#[no_mangle]
+pub unsafe extern "C" fn malloc_info(options: c_int, stream: *mut libc::FILE) -> c_int {
+    if options != 0 || stream.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    let stats = nodalloc_core::stats();
+    // SAFETY: `stream` is an open FILE (contract); every format's conversions match the
+    // arguments' types (`%d` an int, `%zu` a size_t).
+    unsafe {
+        libc::fprintf(stream, c"<malloc version=\"1\">\n".as_ptr());
+        for (index, node) in stats.nodes().iter().enumerate() {
+            let free = node.committed.saturating_sub(node.allocated);
+            libc::fprintf(
+                stream,
+                c"<heap nr=\"%d\">\n<sizes>\n</sizes>\n<total type=\"fast\" count=\"0\" size=\"0\"/>\n<total type=\"rest\" count=\"%zu\" size=\"%zu\"/>\n<system type=\"current\" size=\"%zu\"/>\n<system type=\"max\" size=\"%zu\"/>\n<aspace type=\"total\" size=\"%zu\"/>\n<aspace type=\"mprotect\" size=\"%zu\"/>\n</heap>\n".as_ptr(),
+                index as c_int,
+                usize::from(free != 0),
+                free,
+                node.committed,
+                node.committed,
+                node.mapped,
+                node.mapped,
+            );
+        }
+        let free = stats.committed.saturating_sub(stats.allocated);
+        libc::fprintf(
+            stream,
+            c"<total type=\"fast\" count=\"0\" size=\"0\"/>\n<total type=\"rest\" count=\"%zu\" size=\"%zu\"/>\n<total type=\"mmap\" count=\"0\" size=\"0\"/>\n<system type=\"current\" size=\"%zu\"/>\n<system type=\"max\" size=\"%zu\"/>\n<aspace type=\"total\" size=\"%zu\"/>\n<aspace type=\"mprotect\" size=\"%zu\"/>\n</malloc>\n".as_ptr(),
+            usize::from(free != 0),
+            free,
+            stats.committed,
+            stats.peak_committed,
+            stats.mapped,
+            stats.mapped,
+        );
+    }
+    0
+}
+
+/// C23's `free_sized`: `free` for a block from `malloc`, `calloc` or `realloc` of `size`
+/// bytes. A small block of the thread's node whose class does not hold `size` aborts naming
+/// the block (the check of a sized `delete`); secure mode checks the exact size of every block.
+///
+/// # Safety
+/// `ptr` is null or a live block of `size` bytes the caller gives up.
+#[no_mangle]
+pub unsafe extern "C" fn free_sized(ptr: *mut c_void, size: usize) {
+    if secure::on() {
+        // SAFETY: forwarded contract.
+        return unsafe { secure::free(ptr, Kind::Malloc, Some(size)) };
+    }
+    // SAFETY: forwarded contract.
+    unsafe { crate::cxx::free_sized(ptr, size, Kind::Malloc) }
+}
+
+/// C23's `free_aligned_sized`: `free` for a block from `aligned_alloc(align, size)`. Secure
+/// mode checks the size; otherwise the block is freed as `free` would.
+///
+/// # Safety
+/// `ptr` is null or a live block from `aligned_alloc(align, size)` the caller gives up.
+#[no_mangle]
+pub unsafe extern "C" fn free_aligned_sized(ptr: *mut c_void, _align: usize, size: usize) {
+    if secure::on() {
+        // SAFETY: forwarded contract.
+        return unsafe { secure::free(ptr, Kind::Malloc, Some(size)) };
+    }
+    // SAFETY: forwarded contract.
+    unsafe { crate::free(ptr) }
+}
