@@ -25,6 +25,7 @@
 //! The fast paths keep one statistics counter, of frees; the allocations are what the count
 //! and `book` say (see `book`).
 
+use crate::arena::DENSE_OBJECT_MAX;
 use crate::node::Batch;
 use crate::size_class::SizeClass;
 use core::ptr::null_mut;
@@ -63,17 +64,32 @@ pub(crate) struct FreeList {
 }
 
 /// The most objects a thread may keep of a cached class once its limit has grown: sixteen
-/// batches, at most 256 KiB of them, and never below the base limit.
+/// batches, at most [`MAX_GROWN_BYTES`] of them ([`MAX_GROWN_SPARSE_BYTES`] above
+/// [`DENSE_OBJECT_MAX`]), and never below the base limit.
 pub(crate) fn cache_limit_max(class: SizeClass) -> usize {
     let base = class.cache_limit();
+    let bytes = if class.size() > DENSE_OBJECT_MAX {
+        MAX_GROWN_SPARSE_BYTES
+    } else {
+        MAX_GROWN_BYTES
+    };
     (16 * class.batch())
-        .min(MAX_GROWN_BYTES / class.size())
+        .min(bytes / class.size())
         .max(base)
         .min(u16::MAX as usize)
 }
 
 /// Bytes of one class a grown limit may keep.
 const MAX_GROWN_BYTES: usize = 256 << 10;
+
+/// Bytes of one class above 4 KiB a grown limit may keep. Such a class's batch is 1 to 7
+/// objects, and a list of 256 KiB held 8 to 56: a program whose big blocks churn (the latency
+/// case, a quarter of its mallocs above 4 KiB) went to the bags on 1.3 % of its mallocs, each
+/// a refill that walks the links of objects freed long ago (cold misses; their cuts are too big
+/// for the transfer ring), which set its p99 (150 ns). With 512 KiB, p99 53–62 ns; the thread's
+/// and the node's budgets for grown limits (`adapt.rs`) still bound the sum (BENCHMARKS "Big
+/// classes keep more").
+const MAX_GROWN_SPARSE_BYTES: usize = 512 << 10;
 
 /// The `mark` of a fresh list (see the module's doc).
 const FRESH_MARK: u32 = 0;
