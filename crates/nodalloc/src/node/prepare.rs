@@ -14,6 +14,13 @@
 //! threads already use. A refill then pops resident objects. Once demand pauses, prepared bags
 //! no thread took from go back to the pool like any free span.
 //!
+//! Only while the pool of big objects keeps less than a bag's worth of free memory committed:
+//! a bag a thread starts from committed free memory (a bag that fell empty, a freed large
+//! block) faults nothing in, so preparing one saves nothing. Without that rule the thread
+//! prepared 1 700–2 700 bags per run of the latency and churn cases (bags of big classes hold
+//! few objects and fall empty all the time), most of its CPU (BENCHMARKS "Prepared bags only
+//! where a bag would fault").
+//!
 //! A prepared bag is the only bag on a partial list with no object out (`live == 0`): any other
 //! bag goes back to its pool the moment its last object returns. That tells a refill that it
 //! starts a prepared bag, and the maintenance thread which bags to take back.
@@ -27,6 +34,7 @@
 use super::bags::{push_back, unlink};
 use super::*;
 use crate::arena::region::PREPARE_WINDOW_NS;
+use crate::arena::Pool;
 
 /// Prepared bags a class with demand keeps waiting per node at first. Big classes hold 1 to
 /// 11 objects per bag; a class whose threads take every waiting bag between two steps of the
@@ -40,6 +48,9 @@ const MAX_WAITING_BAGS: usize = 16;
 /// The most bytes of bags a class keeps waiting per node (at least one bag): a thread cache's
 /// grown limit for one class.
 const MAX_WAITING_BYTES: usize = 256 << 10;
+
+/// A class above [`DENSE_OBJECT_MAX`], to name the pool their bags come from.
+const BIG_CLASS: SizeClass = SizeClass(NUM_CLASSES as u8 - 1);
 
 /// The most bytes of bags all classes of a node keep waiting together, so a small program is
 /// not doubled by bags it may never use.
@@ -57,12 +68,18 @@ impl NodeHeaps {
         }
         let mut wanted = false;
         for node in self.nodes() {
+            // Free memory still committed in the pool of big objects: a bag a thread starts
+            // from it faults nothing in, so there is nothing to prepare it for.
+            let dirty = self
+                .arena
+                .pool(node.index(), Pool::for_use(SpanUse::Bag(BIG_CLASS)))
+                .dirty_bytes();
             for index in 0..NUM_CLASSES {
                 let class = SizeClass(index as u8);
                 if class.size() <= DENSE_OBJECT_MAX {
                     continue;
                 }
-                wanted |= self.prepare_class(node, class, now);
+                wanted |= self.prepare_class(node, class, now, dirty);
             }
         }
         wanted
@@ -86,8 +103,9 @@ impl NodeHeaps {
             .fetch_sub(class.bag_bytes(), Ordering::Relaxed);
     }
 
-    /// Follows the demand for `class` on `node` and prepares or takes back its bags.
-    fn prepare_class(&self, node: NodeId, class: SizeClass, now: u64) -> bool {
+    /// Follows the demand for `class` on `node` and prepares or takes back its bags; none are
+    /// prepared while the pool keeps `dirty` free bytes committed, at least a bag's worth.
+    fn prepare_class(&self, node: NodeId, class: SizeClass, now: u64, dirty: usize) -> bool {
         let class_heap = self.class(node, class);
         let started = class_heap.started_bags.load(Ordering::Relaxed);
         if started != class_heap.prepare_seen.load(Ordering::Relaxed) {
@@ -118,7 +136,8 @@ impl NodeHeaps {
         };
         class_heap.prepare_target.store(target, Ordering::Relaxed);
         let waiting_bytes = &self.node(node).prepared_bytes;
-        while class_heap.prepared_waiting.load(Ordering::Relaxed) < target
+        while dirty < class.bag_bytes()
+            && class_heap.prepared_waiting.load(Ordering::Relaxed) < target
             && waiting_bytes.load(Ordering::Relaxed) + class.bag_bytes() <= MAX_NODE_WAITING_BYTES
         {
             if !self.prepare_bag(node, class) {
@@ -234,7 +253,7 @@ impl NodeHeaps {
 mod tests {
     use super::*;
     use crate::arena::tests::test_arena;
-    use crate::ds::next_of;
+    use crate::ds::{next_of, set_next};
     use crate::size_class::class_of;
     use std::collections::HashSet;
 
@@ -373,6 +392,46 @@ mod tests {
                 "{counted} bytes waiting on the node"
             );
         }
+    }
+
+    #[test]
+    fn no_bags_are_prepared_while_the_pool_keeps_free_memory_committed() {
+        // Everything freed stays committed until a purge.
+        let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
+        let (node, part) = (NodeId(0), Partition::DEFAULT);
+        let class = class_of(8_000, 8).unwrap();
+        let units = class.bag_units();
+        let span = heaps
+            .arena
+            .alloc_span_on(0, 4 * units, 1, SpanUse::Bag(class))
+            .unwrap();
+        // SAFETY: a span of ours, never handed out, freed once.
+        unsafe { heaps.arena.free_span(span, 4 * units) };
+        // A thread starts a bag (from that free memory): the class has demand, but the next
+        // bags would come from committed memory too, which faults nothing in.
+        let taken = objects_of(
+            heaps
+                .take_from_bags(node, part, class, class.capacity())
+                .unwrap(),
+        );
+        let now = 1_000_000_000;
+        assert!(heaps.prepare_bags(now), "the demand was not seen");
+        assert_eq!(
+            heaps.bags_prepared(),
+            0,
+            "bags prepared from committed memory"
+        );
+        // Once the free memory went back to the OS, a bag would fault: they are prepared.
+        heaps.purge();
+        assert!(heaps.prepare_bags(now + 1));
+        assert!(heaps.bags_prepared() >= WAITING_BAGS as u64);
+        let mut chain = null_mut();
+        for object in taken {
+            // SAFETY: objects we took, each given back once.
+            unsafe { set_next(object, chain) };
+            chain = object;
+        }
+        heaps.return_to_bags(node, class, chain, false).unwrap();
     }
 
     #[test]

@@ -380,8 +380,7 @@ impl Region {
         unsafe { os::decommit(address as *mut u8, bytes) };
     }
 
-    #[cfg(test)]
-    /// Bytes of free spans still committed.
+    /// Bytes of free spans still committed (takes the span lock).
     pub fn dirty_bytes(&self) -> usize {
         let _guard = self.lock.lock();
         // SAFETY: the span lock is held.
