@@ -49,7 +49,7 @@ pub struct Cli {
     /// Default: 5 (quick) for the Rust suite, 3 for the others; 7 (full).
     #[arg(long, value_name = "N")]
     pub repeat: Option<usize>,
-    /// Quick parameters (the default): the whole showdown in about 3 minutes.
+    /// Quick parameters (the default): the whole showdown in about 7 minutes on 2 CPUs.
     #[arg(long, conflicts_with = "full")]
     pub quick: bool,
     /// Larger parameters and more thread counts.
