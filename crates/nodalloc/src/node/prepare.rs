@@ -49,9 +49,6 @@ const MAX_WAITING_BAGS: usize = 16;
 /// grown limit for one class.
 const MAX_WAITING_BYTES: usize = 256 << 10;
 
-/// A class above [`DENSE_OBJECT_MAX`], to name the pool their bags come from.
-const BIG_CLASS: SizeClass = SizeClass(NUM_CLASSES as u8 - 1);
-
 /// The most bytes of bags all classes of a node keep waiting together, so a small program is
 /// not doubled by bags it may never use.
 const MAX_NODE_WAITING_BYTES: usize = 8 << 20;
@@ -70,10 +67,7 @@ impl NodeHeaps {
         for node in self.nodes() {
             // Free memory still committed in the pool of big objects: a bag a thread starts
             // from it faults nothing in, so there is nothing to prepare it for.
-            let dirty = self
-                .arena
-                .pool(node.index(), Pool::for_use(SpanUse::Bag(BIG_CLASS)))
-                .dirty_bytes();
+            let dirty = self.arena.pool(node.index(), Pool::Sparse).dirty_bytes();
             for index in 0..NUM_CLASSES {
                 let class = SizeClass(index as u8);
                 if class.size() <= DENSE_OBJECT_MAX {
