@@ -172,37 +172,69 @@ pub unsafe extern "C" fn malloc_info(options: c_int, stream: *mut libc::FILE) ->
         return -1;
     }
     let stats = nodalloc_core::stats();
-    // SAFETY: `stream` is an open FILE (contract); every format's conversions match the
-    // arguments' types (`%d` an int, `%zu` a size_t).
+    // SAFETY: `stream` is an open FILE (contract); `%d` gets an int.
     unsafe {
         libc::fprintf(stream, c"<malloc version=\"1\">\n".as_ptr());
         for (index, node) in stats.nodes().iter().enumerate() {
-            let free = node.committed.saturating_sub(node.allocated);
-            libc::fprintf(
-                stream,
-                c"<heap nr=\"%d\">\n<sizes>\n</sizes>\n<total type=\"fast\" count=\"0\" size=\"0\"/>\n<total type=\"rest\" count=\"%zu\" size=\"%zu\"/>\n<system type=\"current\" size=\"%zu\"/>\n<system type=\"max\" size=\"%zu\"/>\n<aspace type=\"total\" size=\"%zu\"/>\n<aspace type=\"mprotect\" size=\"%zu\"/>\n</heap>\n".as_ptr(),
-                index as c_int,
-                usize::from(free != 0),
-                free,
-                node.committed,
-                node.committed,
-                node.mapped,
-                node.mapped,
-            );
+            let heap = c"<heap nr=\"%d\">\n<sizes>\n</sizes>\n";
+            libc::fprintf(stream, heap.as_ptr(), index as c_int);
+            let (allocated, committed, mapped) = (node.allocated, node.committed, node.mapped);
+            write_totals(stream, allocated, committed, committed, mapped, false);
+            libc::fprintf(stream, c"</heap>\n".as_ptr());
         }
-        let free = stats.committed.saturating_sub(stats.allocated);
-        libc::fprintf(
+        let (allocated, committed) = (stats.allocated, stats.committed);
+        write_totals(
             stream,
-            c"<total type=\"fast\" count=\"0\" size=\"0\"/>\n<total type=\"rest\" count=\"%zu\" size=\"%zu\"/>\n<total type=\"mmap\" count=\"0\" size=\"0\"/>\n<system type=\"current\" size=\"%zu\"/>\n<system type=\"max\" size=\"%zu\"/>\n<aspace type=\"total\" size=\"%zu\"/>\n<aspace type=\"mprotect\" size=\"%zu\"/>\n</malloc>\n".as_ptr(),
-            usize::from(free != 0),
-            free,
-            stats.committed,
+            allocated,
+            committed,
             stats.peak_committed,
             stats.mapped,
-            stats.mapped,
+            true,
         );
+        libc::fprintf(stream, c"</malloc>\n".as_ptr());
     }
     0
+}
+
+/// The totals elements `malloc_info` writes for a heap and, with `mmap` (glibc's count of
+/// mapped chunks, none here), for the whole process: `rest` the free committed bytes (one
+/// free "chunk" when there are any), `system` the committed bytes now and at most, `aspace` the
+/// address space used.
+///
+/// # Safety
+/// `stream` is an open `FILE` the caller may write.
+unsafe fn write_totals(
+    stream: *mut libc::FILE,
+    allocated: usize,
+    committed: usize,
+    max: usize,
+    mapped: usize,
+    mmap: bool,
+) {
+    let free = committed.saturating_sub(allocated);
+    // SAFETY: `stream` is an open FILE (contract); every `%zu` gets a `usize`.
+    unsafe {
+        libc::fprintf(
+            stream,
+            c"<total type=\"fast\" count=\"0\" size=\"0\"/>\n<total type=\"rest\" count=\"%zu\" size=\"%zu\"/>\n".as_ptr(),
+            usize::from(free != 0),
+            free,
+        );
+        if mmap {
+            libc::fprintf(
+                stream,
+                c"<total type=\"mmap\" count=\"0\" size=\"0\"/>\n".as_ptr(),
+            );
+        }
+        libc::fprintf(
+            stream,
+            c"<system type=\"current\" size=\"%zu\"/>\n<system type=\"max\" size=\"%zu\"/>\n<aspace type=\"total\" size=\"%zu\"/>\n<aspace type=\"mprotect\" size=\"%zu\"/>\n".as_ptr(),
+            committed,
+            max,
+            mapped,
+            mapped,
+        );
+    }
 }
 
 /// C23's `free_sized`: `free` for a block from `malloc`, `calloc` or `realloc` of `size`
