@@ -6,13 +6,15 @@
 //! to `behind + 1`, `nth` is set to the head, so exactly `behind` objects lie behind it — the
 //! oldest ones. When the count reaches the cache limit, [`FreeList::arm_or_cut`] hands the part
 //! behind `nth` to the node heap without walking the list (NUMAlloc's LRU drain), keeping the
-//! newest `limit - behind` (the class's batch). A pop that brings the count down to `behind` has
-//! consumed `nth`, so the marker is re-armed.
+//! newest `limit - behind` (the class's batch). A pop of `nth` itself (which brings the count
+//! down to `behind`) re-arms the marker: the pop tests the object it hands out against `nth`
+//! (null while unarmed, so never a match), one compare with no load of `behind`.
 //!
 //! The limit adapts (see [`FreeList::set_limit`], driven by the thread heap): a class whose list
 //! both overflows and runs dry keeps more objects, one that only overflows keeps fewer. It
 //! changes only while the marker is unarmed. A list whose count passed the arming point without
-//! arming (a refill larger than `behind`, or a lowered limit) keeps only its head at the limit.
+//! arming (a refill larger than `behind`, or a lowered limit) finds its `nth` by walking from
+//! the head past the surplus, once, on the push that arms it.
 //!
 //! `mark` folds both thresholds into the one compare a push makes: it is `rest` while `nth` is
 //! unarmed and `limit` once it is armed. Only the owning thread touches a list.
@@ -218,13 +220,16 @@ impl FreeList {
         self.limit == 0
     }
 
-    /// Books a pop whose new head the caller has already installed.
+    /// Books the pop of `object`, whose successor the caller has already installed as the head.
     #[inline(always)]
-    pub(super) fn popped(&mut self) {
+    pub(super) fn popped(&mut self, object: *mut u8) {
         self.count -= 1;
-        if self.count == self.behind {
-            // Popping the object `nth` pointed to re-arms the marker for the next push.
-            self.mark = self.rest.into();
+        if object == self.nth {
+            // The pop of `nth` (armed: exactly `behind` objects lie behind it, so the count is
+            // now `behind`) re-arms the marker for the next push. Unarmed, `nth` is null. In
+            // line: a call would cost the C face's `malloc` a saved register and a frame.
+            debug_assert_eq!(self.count, self.behind);
+            self.unarm();
         }
     }
 
@@ -261,29 +266,33 @@ impl FreeList {
     pub(super) fn arm_or_cut(
         &mut self,
         secure: bool,
-        read_link: impl FnOnce(*mut u8) -> *mut u8,
+        read_link: impl Fn(*mut u8) -> *mut u8,
         write_link: impl FnOnce(*mut u8, *mut u8),
     ) -> Option<Batch> {
+        debug_assert!(!self.is_uncached());
         let head = if secure { self.aux } else { self.head };
+        let limit = u32::from(self.limit);
+        // What a cut keeps: the newest `limit - behind` objects (the class's batch).
+        let keep = limit - self.behind;
         if self.mark == u32::from(self.rest) {
-            // Unarmed. At `behind + 1` the head has exactly `behind` objects behind it; past
-            // that (a refill larger than `behind`) no object does, so the limit keeps the head.
-            self.nth = if self.count == self.behind + 1 {
-                head
-            } else {
-                null_mut()
-            };
-            self.mark = self.limit.into();
+            // Unarmed. At `behind + 1` the head has exactly `behind` objects behind it. Past
+            // that (a refill larger than `behind`, a lowered limit) the object at the head's
+            // place then is found by walking the newer objects (fewer than `keep`); at or past
+            // the limit, the object a cut keeps last.
+            let mut nth = head;
+            for _ in 1..(self.count - self.behind).min(keep) {
+                nth = read_link(nth);
+            }
+            self.nth = nth;
+            self.mark = limit;
         }
-        if self.count < self.limit.into() {
+        if self.count < limit {
             return None;
         }
-        let (nth, count) = if self.nth.is_null() {
-            (head, self.count - 1)
-        } else {
-            // `nth` is a cached object with exactly `behind` objects behind it.
-            (self.nth, self.behind)
-        };
+        // `nth` is the cached object with `count - keep` objects behind it: `behind` when the
+        // marker armed on the way (the count went up by one per push), more past the limit.
+        let nth = self.nth;
+        let count = self.count - keep;
         let batch = Batch {
             head: read_link(nth),
             tail: self.tail,
@@ -291,7 +300,7 @@ impl FreeList {
         };
         write_link(nth, null_mut());
         self.tail = nth;
-        self.set_count(self.count - count);
+        self.set_count(keep);
         self.unarm();
         Some(batch)
     }

@@ -47,9 +47,10 @@ fn a_list_emptied_by_pops_takes_its_next_push_as_its_tail_and_counts_its_pops() 
     list.install(chain(&objects[..3]), false);
     assert_eq!(list.take_counts(), (0, 0), "an install is neither");
     for _ in 0..3 {
+        let object = list.head;
         // SAFETY: popping our own words.
-        list.head = unsafe { next_of(list.head) };
-        list.popped();
+        list.head = unsafe { next_of(object) };
+        list.popped(object);
     }
     assert_eq!(list.len(), 0);
     let pushed = &objects[3..3 + limit];
@@ -79,36 +80,101 @@ fn a_list_emptied_by_pops_takes_its_next_push_as_its_tail_and_counts_its_pops() 
     assert_eq!(list.take_counts(), (0, 0));
 }
 
-/// A list handed a refill larger than its drain (another thread's grown list cut it) cannot
-/// arm its marker: at the limit it keeps its newest object and hands back the rest.
+/// A list handed a refill larger than its drain (another thread's grown list cut it) arms its
+/// marker on the object with `behind` objects behind it, found by walking the newer ones: a
+/// pop of that object re-arms, and at the limit the cut keeps the newest batch, as an armed
+/// list's does.
 #[test]
-fn a_list_past_its_arming_point_keeps_its_head_at_the_limit() {
-    let (_, mut list, mut words) = list_of_words(4);
+fn a_list_past_its_arming_point_arms_on_the_right_object_and_cuts_its_oldest() {
+    let (class, mut list, mut words) = list_of_words(4);
+    let limit = list.limit();
+    let batch = class.batch();
+    let behind = limit - batch;
+    let objects = objects_of(&mut words);
+    // A chain of limit - 2 objects (head `objects[0]`), installed whole: past `behind + 1`.
+    let given = limit - 2;
+    assert!(given > behind + 1, "the class's batch is at least 3");
+    list.install(chain(&objects[..given]), false);
+    let push = |list: &mut FreeList, object: *mut u8| {
+        // SAFETY: the list's objects are our own words.
+        unsafe { set_next(object, list.head) };
+        if !list.push(object) {
+            return None;
+        }
+        Some(list.arm_or_cut(
+            false,
+            // SAFETY: as above.
+            |o| unsafe { next_of(o) },
+            // SAFETY: as above.
+            |o, n| unsafe { set_next(o, n) },
+        ))
+    };
+    // The first push arms (below the limit, no cut) on the object `behind` from the tail.
+    assert_eq!(push(&mut list, objects[given]), Some(None), "the push arms");
+    // Pops down to `behind`: the last one hands out the marked object and re-arms.
+    let mut popped = Vec::new();
+    while list.len() > behind {
+        let object = list.head;
+        // SAFETY: as above.
+        list.head = unsafe { next_of(object) };
+        list.popped(object);
+        popped.push(object);
+    }
+    let marked = objects[given - 1 - behind];
+    assert_eq!(
+        *popped.last().unwrap(),
+        marked,
+        "the marked object is the last pop"
+    );
+    // Pushed back up, and one more: the push to `behind + 1` arms at the head again (the
+    // marked object), the limit cuts behind it.
+    let mut cut = None;
+    for &object in popped.iter().rev().chain([&objects[given + 1]]) {
+        if let Some(result) = push(&mut list, object) {
+            cut = result;
+        }
+    }
+    assert_eq!(list.len(), limit - behind, "the cut keeps the newest batch");
+    let cut = cut.expect("a list at its limit must be cut");
+    assert_eq!(cut.count, behind);
+    assert_eq!(cut.head, objects[given - behind]);
+    assert_eq!(cut.tail, objects[given - 1]);
+    assert_eq!(list.tail(), marked);
+    // SAFETY: as above.
+    assert!(unsafe { next_of(list.tail()) }.is_null());
+}
+
+/// A list holding more than its limit (a lowered limit, a refill of another thread's grown
+/// list) cuts everything but its newest batch at the next push, in one cut.
+#[test]
+fn a_list_past_its_limit_keeps_its_newest_batch_in_one_cut() {
+    let (class, mut list, mut words) = list_of_words(4);
     let limit = list.limit();
     let objects = objects_of(&mut words);
-    // A chain of limit - 1 objects, installed whole.
-    let given = limit - 1;
+    let given = 3 * limit;
+    assert!(objects.len() > given);
     list.install(chain(&objects[..given]), false);
-    // One push brings it to the limit.
     let pushed = objects[given];
-    // SAFETY: as above.
+    // SAFETY: the list's objects are our own words.
     unsafe { set_next(pushed, list.head) };
     assert!(list.push(pushed));
     let cut = list
         .arm_or_cut(
             false,
-            // SAFETY: the list's objects are our own words.
+            // SAFETY: as above.
             |o| unsafe { next_of(o) },
             // SAFETY: as above.
             |o, n| unsafe { set_next(o, n) },
         )
-        .expect("a list at its limit must be cut");
-    assert_eq!(cut.count, limit - 1);
-    assert_eq!(cut.head, objects[0]);
+        .expect("a list past its limit must be cut");
+    // The list is `pushed`, then `objects[0..given]`: the cut keeps the first `keep`.
+    let keep = class.batch();
+    assert_eq!(list.len(), keep);
+    assert_eq!(cut.count, given + 1 - keep);
+    assert_eq!(cut.head, objects[keep - 1]);
     assert_eq!(cut.tail, objects[given - 1]);
-    assert_eq!(list.len(), 1);
     assert_eq!(list.head, pushed);
-    assert_eq!(list.tail(), pushed);
+    assert_eq!(list.tail(), objects[keep - 2]);
     // SAFETY: as above.
-    assert!(unsafe { next_of(pushed) }.is_null());
+    assert!(unsafe { next_of(list.tail()) }.is_null());
 }

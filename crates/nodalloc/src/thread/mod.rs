@@ -352,7 +352,7 @@ impl ThreadHeap {
         // as `next_of` reads them: XOR the key).
         list.head = (unsafe { *(object as *const usize) } ^ key) as *mut u8;
         list.aux = object;
-        list.popped();
+        list.popped(object);
         object
     }
 

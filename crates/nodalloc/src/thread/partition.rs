@@ -126,7 +126,7 @@ impl ThreadHeap {
         if !object.is_null() {
             // SAFETY: cached objects are free, ours, and linked through their first word.
             list.head = unsafe { next_of(object) };
-            list.popped();
+            list.popped(object);
         }
         object
     }
@@ -316,7 +316,7 @@ impl ThreadHeap {
             list.head = unsafe { next_of(object) };
             object
         };
-        list.popped();
+        list.popped(object);
         if secure {
             heaps.note_allocated(object);
         }

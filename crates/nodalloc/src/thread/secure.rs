@@ -18,7 +18,7 @@ impl ThreadHeap {
         let object = list.aux;
         // SAFETY: cached objects are free, ours, and linked through their first word.
         list.aux = unsafe { heaps.read_link(object, class) };
-        list.popped();
+        list.popped(object);
         heaps.note_allocated(object);
         object
     }
