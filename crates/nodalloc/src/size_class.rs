@@ -313,37 +313,46 @@ pub fn slot_of_small_malloc(size: usize) -> Option<ClassSlot> {
     SLOTS.slot_of_small_malloc(size)
 }
 
-/// The tables of the one-load class lookups, up to 1 KiB. Every thread heap
-/// keeps a copy (mimalloc's per-heap table of pages by size, done for classes): a face's fast
-/// path reads its thread's heap anyway, so the lookup is one load at the heap's address, with
-/// no load of a table's address first.
+/// The tables of the one-load class lookups, up to 1 KiB. Every thread heap keeps a copy
+/// (mimalloc's per-heap table of pages by size, done for classes): a face's fast path reads its
+/// thread's heap anyway, so the lookup is one load at the heap's address, with no load of a
+/// table's address first.
+///
+/// The Rust face's table is indexed by the size itself (2 KiB): a table by `(size + 7) / 8`
+/// costs an add and a shift per lookup, four instructions per Rust pair (which looks the class
+/// up twice). `malloc`'s stays by `(size + 15) / 16` (130 bytes): by size, it saved two
+/// instructions per call but was 3–4 % slower on mixed sizes (`alloc-test`), its lines spread
+/// over 2 KiB of the L1 cache (BENCHMARKS "Lookups by the size itself").
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct SlotTables {
-    /// The slots of the classes by `(size + 7) / 8`.
-    by_8: [ClassSlot; LOOKUP_MAX / 8 + 1],
-    /// The slots of the 16-aligned classes by `(size + 15) / 16`, so `malloc`'s lookup is one
-    /// shift and one load.
-    malloc: [ClassSlot; LOOKUP_MAX / 16 + 1],
+    /// The slots of the classes by size, for alignments up to 8 (the Rust face).
+    by_size: [ClassSlot; LOOKUP_MAX + 1],
+    /// The slots of the 16-aligned classes by `(size + 15) / 16` (`malloc`, and alignment 16;
+    /// a zero-byte request gets the 16-byte class).
+    aligned_16: [ClassSlot; LOOKUP_MAX / 16 + 1],
 }
 
 impl SlotTables {
     /// The tables.
     pub const TABLES: SlotTables = {
-        let mut by_8 = [ClassSlot(0); LOOKUP_MAX / 8 + 1];
-        let mut i = 0;
-        while i <= LOOKUP_MAX / 8 {
-            by_8[i] = ClassSlot((compute_class(i * 8) * SLOT_BYTES) as u16);
-            i += 1;
+        let mut by_size = [ClassSlot(0); LOOKUP_MAX + 1];
+        let mut size = 0;
+        while size <= LOOKUP_MAX {
+            by_size[size] = ClassSlot((compute_class(size) * SLOT_BYTES) as u16);
+            size += 1;
         }
-        let mut malloc = [ClassSlot(0); LOOKUP_MAX / 16 + 1];
+        let mut aligned_16 = [ClassSlot(0); LOOKUP_MAX / 16 + 1];
         let mut i = 0;
         while i <= LOOKUP_MAX / 16 {
             let size = if i == 0 { 16 } else { i * 16 };
-            malloc[i] = ClassSlot((compute_class(size) * SLOT_BYTES) as u16);
+            aligned_16[i] = ClassSlot((compute_class(size) * SLOT_BYTES) as u16);
             i += 1;
         }
-        SlotTables { by_8, malloc }
+        SlotTables {
+            by_size,
+            aligned_16,
+        }
     };
 
     /// [`slot_of_small`] from these tables.
@@ -353,10 +362,9 @@ impl SlotTables {
             return None;
         }
         if align <= 8 {
-            Some(self.by_8[(size + 7) >> 3])
+            Some(self.by_size[size])
         } else if align == 16 {
-            // `max(2)`: a zero-byte request still gets a 16-byte class.
-            Some(self.by_8[(((size + 15) & !15) >> 3).max(2)])
+            Some(self.aligned_16[(size + 15) >> 4])
         } else {
             None
         }
@@ -366,8 +374,8 @@ impl SlotTables {
     #[inline(always)]
     pub fn slot_of_small_malloc(&self, size: usize) -> Option<ClassSlot> {
         if size <= LOOKUP_MAX {
-            // SAFETY: (size + 15) >> 4 <= LOOKUP_MAX / 16 + 1, the table's last index.
-            Some(unsafe { *self.malloc.get_unchecked((size + 15) >> 4) })
+            // SAFETY: (size + 15) >> 4 <= LOOKUP_MAX / 16, the table's last index.
+            Some(unsafe { *self.aligned_16.get_unchecked((size + 15) >> 4) })
         } else {
             None
         }
@@ -416,6 +424,28 @@ mod tests {
                 "size {size} wastes {waste} in class {}",
                 class.size()
             );
+        }
+    }
+
+    /// The tables by size agree with a search of the classes: the smallest that holds the
+    /// size (at least one byte) at a multiple of the alignment, for every size they cover.
+    #[test]
+    fn table_lookups_find_the_smallest_fitting_class_for_every_size() {
+        for align in [1, 2, 4, 8, 16] {
+            for size in 0..=LOOKUP_MAX + 8 {
+                let found = slot_of_small(size, align).map(ClassSlot::class);
+                if size > LOOKUP_MAX {
+                    assert_eq!(found, None, "size {size}");
+                    continue;
+                }
+                let expected = (0..NUM_CLASSES)
+                    .map(|i| SizeClass(i as u8))
+                    .find(|c| c.size() >= size.max(1) && c.size() % align == 0);
+                assert_eq!(found, expected, "size {size} align {align}");
+                if align == 16 {
+                    assert_eq!(slot_of_small_malloc(size).map(ClassSlot::class), expected);
+                }
+            }
         }
     }
 
