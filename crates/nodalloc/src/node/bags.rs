@@ -25,6 +25,19 @@ impl NodeHeaps {
         if let Some(batch) = self.take_from_node_bags(node, part, class, want, &mut false, None) {
             return Some(batch);
         }
+        self.steal(node, part, class, want)
+    }
+
+    /// For a refill that found nothing of (`part`, `class`) on `node`: a batch of another node's
+    /// ring or bags (up to `want` objects from the bags), nearest node first, counted as a
+    /// steal of `node`'s. `None` when no node has one.
+    pub fn steal(
+        &self,
+        node: NodeId,
+        part: Partition,
+        class: SizeClass,
+        want: usize,
+    ) -> Option<Batch> {
         let mut order = [0u8; MAX_NODES];
         let count = self.arena.topology.nearest_nodes(node.index(), &mut order);
         for &other in &order[..count] {

@@ -123,9 +123,13 @@ impl ThreadHeap {
                 self.untouched = true;
                 return object;
             }
-            // The node has nothing left: other nodes', nearest first.
-            None => match self.take_refill(heaps, Partition::DEFAULT, class) {
-                Some(batch) => batch,
+            // The node has nothing left (its ring and bags were just tried): other nodes',
+            // nearest first.
+            None => match heaps.steal(self.node, Partition::DEFAULT, class, want) {
+                Some(batch) => {
+                    self.foreign = true;
+                    batch
+                }
                 None => return null_mut(),
             },
         };
