@@ -292,6 +292,7 @@ impl FreeList {
         // `nth` is the cached object with `count - keep` objects behind it: `behind` when the
         // marker armed on the way (the count went up by one per push), more past the limit.
         let nth = self.nth;
+        debug_assert!(!nth.is_null());
         let count = self.count - keep;
         let batch = Batch {
             head: read_link(nth),
