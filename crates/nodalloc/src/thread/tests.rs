@@ -338,8 +338,9 @@ fn big_classes_park_one_object_per_thread_and_the_statistics_show_where_bytes_si
     );
 
     // No upkeep from here on: the test arena's period is 1 ms, and an upkeep due inside the
-    // frees below (a test thread preempted that long) returns the idle parked object, which
-    // the figures would then miss (failed once under a loaded `cargo test`).
+    // calls below (a test thread preempted that long) moves what the figures count (it
+    // returned the parked object once under a loaded `cargo test`, before upkeep spared the
+    // class of the push that runs it; the node's upkeep still sweeps its rings).
     first.next_upkeep = u64::MAX;
     second.next_upkeep = u64::MAX;
     let big = class_of(MAX_CACHED + 1, 8).unwrap();
@@ -704,4 +705,54 @@ fn the_home_lookup_finds_bag_objects_and_refuses_every_other_unit() {
     // The region's last unit: never used by this test's few objects (its tag is all zero).
     let unused = (region_base + region_bytes - 4096) as *const u8;
     assert_eq!(heap.home_class_of(unused), None, "a unit never used");
+}
+
+/// An upkeep that falls due in the slow path of a push (a cut, a park) spares the list that
+/// path just published: its newest batch, or the parked object, stays cached. Other idle
+/// lists are still returned.
+#[test]
+fn an_upkeep_due_at_a_cut_or_a_park_keeps_that_classs_cache() {
+    use crate::size_class::MAX_CACHED;
+    let heaps = heaps(1);
+    let mut heap = attached(heaps, NodeId(0));
+    heap.next_upkeep = u64::MAX;
+    // An idle class with something cached, which the upkeep must still return.
+    let idle = class_of(256, 8).unwrap();
+    let q = allocate(&mut heap, idle);
+    // SAFETY: allocated above, freed once.
+    unsafe { heap.free(q, idle) };
+    heap.publish_all();
+    assert!(heap.cached(idle) > 0);
+
+    let class = class_of(64, 8).unwrap();
+    let limit = class.cache_limit();
+    let objects: Vec<*mut u8> = (0..limit).map(|_| allocate(&mut heap, class)).collect();
+    for (i, &object) in objects.iter().enumerate() {
+        if i == limit - 1 {
+            // The push that reaches the limit cuts, with the upkeep due.
+            heap.next_upkeep = 0;
+        }
+        // SAFETY: each object was allocated above and is freed once.
+        unsafe { heap.free(object, class) };
+    }
+    assert!(heap.next_upkeep > 0, "the upkeep ran in the cut");
+    assert_eq!(
+        heap.cached(class),
+        class.batch(),
+        "the cut's newest batch stays"
+    );
+    assert_eq!(heap.cached(idle), 0, "an idle class is returned");
+
+    let big = class_of(MAX_CACHED + 1, 8).unwrap();
+    let a = allocate(&mut heap, big);
+    let b = allocate(&mut heap, big);
+    // SAFETY: allocated above, freed once each.
+    unsafe {
+        heap.free(a, big);
+        heap.next_upkeep = 0;
+        heap.free(b, big);
+    }
+    assert!(heap.next_upkeep > 0, "the upkeep ran in the park");
+    assert_eq!(heap.cached(big), 1, "the parked object stays");
+    assert_eq!(heap.alloc_cached(big), b);
 }

@@ -12,6 +12,14 @@ impl ThreadHeap {
     /// forever), then lets the node heap run its own upkeep (unless the maintenance thread
     /// runs it).
     pub fn upkeep(&mut self) {
+        self.upkeep_sparing(None);
+    }
+
+    /// [`Self::upkeep`] from the slow path of a push to `spared`'s list, which that path has
+    /// just published (so it looks idle) and left holding the objects it keeps: its cut's
+    /// newest batch, or its parked object. Returning them would empty the cache of the class
+    /// the thread is using right now.
+    pub(super) fn upkeep_sparing(&mut self, spared: Option<SizeClass>) {
         let Some(heaps) = self.heaps() else { return };
         if self.state != HeapState::Active {
             return;
@@ -23,7 +31,7 @@ impl ThreadHeap {
         self.next_upkeep = now + heaps.upkeep_period();
         for index in 0..NUM_CLASSES {
             let list = &self.lists[index];
-            if list.is_idle() && list.len() > 0 {
+            if list.is_idle() && list.len() > 0 && spared.map(SizeClass::index) != Some(index) {
                 self.return_list(heaps, index);
             }
         }
