@@ -1,5 +1,6 @@
 //! Unit tests of what the thread heap guards beyond its caches: a suspected double free
-//! confirmed in the node heap (ring, bag), and the origin rule across a move to another node.
+//! confirmed in the node heap (ring, bag), the origin rule across a move to another node, and
+//! the free fast path's lookup refusing what is not an object's start in a bag.
 
 use super::tests::{allocate, attached, heaps};
 use super::*;
@@ -153,4 +154,38 @@ fn a_thread_moved_to_another_node_gets_none_of_its_old_nodes_objects_back() {
     }
     heap.flush();
     crate::os::set_thread_affinity(topology.process_cpus()).unwrap();
+}
+
+/// The free fast path's lookup (`home_class_of`) finds the class of an object's start in a bag
+/// of the home region and refuses everything else: an interior pointer, a large object, a
+/// freed span, a unit never used (an all-zero tag, whose class bits would name class 0).
+#[test]
+fn the_home_lookup_finds_bag_objects_and_refuses_every_other_unit() {
+    let heaps = heaps(1);
+    let heap = attached(heaps, NodeId(0));
+    for size in [16, 64, 1024, 8 << 10] {
+        let class = class_of(size, 8).unwrap();
+        let mut heap = attached(heaps, NodeId(0));
+        let p = allocate(&mut heap, class);
+        assert_eq!(heap.home_class_of(p), Some(class.slot()), "size {size}");
+        assert_eq!(
+            heap.home_class_of(p.wrapping_add(8)),
+            None,
+            "size {size}: interior"
+        );
+        // SAFETY: `p` is a live object of `class` from this heap.
+        unsafe { heap.free(p, class) };
+    }
+    let large = heaps.alloc_large(NodeId(0), 1 << 20, 8);
+    assert!(!large.is_null());
+    let (region_base, region_bytes) = (heap.home.region_base, heap.home.region_bytes);
+    for offset in [0, 8, 4096, 64 << 10] {
+        let p = large.wrapping_add(offset);
+        assert_eq!(heap.home_class_of(p), None, "large object + {offset}");
+    }
+    heaps.free_large(large as usize);
+    assert_eq!(heap.home_class_of(large), None, "a freed span");
+    // The region's last unit: never used by this test's few objects (its tag is all zero).
+    let unused = (region_base + region_bytes - 4096) as *const u8;
+    assert_eq!(heap.home_class_of(unused), None, "a unit never used");
 }

@@ -40,6 +40,8 @@ mod guard_tests;
 mod partition_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod upkeep_tests;
 
 use crate::bind::BindBase;
 use crate::ds::next_of;

@@ -1,5 +1,6 @@
 //! Unit tests of the thread heap: the LRU drain, re-homing, remote frees going home, secure
-//! mode, retirement and parking, adaptive cache limits, on simulated topologies.
+//! mode, retirement, adaptive cache limits, on simulated topologies (parking and upkeep:
+//! `upkeep_tests.rs`).
 
 use super::adapt::THREAD_GROWN_BYTES;
 use super::free_list::cache_limit_max;
@@ -310,77 +311,6 @@ fn retired_heap_serves_late_calls_without_caching() {
     );
 }
 
-/// Classes above `MAX_CACHED`: a thread keeps only the last such object it freed (its
-/// "parked" object); the one parked before goes to the node's ring, where any thread of
-/// the node finds it. The statistics say where the bytes sit.
-#[test]
-fn big_classes_park_one_object_per_thread_and_the_statistics_show_where_bytes_sit() {
-    use crate::size_class::MAX_CACHED;
-    let heaps = heaps(1);
-    let mut first = attached(heaps, NodeId(0));
-    let mut second = attached(heaps, NodeId(0));
-
-    let small = class_of(64, 8).unwrap();
-    let p = allocate(&mut first, small);
-    first.publish_all();
-    let figures = heaps.collect_stats(2).classes()[small.index()];
-    assert_eq!(figures.bags, 1);
-    assert_eq!(figures.cached, (small.batch() - 1) * 64);
-    assert_eq!(figures.free_in_bags, small.bag_bytes() - small.batch() * 64);
-    assert_eq!(figures.in_rings, 0);
-    // SAFETY: allocated above, freed once.
-    unsafe { first.free(p, small) };
-    first.flush();
-    let figures = heaps.collect_stats(2).classes()[small.index()];
-    assert_eq!(
-        (figures.bags, figures.cached, figures.free_in_bags),
-        (0, 0, 0)
-    );
-
-    // No upkeep from here on: the test arena's period is 1 ms, and an upkeep due inside the
-    // calls below (a test thread preempted that long) moves what the figures count (it
-    // returned the parked object once under a loaded `cargo test`, before upkeep spared the
-    // class of the push that runs it; the node's upkeep still sweeps its rings).
-    first.next_upkeep = u64::MAX;
-    second.next_upkeep = u64::MAX;
-    let big = class_of(MAX_CACHED + 1, 8).unwrap();
-    let other = class_of(4 * MAX_CACHED, 8).unwrap();
-    assert_eq!(big.cache_limit(), 0);
-    assert_ne!(big, other);
-    let a = allocate(&mut first, big);
-    let b = allocate(&mut first, big);
-    assert!(!a.is_null() && !b.is_null() && a != b);
-    // SAFETY: allocated above, freed once each.
-    unsafe {
-        first.free(a, big);
-        first.free(b, big);
-    }
-    assert_eq!(first.cached(big), 1, "only the last freed object stays");
-    let figures = heaps.collect_stats(2).classes()[big.index()];
-    assert_eq!(figures.in_rings, big.size());
-    assert_eq!(figures.cached, 2 * big.size());
-    // The other thread of the node gets the one that left; this thread its parked one.
-    let bags = figures.bags;
-    assert_eq!(allocate(&mut second, big), a);
-    assert_eq!(
-        first.alloc_cached(big),
-        b,
-        "the parked object is a fast-path hit"
-    );
-    assert_eq!(heaps.collect_stats(2).classes()[big.index()].bags, bags);
-    // Parking an object of another big class sends the previous one to the ring.
-    let c = allocate(&mut first, other);
-    // SAFETY: allocated above, freed once each.
-    unsafe {
-        first.free(b, big);
-        first.free(c, other);
-    }
-    assert_eq!((first.cached(big), first.cached(other)), (0, 1));
-    assert_eq!(allocate(&mut second, big), b);
-    // SAFETY: allocated above, freed once.
-    unsafe { second.free(a, big) };
-}
-
 /// Walks a list: its length must be its count, and its last object its tail.
 fn assert_list_consistent(heap: &ThreadHeap, class: SizeClass) {
     let list = &heap.lists[class.index()];
@@ -671,88 +601,4 @@ fn a_pointer_or_zero_written_into_a_cached_link_is_refused_by_the_next_pop() {
         heap.lists[class.index()].head = core::ptr::null_mut();
         let _ = live;
     }
-}
-
-/// The free fast path's lookup (`home_class_of`) finds the class of an object's start in a bag
-/// of the home region and refuses everything else: an interior pointer, a large object, a
-/// freed span, a unit never used (an all-zero tag, whose class bits would name class 0).
-#[test]
-fn the_home_lookup_finds_bag_objects_and_refuses_every_other_unit() {
-    let heaps = heaps(1);
-    let heap = attached(heaps, NodeId(0));
-    for size in [16, 64, 1024, 8 << 10] {
-        let class = class_of(size, 8).unwrap();
-        let mut heap = attached(heaps, NodeId(0));
-        let p = allocate(&mut heap, class);
-        assert_eq!(heap.home_class_of(p), Some(class.slot()), "size {size}");
-        assert_eq!(
-            heap.home_class_of(p.wrapping_add(8)),
-            None,
-            "size {size}: interior"
-        );
-        // SAFETY: `p` is a live object of `class` from this heap.
-        unsafe { heap.free(p, class) };
-    }
-    let large = heaps.alloc_large(NodeId(0), 1 << 20, 8);
-    assert!(!large.is_null());
-    let (region_base, region_bytes) = (heap.home.region_base, heap.home.region_bytes);
-    for offset in [0, 8, 4096, 64 << 10] {
-        let p = large.wrapping_add(offset);
-        assert_eq!(heap.home_class_of(p), None, "large object + {offset}");
-    }
-    heaps.free_large(large as usize);
-    assert_eq!(heap.home_class_of(large), None, "a freed span");
-    // The region's last unit: never used by this test's few objects (its tag is all zero).
-    let unused = (region_base + region_bytes - 4096) as *const u8;
-    assert_eq!(heap.home_class_of(unused), None, "a unit never used");
-}
-
-/// An upkeep that falls due in the slow path of a push (a cut, a park) spares the list that
-/// path just published: its newest batch, or the parked object, stays cached. Other idle
-/// lists are still returned.
-#[test]
-fn an_upkeep_due_at_a_cut_or_a_park_keeps_that_classs_cache() {
-    use crate::size_class::MAX_CACHED;
-    let heaps = heaps(1);
-    let mut heap = attached(heaps, NodeId(0));
-    heap.next_upkeep = u64::MAX;
-    // An idle class with something cached, which the upkeep must still return.
-    let idle = class_of(256, 8).unwrap();
-    let q = allocate(&mut heap, idle);
-    // SAFETY: allocated above, freed once.
-    unsafe { heap.free(q, idle) };
-    heap.publish_all();
-    assert!(heap.cached(idle) > 0);
-
-    let class = class_of(64, 8).unwrap();
-    let limit = class.cache_limit();
-    let objects: Vec<*mut u8> = (0..limit).map(|_| allocate(&mut heap, class)).collect();
-    for (i, &object) in objects.iter().enumerate() {
-        if i == limit - 1 {
-            // The push that reaches the limit cuts, with the upkeep due.
-            heap.next_upkeep = 0;
-        }
-        // SAFETY: each object was allocated above and is freed once.
-        unsafe { heap.free(object, class) };
-    }
-    assert!(heap.next_upkeep > 0, "the upkeep ran in the cut");
-    assert_eq!(
-        heap.cached(class),
-        class.batch(),
-        "the cut's newest batch stays"
-    );
-    assert_eq!(heap.cached(idle), 0, "an idle class is returned");
-
-    let big = class_of(MAX_CACHED + 1, 8).unwrap();
-    let a = allocate(&mut heap, big);
-    let b = allocate(&mut heap, big);
-    // SAFETY: allocated above, freed once each.
-    unsafe {
-        heap.free(a, big);
-        heap.next_upkeep = 0;
-        heap.free(b, big);
-    }
-    assert!(heap.next_upkeep > 0, "the upkeep ran in the park");
-    assert_eq!(heap.cached(big), 1, "the parked object stays");
-    assert_eq!(heap.alloc_cached(big), b);
 }
