@@ -102,6 +102,9 @@ pub struct ThreadHeap {
     parked_class: SizeClass,
     /// Monotonic ns of the next upkeep pass (idle classes flushed, node upkeep); see `upkeep`.
     next_upkeep: u64,
+    /// Bit `c`: class `c`'s counts were published (it was used) since the last upkeep pass,
+    /// which must not take its list for idle: publication makes the counts look idle.
+    published: u128,
     /// Input to the attach hook: what the thread's binding starts from (its current mask, the
     /// process's start-up mask when the thread is known to have inherited nodalloc's own, or
     /// none when the program chose the thread's mask).
@@ -197,6 +200,7 @@ impl ThreadHeap {
             parked: null_mut(),
             parked_class: SizeClass(0),
             next_upkeep: 0,
+            published: 0,
             bind_base: BindBase::Current,
             bound_mask: None,
             pooled: false,

@@ -243,7 +243,7 @@ impl ThreadHeap {
         self.publish(class);
         self.give_back(heaps, Partition::DEFAULT, class, batch, false);
         // Upkeep last: it may re-home the heap, and the batch belongs to the node it left.
-        self.upkeep_sparing(Some(class));
+        self.upkeep();
     }
 
     /// The first free into a list the thread has not refilled since its heap attached. The
@@ -302,7 +302,7 @@ impl ThreadHeap {
             self.give_back(heaps, Partition::DEFAULT, class, batch, false);
         }
         // Upkeep last, as in `free_mark`.
-        self.upkeep_sparing(Some(class));
+        self.upkeep();
     }
 
     /// A free that failed the home-region check: the heap is not attached yet, retired, in

@@ -6,20 +6,15 @@ use super::{HeapState, ThreadHeap};
 use crate::node::{HomeView, NodeHeaps, Partition, PartitionView};
 use crate::size_class::{SizeClass, NUM_CLASSES};
 
+// One bit per class in `ThreadHeap::published`.
+const _: () = assert!(NUM_CLASSES <= 128);
+
 impl ThreadHeap {
     /// Runs at most once per upkeep period, from slow paths: returns the caches of classes
     /// this thread has not used since the previous pass (so a phase's leftovers do not pin bags
     /// forever), then lets the node heap run its own upkeep (unless the maintenance thread
     /// runs it).
     pub fn upkeep(&mut self) {
-        self.upkeep_sparing(None);
-    }
-
-    /// [`Self::upkeep`] from the slow path of a push to `spared`'s list, which that path has
-    /// just published (so it looks idle) and left holding the objects it keeps: its cut's
-    /// newest batch, or its parked object. Returning them would empty the cache of the class
-    /// the thread is using right now.
-    pub(super) fn upkeep_sparing(&mut self, spared: Option<SizeClass>) {
         let Some(heaps) = self.heaps() else { return };
         if self.state != HeapState::Active {
             return;
@@ -31,12 +26,16 @@ impl ThreadHeap {
         self.next_upkeep = now + heaps.upkeep_period();
         for index in 0..NUM_CLASSES {
             let list = &self.lists[index];
-            if list.is_idle() && list.len() > 0 && spared.map(SizeClass::index) != Some(index) {
+            // Idle: nothing since its last publication, and no publication since the last
+            // pass (a cut or a park publishes, then runs the upkeep if due).
+            let published = self.published & (1 << index) != 0;
+            if list.is_idle() && list.len() > 0 && !published {
                 self.return_list(heaps, index);
             }
         }
         self.partition_upkeep(heaps, true);
         self.publish_all();
+        self.published = 0;
         self.flush_outboxes();
         // With a maintenance thread, the node heaps' upkeep (and its `madvise` calls) is its.
         if !heaps.arena.releases_deferred() {
@@ -80,6 +79,7 @@ impl ThreadHeap {
             return;
         }
         let (allocs, frees) = list.take_counts();
+        self.published |= 1 << class.index();
         if let Some(heaps) = heaps {
             heaps.publish_counts(self.node, Partition::DEFAULT, class, allocs, frees);
         }

@@ -1,5 +1,5 @@
 //! Unit tests of parking and upkeep: a big class's one parked object per thread, the
-//! statistics of where bytes sit, and what an upkeep that falls due in a slow path keeps.
+//! statistics of where bytes sit, and which caches an upkeep pass keeps.
 
 use super::tests::{allocate, attached, heaps};
 use super::*;
@@ -76,11 +76,12 @@ fn big_classes_park_one_object_per_thread_and_the_statistics_show_where_bytes_si
     unsafe { second.free(a, big) };
 }
 
-/// An upkeep that falls due in the slow path of a push (a cut, a park) spares the list that
-/// path just published: its newest batch, or the parked object, stays cached. Other idle
-/// lists are still returned.
+/// An upkeep keeps the cache of a class used since its previous pass, even when a cut or a
+/// park published that class's counts just before (which makes them look idle): the cut's
+/// newest batch or the parked object stays, whether the upkeep falls due in that slow path or
+/// in another class's later. A class unused since the previous pass is returned.
 #[test]
-fn an_upkeep_due_at_a_cut_or_a_park_keeps_that_classs_cache() {
+fn an_upkeep_keeps_the_cache_of_every_class_used_since_its_last_pass() {
     use crate::size_class::MAX_CACHED;
     let heaps = heaps(1);
     let mut heap = attached(heaps, NodeId(0));
@@ -92,6 +93,14 @@ fn an_upkeep_due_at_a_cut_or_a_park_keeps_that_classs_cache() {
     unsafe { heap.free(q, idle) };
     heap.publish_all();
     assert!(heap.cached(idle) > 0);
+    // A pass now keeps it (used since the last one); the next one will not.
+    heap.next_upkeep = 0;
+    heap.upkeep();
+    assert!(
+        heap.cached(idle) > 0,
+        "a class used since the last pass is kept"
+    );
+    heap.next_upkeep = u64::MAX;
 
     let class = class_of(64, 8).unwrap();
     let limit = class.cache_limit();
