@@ -2,6 +2,7 @@
 //! sites): separation, whole-bag reclaim, the partition cache under random use, remote frees,
 //! secure mode.
 
+use super::tests::{allocate, attached};
 use super::*;
 use crate::arena::tests::{test_arena, test_arena_secure};
 use crate::size_class::class_of;
@@ -15,21 +16,6 @@ fn partitioned(nodes: usize, partitions: usize) -> &'static NodeHeaps {
 /// The partition of scope `id` (as the thread heap computes it).
 fn scope_part(heaps: &NodeHeaps, id: usize) -> Partition {
     super::partition::scope_partition(id, heaps.partitions())
-}
-
-fn attached(heaps: &'static NodeHeaps, node: NodeId) -> Box<ThreadHeap> {
-    let mut heap = Box::new(ThreadHeap::with_attach_hook(None));
-    heap.attach(heaps, node);
-    heap
-}
-
-fn allocate(heap: &mut ThreadHeap, class: SizeClass) -> *mut u8 {
-    let p = heap.alloc_cached(class);
-    if p.is_null() {
-        heap.alloc_slow(class)
-    } else {
-        p
-    }
 }
 
 /// Bags carved for `class` on every node and in every partition.

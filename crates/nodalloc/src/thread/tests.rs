@@ -141,10 +141,7 @@ fn nth_marker_survives_pops_below_the_batch() {
             // SAFETY: allocated below, freed once.
             unsafe { heap.free(object, class) };
         } else {
-            let mut object = heap.alloc_cached(class);
-            if object.is_null() {
-                object = heap.alloc_slow(class);
-            }
+            let object = allocate(&mut heap, class);
             assert!(!live.contains(&object), "an object was handed out twice");
             live.push(object);
         }
@@ -161,16 +158,7 @@ fn remote_frees_go_home_and_are_never_reused_by_the_freeing_node() {
     let mut home = attached(heaps, NodeId(0));
     let mut remote = attached(heaps, NodeId(1));
     let class = class_of(128, 8).unwrap();
-    let objects: Vec<*mut u8> = (0..1000)
-        .map(|_| {
-            let p = home.alloc_cached(class);
-            if p.is_null() {
-                home.alloc_slow(class)
-            } else {
-                p
-            }
-        })
-        .collect();
+    let objects: Vec<*mut u8> = (0..1000).map(|_| allocate(&mut home, class)).collect();
     for &object in &objects {
         assert_eq!(heaps.arena.origin_of(object as usize), Some(0));
         // SAFETY: allocated above, freed once, by the other node's thread.
@@ -183,20 +171,14 @@ fn remote_frees_go_home_and_are_never_reused_by_the_freeing_node() {
     );
     // Node 1's thread allocates: it must never get one of node 0's objects back.
     for _ in 0..2000 {
-        let mut p = remote.alloc_cached(class);
-        if p.is_null() {
-            p = remote.alloc_slow(class);
-        }
+        let p = allocate(&mut remote, class);
         assert_eq!(heaps.arena.origin_of(p as usize), Some(1));
         assert!(!objects.contains(&p));
     }
     // Node 0's thread gets them back (after its inbox is sorted on its slow path).
     let mut reused = 0;
     for _ in 0..3000 {
-        let mut p = home.alloc_cached(class);
-        if p.is_null() {
-            p = home.alloc_slow(class);
-        }
+        let p = allocate(&mut home, class);
         if objects.contains(&p) {
             reused += 1;
         }
