@@ -870,8 +870,8 @@ fn secure_mode_faults_on_the_guard_page_past_a_large_block() {
 }
 
 /// `scripts/soak.sh` for 15 s: eight threads, sizes 16 B – 1 MiB, lifetimes from none to minutes,
-/// cross-thread frees, contents checked; after a 5 s warm-up RSS must stay within 1.3 x the live
-/// bytes plus the RSS at start. Release builds only: a debug library is too slow for the churn
+/// cross-thread frees, contents checked; after a 5 s warm-up RSS must stay within 1.3 x the most
+/// bytes live within the last second plus the RSS at start. Release builds only: a debug library is too slow for the churn
 /// to mean anything (`cargo test --release -p nodalloc-ffi --test c_abi soak`).
 #[test]
 fn a_fifteen_second_soak_keeps_rss_within_1_3x_of_live_bytes() {

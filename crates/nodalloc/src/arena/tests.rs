@@ -46,16 +46,28 @@ fn test_arena_config(
     secure: bool,
     thp: ThpChoice,
 ) -> &'static Arena {
+    let decommit = DecommitPolicy {
+        delay_ns: 0,
+        retain_bytes,
+    };
+    test_arena_policy(nodes, region_bytes, decommit, commit_on_demand, secure, thp)
+}
+
+fn test_arena_policy(
+    nodes: usize,
+    region_bytes: u64,
+    decommit: DecommitPolicy,
+    commit_on_demand: bool,
+    secure: bool,
+    thp: ThpChoice,
+) -> &'static Arena {
     let mut topology = Box::new(Topology::single(CpuSet::new()));
     topology.detect_into(nodes);
     let config = ArenaConfig {
         region_bytes,
         strict_binding: false,
         thp,
-        decommit: DecommitPolicy {
-            delay_ns: 0,
-            retain_bytes,
-        },
+        decommit,
         commit_on_demand,
         secure,
     };
@@ -484,6 +496,60 @@ fn free_memory_past_the_budget_is_decommitted() {
     let (again, _) = arena.alloc_span(0, 32, 1, SpanUse::Large).unwrap();
     // SAFETY: reading memory we were handed.
     assert_eq!(unsafe { *(again as *const u8) }, 0);
+}
+
+/// A heap that falls empty and fills again within the decommit delay keeps its memory committed
+/// (no fault on the way back up), never more than it held at its peak, and gives it back once
+/// it has waited the delay.
+#[test]
+fn memory_freed_below_the_recent_peak_waits_out_the_delay() {
+    const DELAY_NS: u64 = 200_000_000;
+    let decommit = DecommitPolicy {
+        delay_ns: DELAY_NS,
+        retain_bytes: 1 << 20,
+    };
+    let arena = test_arena_policy(1, 64 << 20, decommit, false, false, ThpChoice::Auto);
+    let region = arena.pool(0, Pool::Sparse);
+    let alloc_all = || -> Vec<usize> {
+        (0..8)
+            .map(|_| {
+                let (span, _) = arena.alloc_span(0, 32, 1, SpanUse::Large).unwrap();
+                // SAFETY: a span we were just handed, the size we asked for.
+                unsafe { (span as *mut u8).write_bytes(1, 32 * UNIT) };
+                span
+            })
+            .collect()
+    };
+    let first = alloc_all();
+    let peak = region.committed.load(Ordering::Relaxed);
+    assert_eq!(peak, 8 * 32 * UNIT);
+    let started = std::time::Instant::now();
+    for &span in &first {
+        // SAFETY: each span was handed out above and holds nothing live.
+        unsafe { arena.free_span(span, 32) };
+    }
+    // Under the old rule everything past 1 MiB went back at once (dirty bytes above 1/64 of
+    // nothing in use); below the recent peak it waits.
+    if started.elapsed().as_nanos() < u128::from(DELAY_NS) {
+        assert_eq!(region.committed.load(Ordering::Relaxed), peak);
+        assert_eq!(region.decommitted.load(Ordering::Relaxed), 0);
+    }
+    // Filled again: the same memory, nothing new committed, nothing faulted back.
+    let second = alloc_all();
+    if started.elapsed().as_nanos() < u128::from(DELAY_NS) {
+        assert_eq!(region.committed.load(Ordering::Relaxed), peak);
+        assert_eq!(region.decommitted.load(Ordering::Relaxed), 0);
+    }
+    for &span in &second {
+        // SAFETY: as above.
+        unsafe { arena.free_span(span, 32) };
+    }
+    // Past the delay, a purge (a thread's upkeep, the maintenance thread) gives back all but the
+    // retained budget.
+    std::thread::sleep(std::time::Duration::from_nanos(DELAY_NS + 10_000_000));
+    arena.purge(false);
+    assert!(region.committed.load(Ordering::Relaxed) <= 1 << 20);
+    assert!(region.decommitted.load(Ordering::Relaxed) >= peak - (1 << 20));
 }
 
 /// The canary flags of the free span that starts at `address`, after checking that the words

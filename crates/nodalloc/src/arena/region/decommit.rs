@@ -15,20 +15,31 @@ pub(super) struct DirtyPool {
     pub(super) recent_free: usize,
     /// Dirty bytes the maintenance thread keeps prepared for a growing heap.
     pub(super) reserve: usize,
+    /// The most bytes the pool had in use within the last one or two decommit delays
+    /// ([`PeakWindow`]): memory the program used that recently is likely to be used again.
+    pub(super) recent_peak: usize,
 }
 
 /// Whether the pool's oldest dirty span, free for `age_ns`, goes back to the OS now.
 ///
-/// Nothing goes while the dirty bytes are within the retained budget. Past it, dirty memory up to
-/// a share of what is in use (plus twice the largest recent free, so a program that frees and
-/// re-allocates one big buffer finds it committed, plus the chunks prepared for a growing heap)
-/// waits out the delay: a heap that churns reuses it without faults. Past that share, or once
-/// the span has waited the delay, it goes at once.
+/// Nothing goes while the dirty bytes are within the retained budget. Past it, dirty memory waits
+/// out the delay while it is at most the larger of
+/// - what the pool had in use at its recent peak beyond what it has in use now: a program whose
+///   use falls and rises again within the delay (waves of threads, rounds that build and drop a
+///   structure) reuses its memory without faulting it in again, and the pool never holds more
+///   than it held at that peak;
+/// - a share of what is in use plus twice the largest recent free, so a heap that churns, or a
+///   program that frees and re-allocates one big buffer, finds it committed;
+///
+/// plus the chunks prepared for a growing heap. Past that, or once the span has waited the
+/// delay, it goes at once.
 pub(super) fn decommit_now(policy: DecommitPolicy, pool: DirtyPool, age_ns: u64) -> bool {
     if pool.dirty_bytes <= policy.retain_bytes {
         return false;
     }
-    let young_cap = pool.active_bytes / DIRTY_SHARE + 2 * pool.recent_free + pool.reserve;
+    let churn = pool.active_bytes / DIRTY_SHARE + 2 * pool.recent_free;
+    let fallen = pool.recent_peak.saturating_sub(pool.active_bytes);
+    let young_cap = churn.max(fallen) + pool.reserve;
     age_ns >= policy.delay_ns || pool.dirty_bytes > young_cap
 }
 
@@ -44,6 +55,11 @@ impl Region {
         force: bool,
     ) {
         let active_bytes = self.active.load(Ordering::Relaxed);
+        let recent_peak = if force {
+            0
+        } else {
+            state.peak.recent(active_bytes, now, decommit.delay_ns)
+        };
         while !state.oldest.is_null() {
             let oldest = state.oldest;
             // SAFETY: the span lock is held; the age list holds heads of dirty free spans.
@@ -53,6 +69,7 @@ impl Region {
                 active_bytes,
                 recent_free: state.recent_free,
                 reserve: state.reserve,
+                recent_peak,
             };
             if !force && !decommit_now(decommit, pool, now.saturating_sub(freed_at)) {
                 break;
@@ -76,6 +93,36 @@ impl Region {
     }
 }
 
+/// The most bytes a pool had in use recently: the peak of the current window and of the one
+/// before it, each window at least one decommit delay long, so a peak counts for one to two
+/// delays after the window it was reached in was first looked at. Kept under the span lock;
+/// raised on every hand-out, rolled by the frees and purges that read it (a hand-out does not
+/// read the clock).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct PeakWindow {
+    current: usize,
+    previous: usize,
+    since: u64,
+}
+
+impl PeakWindow {
+    /// Notes that the pool has `active` bytes in use.
+    pub(super) fn raise(&mut self, active: usize) {
+        self.current = self.current.max(active);
+    }
+
+    /// The recent peak at `now`, rolling the window when it has lasted the delay (the pool has
+    /// `active` bytes in use, where the new window starts).
+    pub(super) fn recent(&mut self, active: usize, now: u64, delay_ns: u64) -> usize {
+        if now.saturating_sub(self.since) >= delay_ns {
+            self.previous = self.current;
+            self.current = active;
+            self.since = now;
+        }
+        self.current.max(self.previous).max(active)
+    }
+}
+
 /// Decommit policy, from the options (`NODALLOC_DECOMMIT_DELAY`, `NODALLOC_RETAIN`).
 #[derive(Clone, Copy, Debug)]
 pub struct DecommitPolicy {
@@ -96,35 +143,46 @@ mod tests {
     const MS: u64 = 1_000_000;
     const MIB: usize = 1 << 20;
 
-    /// Each row: retained budget, dirty, active and recent-free bytes, the span's age, and
-    /// whether it goes now.
+    /// Each row: retained budget, dirty, active and recent-free bytes, the recent peak of the
+    /// bytes in use, the span's age, and whether it goes now.
     #[test]
     pub(super) fn decommit_decision_table() {
         let policy = |retain_bytes| DecommitPolicy {
             delay_ns: 10 * MS,
             retain_bytes,
         };
+        /// retain, dirty, active, recent free, recent peak, age, now?, why
+        type Row = (usize, usize, usize, usize, usize, u64, bool, &'static str);
         #[rustfmt::skip]
-        let rows: &[(usize, usize, usize, usize, u64, bool, &str)] = &[
-            // retain, dirty,   active,     recent,  age,     now?   why (reserve 0)
-            (0,        MIB,     1024 * MIB, 0,       0,       false, "young, within 1/64 of use"),
-            (0,        MIB,     1024 * MIB, 0,       10 * MS, true,  "waited the delay"),
-            (0,        MIB,     1024 * MIB, 0,       9 * MS,  false, "one ms short of the delay"),
-            (0,        17 * MIB, 1024 * MIB, 0,      0,       true,  "above 1/64 of use: at once"),
-            (0,        16 * MIB, 1024 * MIB, 0,      0,       false, "exactly 1/64 of use waits"),
-            (0,        20 * MIB, 1024 * MIB, 4 * MIB, 0,      false, "twice a recent 4 MiB free waits"),
-            (0,        25 * MIB, 1024 * MIB, 4 * MIB, 0,      true,  "past the share and the recent free"),
-            (32 * MIB, 17 * MIB, 1024 * MIB, 0,      10 * MS, false, "within the retained budget, even old"),
-            (32 * MIB, 33 * MIB, 0,         0,       0,       true,  "past the budget with nothing in use"),
-            (0,        1,       0,          0,       0,       true,  "an emptied heap gives back its last byte"),
-            (0,        0,       0,          0,       u64::MAX, false, "nothing dirty"),
+        let rows: &[Row] = &[
+            // retain, dirty,   active,     recent,  peak,       age,     now?   why (reserve 0)
+            (0,        MIB,     1024 * MIB, 0,       0,          0,       false, "young, within 1/64 of use"),
+            (0,        MIB,     1024 * MIB, 0,       0,          10 * MS, true,  "waited the delay"),
+            (0,        MIB,     1024 * MIB, 0,       0,          9 * MS,  false, "one ms short of the delay"),
+            (0,        17 * MIB, 1024 * MIB, 0,      0,          0,       true,  "above 1/64 of use: at once"),
+            (0,        16 * MIB, 1024 * MIB, 0,      0,          0,       false, "exactly 1/64 of use waits"),
+            (0,        20 * MIB, 1024 * MIB, 4 * MIB, 0,         0,       false, "twice a recent 4 MiB free waits"),
+            (0,        25 * MIB, 1024 * MIB, 4 * MIB, 0,         0,       true,  "past the share and the recent free"),
+            (32 * MIB, 17 * MIB, 1024 * MIB, 0,      0,          10 * MS, false, "within the retained budget, even old"),
+            (32 * MIB, 33 * MIB, 0,         0,       0,          0,       true,  "past the budget with nothing in use"),
+            (0,        1,       0,          0,       0,          0,       true,  "an emptied heap gives back its last byte"),
+            (0,        0,       0,          0,       0,          u64::MAX, false, "nothing dirty"),
+            (0,        64 * MIB, 0,         0,       64 * MIB,   0,       false, "a heap emptied since its recent peak waits"),
+            (0,        64 * MIB, 0,         0,       64 * MIB,   10 * MS, true,  "and goes once it waited the delay"),
+            (0,        65 * MIB, 0,         0,       64 * MIB,   0,       true,  "never more than the peak held"),
+            (0,        40 * MIB, 24 * MIB,  0,       64 * MIB,   9 * MS,  false, "use fell by 40 MiB from its peak: 40 wait"),
+            (0,        41 * MIB, 24 * MIB,  0,       64 * MIB,   0,       true,  "41 do not"),
+            (0,        17 * MIB, 1024 * MIB, 0,      1000 * MIB, 0,       true,  "a peak below use adds nothing"),
         ];
-        for &(retain, dirty_bytes, active_bytes, recent_free, age, expected, why) in rows {
+        for &(retain, dirty_bytes, active_bytes, recent_free, recent_peak, age, expected, why) in
+            rows
+        {
             let pool = DirtyPool {
                 dirty_bytes,
                 active_bytes,
                 recent_free,
                 reserve: 0,
+                recent_peak,
             };
             assert_eq!(decommit_now(policy(retain), pool, age), expected, "{why}");
         }
@@ -135,10 +193,48 @@ mod tests {
                 active_bytes: 64 * MIB,
                 recent_free: 0,
                 reserve: 8 * MIB,
+                recent_peak: 64 * MIB,
             };
             decommit_now(policy(0), pool, age)
         };
         assert!(!prepared(0), "a reserve of prepared chunks is kept");
         assert!(prepared(10 * MS), "an unused one goes after the delay");
+    }
+
+    /// A peak counts for the window it was reached in and the next one, then falls to what is in
+    /// use.
+    #[test]
+    fn a_peak_counts_for_one_to_two_delays() {
+        let delay = 10 * MS;
+        let mut peak = PeakWindow::default();
+        // Raised before the first look (which starts a window at once): still counted.
+        peak.raise(64 * MIB);
+        assert_eq!(peak.recent(8 * MIB, 100 * MS, delay), 64 * MIB);
+        assert_eq!(
+            peak.recent(8 * MIB, 115 * MS, delay),
+            8 * MIB,
+            "two windows on"
+        );
+        let mut peak = PeakWindow::default();
+        assert_eq!(peak.recent(0, 1, delay), 0, "nothing in use yet");
+        peak.raise(64 * MIB);
+        assert_eq!(peak.recent(64 * MIB, 2 * MS, delay), 64 * MIB);
+        // Use falls within the window: the peak holds.
+        assert_eq!(peak.recent(8 * MIB, 5 * MS, delay), 64 * MIB);
+        // The next window: still the peak of the window before.
+        assert_eq!(peak.recent(8 * MIB, 12 * MS, delay), 64 * MIB);
+        peak.raise(16 * MIB);
+        assert_eq!(peak.recent(8 * MIB, 19 * MS, delay), 64 * MIB);
+        // The window after that: only the previous window's peak (16 MiB) counts.
+        assert_eq!(peak.recent(8 * MIB, 23 * MS, delay), 16 * MIB);
+        // A look a window later: nothing of the 64 MiB peak is left.
+        assert_eq!(
+            peak.recent(4 * MIB, 35 * MS, delay),
+            8 * MIB,
+            "the window's start"
+        );
+        assert_eq!(peak.recent(4 * MIB, 46 * MS, delay), 4 * MIB);
+        // What is in use counts even if nothing raised the window.
+        assert_eq!(peak.recent(32 * MIB, 47 * MS, delay), 32 * MIB);
     }
 }

@@ -92,6 +92,9 @@ struct PoolState {
     fresh_seen: usize,
     wanted_until: u64,
     reserve: usize,
+    /// The recent peak of the bytes in use, which the decommit rule lets free memory wait
+    /// under (`decommit.rs`).
+    peak: decommit::PeakWindow,
 }
 
 pub struct Region {
@@ -299,8 +302,11 @@ impl Region {
                 SpanUse::Bag(_) => Role::new_bag(zeroed),
             };
         }
-        self.active
-            .fetch_add(units << UNIT_SHIFT, Ordering::Relaxed);
+        let active = self
+            .active
+            .fetch_add(units << UNIT_SHIFT, Ordering::Relaxed)
+            + (units << UNIT_SHIFT);
+        state.peak.raise(active);
         Some(address)
     }
 

@@ -87,8 +87,11 @@ impl Region {
         // SAFETY: the span lock is held; `address` heads a large span we own.
         unsafe { (*map.meta(first)).units = new_units };
         self.count_used(state, next, extra, true);
-        self.active
-            .fetch_add(extra << UNIT_SHIFT, Ordering::Relaxed);
+        let active = self
+            .active
+            .fetch_add(extra << UNIT_SHIFT, Ordering::Relaxed)
+            + (extra << UNIT_SHIFT);
+        state.peak.raise(active);
         true
     }
 
