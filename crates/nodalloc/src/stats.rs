@@ -60,6 +60,38 @@ pub struct NodeStats {
     /// Bytes of the node's region backed by transparent huge pages (`AnonHugePages` of the
     /// region's mappings in /proc/self/smaps; 0 where /proc cannot be read).
     pub huge_pages: usize,
+    /// Objects (small and large) this node's threads allocated so far (lags as
+    /// [`Stats::allocs`]): the base of the shared-operation rates below.
+    pub allocs: u64,
+    /// Shared-structure operations of this node's heap, so far: how often a design makes the
+    /// node's threads meet, comparable between designs even where few CPUs make the waits
+    /// themselves rare ([`Stats::write_to`] prints them per 1 000 allocations).
+    ///
+    /// Times a class lock (one per class, the central bag list's) was taken.
+    pub class_locks: u64,
+    /// Of [`NodeStats::class_locks`], the times the first try failed and the taker waited.
+    pub contended_locks: u64,
+    /// Times a span lock of the node's region (its dense and sparse pools) was taken.
+    pub span_locks: u64,
+    /// Batches pushed to the node's transfer rings.
+    pub ring_pushes: u64,
+    /// Batches popped from the node's transfer rings (by its threads, and by steals).
+    pub ring_pops: u64,
+    /// Ring pushes' and pops' compare-and-swap passes that had to start over (another thread
+    /// moved the ring's position first).
+    pub ring_retries: u64,
+    /// Chains of remote frees pushed to the node's inbox (one per outbox hand-over).
+    pub inbox_pushes: u64,
+    /// Times a thread of the node took its inbox's chains to sort them into bags.
+    pub inbox_takes: u64,
+    /// Objects taken out of the node's bags one by one (carved or off a bag's free list).
+    pub bag_objects_taken: u64,
+    /// Objects put back into the node's bags one by one.
+    pub bag_objects_returned: u64,
+    /// Thread heaps homed on the node at their thread's start.
+    pub heaps_attached: u64,
+    /// Thread heaps of the node retired at their thread's exit.
+    pub heaps_retired: u64,
 }
 
 impl NodeStats {
@@ -123,6 +155,30 @@ pub struct Stats {
     pub remote_frees: u64,
     /// Batches or objects threads took from other nodes' heaps, all nodes.
     pub steals: u64,
+    /// See [`NodeStats::class_locks`], all nodes.
+    pub class_locks: u64,
+    /// See [`NodeStats::contended_locks`], all nodes.
+    pub contended_locks: u64,
+    /// See [`NodeStats::span_locks`], all nodes.
+    pub span_locks: u64,
+    /// See [`NodeStats::ring_pushes`], all nodes.
+    pub ring_pushes: u64,
+    /// See [`NodeStats::ring_pops`], all nodes.
+    pub ring_pops: u64,
+    /// See [`NodeStats::ring_retries`], all nodes.
+    pub ring_retries: u64,
+    /// See [`NodeStats::inbox_pushes`], all nodes.
+    pub inbox_pushes: u64,
+    /// See [`NodeStats::inbox_takes`], all nodes.
+    pub inbox_takes: u64,
+    /// See [`NodeStats::bag_objects_taken`], all nodes.
+    pub bag_objects_taken: u64,
+    /// See [`NodeStats::bag_objects_returned`], all nodes.
+    pub bag_objects_returned: u64,
+    /// See [`NodeStats::heaps_attached`], all nodes.
+    pub heaps_attached: u64,
+    /// See [`NodeStats::heaps_retired`], all nodes.
+    pub heaps_retired: u64,
     /// Objects (small and large) allocated so far.
     pub allocs: u64,
     /// Objects (small and large) freed so far.
@@ -172,6 +228,18 @@ impl Stats {
             huge_pages: 0,
             remote_frees: 0,
             steals: 0,
+            class_locks: 0,
+            contended_locks: 0,
+            span_locks: 0,
+            ring_pushes: 0,
+            ring_pops: 0,
+            ring_retries: 0,
+            inbox_pushes: 0,
+            inbox_takes: 0,
+            bag_objects_taken: 0,
+            bag_objects_returned: 0,
+            heaps_attached: 0,
+            heaps_retired: 0,
             allocs: 0,
             frees: 0,
             threads: 0,
@@ -193,6 +261,22 @@ impl Stats {
             top: [PartitionStats::default(); TOP_PARTITIONS],
             top_len: 0,
         }
+    }
+
+    /// Adds a node's shared-structure operations to the totals.
+    pub(crate) fn add_shared_ops(&mut self, node: &NodeStats) {
+        self.class_locks += node.class_locks;
+        self.contended_locks += node.contended_locks;
+        self.span_locks += node.span_locks;
+        self.ring_pushes += node.ring_pushes;
+        self.ring_pops += node.ring_pops;
+        self.ring_retries += node.ring_retries;
+        self.inbox_pushes += node.inbox_pushes;
+        self.inbox_takes += node.inbox_takes;
+        self.bag_objects_taken += node.bag_objects_taken;
+        self.bag_objects_returned += node.bag_objects_returned;
+        self.heaps_attached += node.heaps_attached;
+        self.heaps_retired += node.heaps_retired;
     }
 
     /// The partitions with the most live bytes, most first (at most [`TOP_PARTITIONS`]; none
@@ -298,6 +382,9 @@ impl Stats {
                 .size(stats.dense_bags as u64)
                 .str(" in bags of objects up to 4 KiB)\n");
             w.write_to(fd);
+            w.clear();
+            write_shared_ops(&mut w, stats);
+            w.write_to(fd);
         }
         let (mut free_in_bags, mut cached, mut in_rings) = (0, 0, 0);
         for class in &self.classes {
@@ -384,6 +471,50 @@ impl Stats {
     }
 }
 
+/// A node's shared-structure operations per 1 000 of its allocations, one line.
+fn write_shared_ops(w: &mut Writer, stats: &NodeStats) {
+    let allocs = stats.allocs;
+    w.str("    shared operations per 1000 allocations: class locks ");
+    write_per_thousand(w, stats.class_locks, allocs);
+    w.str(" (contended ");
+    write_per_thousand(w, stats.contended_locks, allocs);
+    w.str("), span locks ");
+    write_per_thousand(w, stats.span_locks, allocs);
+    w.str(", ring pushes ");
+    write_per_thousand(w, stats.ring_pushes, allocs);
+    w.str(", ring pops ");
+    write_per_thousand(w, stats.ring_pops, allocs);
+    w.str(", ring retries ");
+    write_per_thousand(w, stats.ring_retries, allocs);
+    w.str(", inbox pushes ");
+    write_per_thousand(w, stats.inbox_pushes, allocs);
+    w.str(", inbox takes ");
+    write_per_thousand(w, stats.inbox_takes, allocs);
+    w.str(", objects from bags ");
+    write_per_thousand(w, stats.bag_objects_taken, allocs);
+    w.str(", objects to bags ");
+    write_per_thousand(w, stats.bag_objects_returned, allocs);
+    w.str(", heaps attached ")
+        .decimal(stats.heaps_attached)
+        .str(", retired ")
+        .decimal(stats.heaps_retired)
+        .str("\n");
+}
+
+/// `count` per 1 000 `allocs`, with one decimal, rounded down (`-` with no allocation).
+fn write_per_thousand(w: &mut Writer, count: u64, allocs: u64) {
+    match tenths_per_thousand(count, allocs) {
+        Some(tenths) => w.decimal(tenths / 10).str(".").decimal(tenths % 10),
+        None => w.str("-"),
+    };
+}
+
+/// `count` per 1 000 `allocs` in tenths (`None` with no allocation).
+fn tenths_per_thousand(count: u64, allocs: u64) -> Option<u64> {
+    let tenths = (count as u128 * 10_000).checked_div(allocs as u128)?;
+    Some(tenths.min(u64::MAX as u128) as u64)
+}
+
 /// `bags reclaimed whole R, picked apart P (S% whole)`.
 fn write_reclaims(w: &mut Writer, reclaimed: u64, picked: u64) {
     w.str("bags reclaimed whole ")
@@ -427,6 +558,9 @@ mod tests {
         let top: Vec<usize> = stats.top_partitions().iter().map(|p| p.live).collect();
         assert_eq!(top, all[..TOP_PARTITIONS].to_vec());
         assert_eq!(reclaim_percent(3, 1), 75);
+        assert_eq!(tenths_per_thousand(123, 10_000), Some(123));
+        assert_eq!(tenths_per_thousand(1, 3), Some(3333));
+        assert_eq!(tenths_per_thousand(5, 0), None);
         assert_eq!(reclaim_percent(0, 0), 0);
     }
 }

@@ -412,6 +412,7 @@ impl Arena {
             usage.committed += region.committed.load(Ordering::Relaxed);
             usage.mapped += region.mapped.load(Ordering::Relaxed);
             usage.decommitted += region.decommitted.load(Ordering::Relaxed);
+            usage.span_locks += region.span_locks.load(Ordering::Relaxed);
         }
         usage.dense_active = self.pool(node, Pool::Dense).active.load(Ordering::Relaxed);
         usage
@@ -496,6 +497,8 @@ pub struct PoolUsage {
     pub decommitted: usize,
     /// Bytes handed out from the dense pool alone (bags of objects up to a page).
     pub dense_active: usize,
+    /// Times the pools' span locks were taken.
+    pub span_locks: u64,
 }
 
 /// `value` rounded up to a multiple of `to`.

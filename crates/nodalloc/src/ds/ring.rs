@@ -97,7 +97,26 @@ impl TransferRing {
 
     /// Offers a batch. Refused (the batch comes back) when the ring is full or already holds
     /// `cap` batches, so the caller returns the objects to their bags instead.
+    #[cfg(any(test, loom))]
     pub fn push(&self, batch: Batch, cap: usize) -> Result<(), Batch> {
+        self.push_counting_retries(batch, cap, &mut 0)
+    }
+
+    /// Takes the oldest batch, if any.
+    #[cfg(any(test, loom))]
+    pub fn pop(&self) -> Option<Batch> {
+        self.pop_counting_retries(&mut 0)
+    }
+
+    /// [`TransferRing::push`], adding to `retries` the passes that had to start over (a
+    /// compare-and-swap lost to another producer, or a position read stale): the statistics'
+    /// measure of how often threads collide on the ring.
+    pub fn push_counting_retries(
+        &self,
+        batch: Batch,
+        cap: usize,
+        retries: &mut u64,
+    ) -> Result<(), Batch> {
         let mut position = self.enqueue_position.load(Ordering::Relaxed);
         loop {
             if position.wrapping_sub(self.dequeue_position.load(Ordering::Relaxed)) >= cap {
@@ -123,18 +142,23 @@ impl TransferRing {
                         slot.set_sequence(index, position.wrapping_add(1), Ordering::Release);
                         return Ok(());
                     }
-                    Err(current) => position = current,
+                    Err(current) => {
+                        position = current;
+                        *retries += 1;
+                    }
                 }
             } else if lag < 0 {
                 return Err(batch);
             } else {
                 position = self.enqueue_position.load(Ordering::Relaxed);
+                *retries += 1;
             }
         }
     }
 
-    /// Takes the oldest batch, if any.
-    pub fn pop(&self) -> Option<Batch> {
+    /// [`TransferRing::pop`], adding to `retries` the passes that had to start over (see
+    /// [`TransferRing::push_counting_retries`]).
+    pub fn pop_counting_retries(&self, retries: &mut u64) -> Option<Batch> {
         let mut position = self.dequeue_position.load(Ordering::Relaxed);
         loop {
             let index = position & MASK;
@@ -163,12 +187,16 @@ impl TransferRing {
                         );
                         return Some(batch);
                     }
-                    Err(current) => position = current,
+                    Err(current) => {
+                        position = current;
+                        *retries += 1;
+                    }
                 }
             } else if lag < 0 {
                 return None;
             } else {
                 position = self.dequeue_position.load(Ordering::Relaxed);
+                *retries += 1;
             }
         }
     }

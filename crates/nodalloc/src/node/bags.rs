@@ -9,7 +9,7 @@ impl NodeHeaps {
     /// refill tries it before [`Self::take_from_bags`]).
     pub fn ring_refill(&self, node: NodeId, part: Partition, class: SizeClass) -> Option<Batch> {
         let class_heap = self.class_in(node, part, class);
-        let batch = class_heap.ring_pop()?;
+        let batch = class_heap.ring_pop(&self.node(node).ops)?;
         class_heap.ring_touched.store(true, Ordering::Relaxed);
         Some(batch)
     }
@@ -44,7 +44,7 @@ impl NodeHeaps {
             let other = NodeId(other as usize);
             let stolen = self
                 .class_in(other, part, class)
-                .ring_pop()
+                .ring_pop(&self.node(other).ops)
                 .or_else(|| self.take_from_node_bags(other, part, class, want, &mut false, None));
             if stolen.is_some() {
                 self.node(node).steals.fetch_add(1, Ordering::Relaxed);
@@ -104,7 +104,7 @@ impl NodeHeaps {
         let secure = arena.is_secure();
         debug_assert!(fresh.is_none() || !secure);
         let mut untouched = 0;
-        let _guard = class_heap.lock.lock();
+        let _guard = class_heap.lock_counted(&self.node(node).ops);
         // SAFETY: the class lock is held for the rest of this function.
         let partial = unsafe { &mut *class_heap.partial.get() };
         let mut batch = Batch {
@@ -223,6 +223,12 @@ impl NodeHeaps {
         class_heap
             .out_of_bags
             .fetch_add(batch.count + untouched, Ordering::Relaxed);
+        if batch.count + untouched != 0 {
+            self.node(node)
+                .ops
+                .bag_objects_taken
+                .fetch_add((batch.count + untouched) as u64, Ordering::Relaxed);
+        }
         if batch.count == 0 {
             None
         } else {
@@ -304,7 +310,7 @@ impl NodeHeaps {
         } else {
             class.batch()
         };
-        if let Err(batch) = class_heap.ring_push(batch, max_objects) {
+        if let Err(batch) = class_heap.ring_push(batch, max_objects, &self.node(node).ops) {
             if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head, false) {
                 report(object, misuse);
             }
@@ -381,7 +387,7 @@ impl NodeHeaps {
         let stamp = self.node(node).next_upkeep.load(Ordering::Relaxed).max(1);
         let mut part = self.partition_of(chain as usize);
         let mut class_heap = self.class_in(node, part, class);
-        let mut guard = class_heap.lock.lock();
+        let mut guard = class_heap.lock_counted(&self.node(node).ops);
         // Objects returned under the current lock, and whether the current object made us
         // switch locks already (a second switch for one object is a misuse, not a race).
         let mut run = 0u64;
@@ -413,12 +419,12 @@ impl NodeHeaps {
                     if switched || owner as usize >= self.partitions() {
                         break Err((object, Misuse::InvalidPointer));
                     }
-                    self.finish_run(class_heap, run, count_frees);
+                    self.finish_run(node, class_heap, run, count_frees);
                     drop(guard);
                     run = 0;
                     part = Partition(owner);
                     class_heap = self.class_in(node, part, class);
-                    guard = class_heap.lock.lock();
+                    guard = class_heap.lock_counted(&self.node(node).ops);
                     switched = true;
                     continue;
                 }
@@ -467,7 +473,7 @@ impl NodeHeaps {
             }
             object = next;
         };
-        self.finish_run(class_heap, run, count_frees);
+        self.finish_run(node, class_heap, run, count_frees);
         drop(guard);
         result
     }
@@ -475,10 +481,14 @@ impl NodeHeaps {
     /// The end of a run of `return_to_bags` under one class lock (still held): the run's
     /// objects are no longer out of the bags, the class heap has bags to sweep, and the objects
     /// are counted as frees if asked.
-    fn finish_run(&self, class_heap: &ClassHeap, run: u64, count_frees: bool) {
+    fn finish_run(&self, node: NodeId, class_heap: &ClassHeap, run: u64, count_frees: bool) {
         if run == 0 {
             return;
         }
+        self.node(node)
+            .ops
+            .bag_objects_returned
+            .fetch_add(run, Ordering::Relaxed);
         class_heap
             .out_of_bags
             .fetch_sub(run as usize, Ordering::Relaxed);
@@ -497,6 +507,7 @@ impl NodeHeaps {
         node_heap
             .remote_frees
             .fetch_add(count as u64, Ordering::Relaxed);
+        node_heap.ops.inbox_pushes.fetch_add(1, Ordering::Relaxed);
         let arena = self.arena;
         // SAFETY: forwarded contract; the link written is `tail`'s, in the arena's encoding.
         unsafe {
@@ -513,6 +524,9 @@ impl NodeHeaps {
             return;
         }
         let mut object = node_heap.inbox.take_all();
+        if !object.is_null() {
+            node_heap.ops.inbox_takes.fetch_add(1, Ordering::Relaxed);
+        }
         // Group by class so each class lock is taken once (per partition), and each class's free
         // count (remote frees are counted here, not by the freeing thread) is added once.
         let mut chains = [null_mut::<u8>(); NUM_CLASSES];

@@ -33,7 +33,7 @@ use crate::arena::Arena;
 pub(crate) use crate::arena::{region::DecommitPolicy, ArenaConfig};
 use crate::ds::inbox::Inbox;
 use crate::ds::ring::{TransferRing, RING_SLOTS};
-use crate::ds::spinlock::SpinLock;
+use crate::ds::spinlock::{SpinGuard, SpinLock};
 use crate::os::topology::Topology;
 use crate::os::{self, topology::MAX_NODES};
 use crate::size_class::{SizeClass, NUM_CLASSES, UNIT, UNIT_SHIFT};
@@ -104,15 +104,31 @@ pub struct ClassHeap {
 }
 
 impl ClassHeap {
-    fn ring_pop(&self) -> Option<Batch> {
-        let batch = self.ring.pop()?;
+    /// Takes the class lock, counted in `ops` (the node heap's that owns this class heap).
+    fn lock_counted<'a>(&'a self, ops: &SharedOps) -> SpinGuard<'a> {
+        let (guard, waited) = self.lock.lock_noting_wait();
+        ops.class_locks.fetch_add(1, Ordering::Relaxed);
+        if waited {
+            ops.contended_locks.fetch_add(1, Ordering::Relaxed);
+        }
+        guard
+    }
+
+    /// The ring's oldest batch, counted in `ops` (the owning node heap's).
+    fn ring_pop(&self, ops: &SharedOps) -> Option<Batch> {
+        let mut retries = 0;
+        let batch = self.ring.pop_counting_retries(&mut retries);
+        ops.count_ring_retries(retries);
+        let batch = batch?;
+        ops.ring_pops.fetch_add(1, Ordering::Relaxed);
         self.in_ring.fetch_sub(batch.count, Ordering::Relaxed);
         Some(batch)
     }
 
     /// Pushes `batch` if the ring has a slot and would hold at most `max_objects` objects with
-    /// it (see [`ring_objects`]); gives the batch back otherwise.
-    fn ring_push(&self, batch: Batch, max_objects: usize) -> Result<(), Batch> {
+    /// it (see [`ring_objects`]); gives the batch back otherwise. Counted in `ops` (the owning
+    /// node heap's).
+    fn ring_push(&self, batch: Batch, max_objects: usize, ops: &SharedOps) -> Result<(), Batch> {
         let count = batch.count;
         // A hint: a pop's subtraction can overtake the push's addition, leaving it briefly
         // below zero (wrapped), as the statistics also read it.
@@ -120,13 +136,53 @@ impl ClassHeap {
         if in_ring + count > max_objects {
             return Err(batch);
         }
-        self.ring.push(batch, RING_SLOTS)?;
+        let mut retries = 0;
+        let pushed = self
+            .ring
+            .push_counting_retries(batch, RING_SLOTS, &mut retries);
+        ops.count_ring_retries(retries);
+        pushed?;
+        ops.ring_pushes.fetch_add(1, Ordering::Relaxed);
         self.in_ring.fetch_add(count, Ordering::Relaxed);
         Ok(())
     }
 }
 
-/// One node's heap.
+/// Counts of one node heap's operations on structures its threads share (issue 32): how often
+/// a design makes threads meet, which can be compared between designs even on a machine with
+/// too few CPUs for the meetings to cost much time. Relaxed increments (nothing is ordered by
+/// them), made on slow paths only, one per operation or one per batch; read by the statistics
+/// ([`crate::stats::NodeStats`] documents each). Kept together, after the node heap's hot
+/// fields, on lines of their own: they are written by every thread of the node that takes a
+/// slow path, and should not make the inbox's line bounce with them.
+#[repr(align(64))]
+pub struct SharedOps {
+    pub class_locks: AtomicU64,
+    pub contended_locks: AtomicU64,
+    pub ring_pushes: AtomicU64,
+    pub ring_pops: AtomicU64,
+    pub ring_retries: AtomicU64,
+    pub inbox_pushes: AtomicU64,
+    pub inbox_takes: AtomicU64,
+    pub bag_objects_taken: AtomicU64,
+    pub bag_objects_returned: AtomicU64,
+    pub heaps_attached: AtomicU64,
+    pub heaps_retired: AtomicU64,
+}
+
+impl SharedOps {
+    /// Adds a ring operation's retries (most are none: no write then).
+    #[inline]
+    fn count_ring_retries(&self, retries: u64) {
+        if retries != 0 {
+            self.ring_retries.fetch_add(retries, Ordering::Relaxed);
+        }
+    }
+}
+
+/// One node's heap. In declaration order (`repr(C)`): the hot fields first, then the
+/// statistics' [`SharedOps`] on lines of their own, then the class heaps.
+#[repr(C)]
 pub struct NodeHeap {
     inbox: Inbox,
     /// Monotonic ns before which no upkeep pass runs on this node.
@@ -147,6 +203,8 @@ pub struct NodeHeap {
     /// those still waiting for a thread.
     pub bags_prepared: AtomicU64,
     pub prepared_bytes: AtomicUsize,
+    /// Operations on the shared structures, for the statistics.
+    pub ops: SharedOps,
     classes: [ClassHeap; NUM_CLASSES],
 }
 
@@ -288,6 +346,22 @@ impl NodeHeaps {
     #[inline(always)]
     pub fn class(&self, node: NodeId, class: SizeClass) -> &ClassHeap {
         &self.node(node).classes[class.index()]
+    }
+
+    /// Counts a thread heap homed on `node` at its thread's start (statistics).
+    pub(crate) fn count_heap_attached(&self, node: NodeId) {
+        self.node(node)
+            .ops
+            .heaps_attached
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a thread heap of `node` retired at its thread's exit (statistics).
+    pub(crate) fn count_heap_retired(&self, node: NodeId) {
+        self.node(node)
+            .ops
+            .heaps_retired
+            .fetch_add(1, Ordering::Relaxed);
     }
 }
 

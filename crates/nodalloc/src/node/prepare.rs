@@ -148,7 +148,7 @@ impl NodeHeaps {
         let map = arena.map();
         let class_heap = self.class(node, class);
         let start = {
-            let _guard = class_heap.lock.lock();
+            let _guard = class_heap.lock_counted(&self.node(node).ops);
             let Some(start) =
                 arena.alloc_span_on(node.index(), class.bag_units(), 1, SpanUse::Bag(class))
             else {
@@ -172,7 +172,7 @@ impl NodeHeaps {
             unsafe { arena.write_link(object, head) };
             head = object;
         }
-        let _guard = class_heap.lock.lock();
+        let _guard = class_heap.lock_counted(&self.node(node).ops);
         // SAFETY: the class lock is held; `bag` is the descriptor of our new bag span.
         unsafe {
             *class_heap.preparing.get() = 0;
@@ -205,7 +205,7 @@ impl NodeHeaps {
                     continue;
                 }
                 let class_heap = self.class(node, class);
-                let _guard = class_heap.lock.lock();
+                let _guard = class_heap.lock_counted(&self.node(node).ops);
                 // SAFETY: the class lock is held.
                 let start = core::mem::take(unsafe { &mut *class_heap.preparing.get() });
                 if start != 0 {
@@ -220,7 +220,7 @@ impl NodeHeaps {
     fn take_back_prepared(&self, node: NodeId, class: SizeClass) {
         let map = self.arena.map();
         let class_heap = self.class(node, class);
-        let _guard = class_heap.lock.lock();
+        let _guard = class_heap.lock_counted(&self.node(node).ops);
         // SAFETY: the class lock is held for the rest of this function.
         let partial = unsafe { &mut *class_heap.partial.get() };
         let mut bag = *partial;

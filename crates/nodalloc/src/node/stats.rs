@@ -24,6 +24,7 @@ impl NodeHeaps {
         for node in heaps.nodes() {
             let node_heap = heaps.node(node);
             let usage = arena.usage(node.index());
+            let ops = &node_heap.ops;
             let mut out = NodeStats {
                 active: usage.active,
                 committed: usage.committed,
@@ -38,6 +39,19 @@ impl NodeHeaps {
                 allocated: node_heap.large_bytes.load(Ordering::Relaxed),
                 dense_bags: usage.dense_active,
                 huge_pages: 0,
+                allocs: node_heap.large_allocs.load(Ordering::Relaxed),
+                class_locks: ops.class_locks.load(Ordering::Relaxed),
+                contended_locks: ops.contended_locks.load(Ordering::Relaxed),
+                span_locks: usage.span_locks,
+                ring_pushes: ops.ring_pushes.load(Ordering::Relaxed),
+                ring_pops: ops.ring_pops.load(Ordering::Relaxed),
+                ring_retries: ops.ring_retries.load(Ordering::Relaxed),
+                inbox_pushes: ops.inbox_pushes.load(Ordering::Relaxed),
+                inbox_takes: ops.inbox_takes.load(Ordering::Relaxed),
+                bag_objects_taken: ops.bag_objects_taken.load(Ordering::Relaxed),
+                bag_objects_returned: ops.bag_objects_returned.load(Ordering::Relaxed),
+                heaps_attached: ops.heaps_attached.load(Ordering::Relaxed),
+                heaps_retired: ops.heaps_retired.load(Ordering::Relaxed),
             };
             let mut live_small: i64 = 0;
             heaps.for_each_class_heap(node, |_, size_class, class_heap| {
@@ -47,6 +61,7 @@ impl NodeHeaps {
                 let frees = class_heap.frees.load(Ordering::Relaxed);
                 class.allocs += allocs;
                 class.frees += frees;
+                out.allocs += allocs;
                 let bags = class_heap.bags.load(Ordering::Relaxed);
                 let out = class_heap.out_of_bags.load(Ordering::Relaxed);
                 let bag_bytes = SizeClass(index as u8).bag_bytes();
@@ -72,6 +87,7 @@ impl NodeHeaps {
             stats.released_in_bags += out.released_in_bags;
             stats.remote_frees += out.remote_frees;
             stats.steals += out.steals;
+            stats.add_shared_ops(&out);
             stats.allocs += out.large_allocs;
             stats.frees += out.large_frees;
         }

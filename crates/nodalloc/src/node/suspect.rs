@@ -43,7 +43,7 @@ impl NodeHeaps {
         let mut taken = [empty; RING_SLOTS];
         let mut count = 0;
         while count < RING_SLOTS {
-            let Some(batch) = class_heap.ring_pop() else {
+            let Some(batch) = class_heap.ring_pop(&self.node(node).ops) else {
                 break;
             };
             taken[count] = batch;
@@ -81,7 +81,7 @@ impl NodeHeaps {
         let map = self.arena.map();
         let size = class.size();
         let class_heap = self.class_in(node, part, class);
-        let _guard = class_heap.lock.lock();
+        let _guard = class_heap.lock_counted(&self.node(node).ops);
         let at = self.arena.bag_at(address)?;
         if at.class != class {
             return None;

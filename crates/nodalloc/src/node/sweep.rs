@@ -80,7 +80,7 @@ impl NodeHeaps {
             if !force && !class_heap.to_sweep.load(Ordering::Relaxed) {
                 return;
             }
-            let _guard = class_heap.lock.lock();
+            let _guard = class_heap.lock_counted(&self.node(node).ops);
             class_heap.to_sweep.store(false, Ordering::Relaxed);
             // SAFETY: the class lock is held for the rest of this iteration.
             let mut bag = unsafe { *class_heap.partial.get() };

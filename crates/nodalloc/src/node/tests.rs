@@ -463,3 +463,132 @@ fn a_release_that_reads_a_wrapped_ring_count_keeps_its_batch() {
     heaps.flush_all();
     assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 0);
 }
+
+/// The node heap's shared-operation counters (`SharedOps`), read as one array.
+fn shared_ops(heaps: &NodeHeaps, node: NodeId) -> [u64; 11] {
+    let ops = &heaps.node(node).ops;
+    [
+        &ops.class_locks,
+        &ops.contended_locks,
+        &ops.ring_pushes,
+        &ops.ring_pops,
+        &ops.ring_retries,
+        &ops.inbox_pushes,
+        &ops.inbox_takes,
+        &ops.bag_objects_taken,
+        &ops.bag_objects_returned,
+        &ops.heaps_attached,
+        &ops.heaps_retired,
+    ]
+    .map(|counter| counter.load(Ordering::Relaxed))
+}
+
+/// What each step added to the counters since `before` (and moves `before` on).
+fn ops_added(heaps: &NodeHeaps, before: &mut [u64; 11], span_locks: &mut u64) -> [u64; 12] {
+    let now = shared_ops(heaps, NodeId(0));
+    let spans = heaps.arena.usage(0).span_locks;
+    let mut added = [0; 12];
+    for (index, (now, before)) in now.iter().zip(before.iter()).enumerate() {
+        added[index] = now - before;
+    }
+    added[11] = spans - *span_locks;
+    (*before, *span_locks) = (now, spans);
+    added
+}
+
+/// Each shared-structure operation of a single thread counts exactly once: a refill from a
+/// new bag takes the class lock and a span lock once and a batch of objects out of the bag;
+/// a release to the ring is one push, a ring refill one pop; a return to the bags takes the
+/// class lock once and returns every object (and the emptied bag's span lock); a remote free
+/// is one inbox push, and its sorting one take with one class lock. Nobody else runs, so
+/// nothing is contended and no ring operation retries; the snapshot reports the same figures.
+#[test]
+fn shared_operations_are_counted_once_each_with_their_objects() {
+    // Order of `ops_added`: class locks, contended, ring pushes, ring pops, ring retries, inbox
+    // pushes, inbox takes, objects taken, objects returned, heaps attached, retired, span locks.
+    let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
+    let node = NodeId(0);
+    let class = class_of(64, 8).unwrap();
+    let want = class.batch();
+    let (mut before, mut spans) = ([0; 11], 0);
+    assert_eq!(ops_added(heaps, &mut before, &mut spans), [0; 12]);
+
+    let batch = heaps
+        .take_from_bags(node, Partition::DEFAULT, class, want)
+        .unwrap();
+    assert_eq!(batch.count, want);
+    let taken = want as u64;
+    assert_eq!(
+        ops_added(heaps, &mut before, &mut spans),
+        [1, 0, 0, 0, 0, 0, 0, taken, 0, 0, 0, 1],
+        "a refill from a new bag"
+    );
+
+    heaps.release(node, Partition::DEFAULT, class, batch);
+    assert_eq!(
+        ops_added(heaps, &mut before, &mut spans),
+        [0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        "a release into the ring"
+    );
+    let popped = heaps.ring_refill(node, Partition::DEFAULT, class).unwrap();
+    assert_eq!(popped, batch);
+    assert!(heaps.ring_refill(node, Partition::DEFAULT, class).is_none());
+    assert_eq!(
+        ops_added(heaps, &mut before, &mut spans),
+        [0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0],
+        "a refill from the ring (then an empty ring, not a pop)"
+    );
+
+    // Half the batch to the inbox, as another node's thread would send it, half to the bags.
+    let mut split = batch.head;
+    for _ in 1..want / 2 {
+        // SAFETY: walking the batch we hold.
+        split = unsafe { next_of(split) };
+    }
+    // SAFETY: as above; `split` is inside the batch.
+    let rest = unsafe { next_of(split) };
+    // SAFETY: `split` is ours; the first half now ends there.
+    unsafe { set_next(split, null_mut()) };
+    // SAFETY: a well-formed chain of freed objects of node 0, ours to give.
+    unsafe { heaps.send_remote(node, rest, batch.tail, want - want / 2) };
+    assert_eq!(
+        ops_added(heaps, &mut before, &mut spans),
+        [0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0],
+        "a remote free's chain"
+    );
+    heaps
+        .return_to_bags(node, class, batch.head, false)
+        .unwrap();
+    let half = (want / 2) as u64;
+    assert_eq!(
+        ops_added(heaps, &mut before, &mut spans),
+        [1, 0, 0, 0, 0, 0, 0, 0, half, 0, 0, 0],
+        "a return to the bags"
+    );
+    heaps.drain_inbox(node);
+    heaps.drain_inbox(node);
+    // The bag's last objects come back: it goes to the region under its span lock.
+    assert_eq!(
+        ops_added(heaps, &mut before, &mut spans),
+        [1, 0, 0, 0, 0, 0, 1, 0, taken - half, 0, 0, 1],
+        "an inbox sorted into the bags (then an empty inbox, not a take)"
+    );
+
+    let stats = heaps.collect_stats(0);
+    let node_stats = &stats.nodes()[0];
+    assert_eq!(
+        [
+            node_stats.class_locks,
+            node_stats.ring_pushes,
+            node_stats.ring_pops,
+            node_stats.inbox_pushes,
+            node_stats.inbox_takes,
+            node_stats.bag_objects_taken,
+            node_stats.bag_objects_returned,
+            node_stats.span_locks,
+        ],
+        [3, 1, 1, 1, 1, taken, taken, spans]
+    );
+    assert_eq!((stats.class_locks, stats.span_locks), (3, spans));
+    assert_eq!(node_stats.contended_locks + node_stats.ring_retries, 0);
+}

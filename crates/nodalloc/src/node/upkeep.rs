@@ -71,7 +71,7 @@ impl NodeHeaps {
 
     /// Returns every batch of a class heap's ring to its bags.
     fn empty_ring(&self, node: NodeId, class: SizeClass, class_heap: &ClassHeap) {
-        while let Some(batch) = class_heap.ring_pop() {
+        while let Some(batch) = class_heap.ring_pop(&self.node(node).ops) {
             if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head, false) {
                 report(object, misuse);
             }

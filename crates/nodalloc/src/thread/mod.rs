@@ -240,6 +240,10 @@ impl ThreadHeap {
 
     /// Attaches the heap to an allocator instance, homed on `node`.
     pub(crate) fn attach(&mut self, heaps: &'static NodeHeaps, node: NodeId) {
+        // A thread's start; a re-homing moves an active heap and is not counted.
+        if self.state == HeapState::Fresh {
+            heaps.count_heap_attached(node);
+        }
         self.heaps = heaps;
         self.cpu_word = &NO_CPU;
         self.cpu_seen = 0;

@@ -293,6 +293,30 @@ fn retired_heap_serves_late_calls_without_caching() {
     );
 }
 
+/// A thread heap counts on its node once when it attaches (a thread's start) and once when it
+/// retires (its exit); a retired heap's late calls and a second retire add nothing.
+#[test]
+fn a_thread_heap_is_counted_attached_and_retired_once_each() {
+    let heaps = heaps(1);
+    let ops = &heaps.node(NodeId(0)).ops;
+    let counts = || {
+        (
+            ops.heaps_attached.load(Ordering::Relaxed),
+            ops.heaps_retired.load(Ordering::Relaxed),
+        )
+    };
+    let mut heap = attached(heaps, NodeId(0));
+    assert_eq!(counts(), (1, 0));
+    let class = class_of(32, 8).unwrap();
+    let p = allocate(&mut heap, class);
+    heap.retire();
+    assert_eq!(counts(), (1, 1));
+    // SAFETY: allocated above, freed once.
+    unsafe { heap.free(p, class) };
+    heap.retire();
+    assert_eq!(counts(), (1, 1));
+}
+
 /// Walks a list: its length must be its count, and its last object its tail.
 fn assert_list_consistent(heap: &ThreadHeap, class: SizeClass) {
     let list = &heap.lists[class.index()];

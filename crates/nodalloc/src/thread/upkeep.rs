@@ -123,6 +123,9 @@ impl ThreadHeap {
         if self.state == HeapState::Active {
             self.flush();
             self.drop_partition_cache();
+            if let Some(heaps) = self.heaps() {
+                heaps.count_heap_retired(self.node);
+            }
             self.state = HeapState::Retired;
             // Every free now fails the region check and takes the slow path.
             self.home = HomeView::NONE;

@@ -29,12 +29,12 @@ pub(crate) use spans::canary_of;
 
 use super::pagemap::{AgeLinks, Kind, PageMap, Role, Tag, UnitMeta};
 use super::round_up;
-use crate::ds::spinlock::SpinLock;
+use crate::ds::spinlock::{SpinGuard, SpinLock};
 use crate::os;
 use crate::size_class::{SizeClass, MAX_BAG_UNITS, UNIT, UNIT_SHIFT};
 use core::cell::UnsafeCell;
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Non-empty buckets searched for a dirty span after a clean one that fits was found.
 const DIRTY_SEARCH_BUCKETS: usize = 3;
@@ -133,6 +133,8 @@ pub struct Region {
     pub decommitted: AtomicUsize,
     /// Chunks the maintenance thread populated ahead of demand (see `prepare.rs`).
     pub prepared: AtomicUsize,
+    /// Times the span lock was taken (statistics: the node's shared-structure operations).
+    pub span_locks: AtomicU64,
 }
 
 // SAFETY: `state` is only touched with `lock` held; the rest is immutable after `init` or atomic.
@@ -173,6 +175,14 @@ impl Region {
             (*this).frontier_hint = AtomicUsize::new(start);
             (*(*this).state.get()).frontier = start;
         }
+    }
+
+    /// Takes the span lock, counted in [`Region::span_locks`].
+    #[inline]
+    fn lock_span(&self) -> SpinGuard<'_> {
+        let guard = self.lock.lock();
+        self.span_locks.fetch_add(1, Ordering::Relaxed);
+        guard
     }
 
     /// Words of the chunk bitmap a region of `bytes` needs.
@@ -257,7 +267,7 @@ impl Region {
         align_units: usize,
         usage: SpanUse,
     ) -> Option<usize> {
-        let _guard = self.lock.lock();
+        let _guard = self.lock_span();
         // SAFETY: the span lock is held.
         let state = unsafe { &mut *self.state.get() };
         let (address, zeroed) = self
@@ -328,7 +338,7 @@ impl Region {
         defer: bool,
     ) {
         let now = os::monotonic_ns().max(1);
-        let _guard = self.lock.lock();
+        let _guard = self.lock_span();
         // SAFETY: the span lock is held.
         let state = unsafe { &mut *self.state.get() };
         self.active
@@ -360,7 +370,7 @@ impl Region {
     /// Decommits dirty spans that the policy says are due (all of them when `force`).
     pub fn purge(&self, map: &PageMap, decommit: DecommitPolicy, force: bool) {
         let now = os::monotonic_ns().max(1);
-        let _guard = self.lock.lock();
+        let _guard = self.lock_span();
         // SAFETY: the span lock is held.
         let state = unsafe { &mut *self.state.get() };
         self.purge_locked(state, map, now, decommit, force);
@@ -375,7 +385,7 @@ impl Region {
     /// and hold no live object.
     pub unsafe fn release_in_use(&self, address: usize, bytes: usize) {
         if address + bytes > self.huge_from {
-            let _guard = self.lock.lock();
+            let _guard = self.lock_span();
             let mut chunk = (address & !(CHUNK_BYTES - 1)).max(self.huge_from);
             while chunk < address + bytes {
                 self.keep_off_huge_pages(chunk);
@@ -388,7 +398,7 @@ impl Region {
 
     /// Bytes of free spans still committed (takes the span lock).
     pub fn dirty_bytes(&self) -> usize {
-        let _guard = self.lock.lock();
+        let _guard = self.lock_span();
         // SAFETY: the span lock is held.
         unsafe { (*self.state.get()).dirty_bytes }
     }

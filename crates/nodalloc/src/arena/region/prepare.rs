@@ -35,7 +35,7 @@ impl Region {
         if self.chunk_nodes.is_null() {
             return false;
         }
-        let mut guard = self.lock.lock();
+        let mut guard = self.lock_span();
         // SAFETY: the span lock is held.
         let state = unsafe { &mut *self.state.get() };
         if state.fresh_taken != state.fresh_seen {
@@ -84,7 +84,7 @@ impl Region {
             // SAFETY: the chunk is committed (the frontier passed it), chunk aligned, and
             // nobody else can reach it while `preparing` names it.
             unsafe { os::populate(chunk as *mut u8, CHUNK_BYTES) };
-            guard = self.lock.lock();
+            guard = self.lock_span();
             // SAFETY: the span lock is held again.
             self.finish_preparing(unsafe { &mut *self.state.get() }, map);
         }
@@ -106,7 +106,7 @@ impl Region {
     /// In a forked child, after the span lock was released: finishes a preparation the
     /// parent's maintenance thread was in the middle of.
     pub fn recover_after_fork(&self, map: &PageMap) {
-        let _guard = self.lock.lock();
+        let _guard = self.lock_span();
         // SAFETY: the span lock is held.
         let state = unsafe { &mut *self.state.get() };
         self.finish_preparing(state, map);

@@ -7,7 +7,7 @@ impl Region {
     /// Grows a large span in place to `new_units` if the units after it are free (or are the
     /// frontier). Returns false, changing nothing, otherwise.
     pub fn grow(&self, map: &PageMap, address: usize, old_units: usize, new_units: usize) -> bool {
-        let _guard = self.lock.lock();
+        let _guard = self.lock_span();
         // SAFETY: the span lock is held.
         let state = unsafe { &mut *self.state.get() };
         let extra = new_units - old_units;
@@ -107,7 +107,7 @@ impl Region {
     ) {
         debug_assert!(new_units >= 1 && new_units < old_units);
         {
-            let _guard = self.lock.lock();
+            let _guard = self.lock_span();
             // SAFETY: the span lock is held; `address` heads a large span we own.
             unsafe { (*map.meta(map.unit_of(address))).units = new_units };
         }
