@@ -309,8 +309,9 @@ mod face {
         OPTIONS
     }
 
-    /// Starts the maintenance thread if `NODALLOC_BACKGROUND=1` asks for one and none runs;
-    /// true when one runs afterwards. Call it from ordinary code (not from inside an
+    /// Starts the maintenance thread unless `NODALLOC_BACKGROUND=0` or one runs already (the
+    /// default, `release`, makes upkeep passes only; `1` the full thread); true when one runs
+    /// afterwards. Call it from ordinary code (not from inside an
     /// allocation): it creates a thread. See the option's documentation.
     pub fn start_background() -> bool {
         Instance::get().is_some() && crate::instance::background::start(libc::pthread_create)

@@ -1,4 +1,4 @@
-//! The maintenance thread through the Rust face (`NODALLOC_BACKGROUND=1`,
+//! The maintenance thread through the Rust face (`NODALLOC_BACKGROUND`: `release` by default, `1`, `0`;
 //! `nodalloc::start_background()`): each scenario runs in a child process of this binary
 //! (options are read once, at the first allocation), with nodalloc as its global allocator.
 
@@ -41,7 +41,7 @@ fn child_entry() {
         }
         "off" => {
             churn();
-            assert!(!nodalloc::start_background(), "started without the option");
+            assert!(!nodalloc::start_background(), "started with the option off");
             std::thread::sleep(std::time::Duration::from_millis(150));
             assert_eq!(nodalloc::stats().background_passes, 0);
             eprintln!("off ok");
@@ -200,7 +200,13 @@ fn start_background_runs_the_maintenance_thread_when_the_option_asks() {
     expect_child("start", &[("NODALLOC_BACKGROUND", "1")], "start ok");
 }
 
+/// The default (`release`): the thread starts and makes its upkeep passes.
 #[test]
-fn start_background_does_nothing_without_the_option() {
-    expect_child("off", &[], "off ok");
+fn start_background_runs_the_upkeep_passes_by_default() {
+    expect_child("start", &[], "start ok");
+}
+
+#[test]
+fn start_background_does_nothing_with_the_option_off() {
+    expect_child("off", &[("NODALLOC_BACKGROUND", "0")], "off ok");
 }

@@ -1,4 +1,4 @@
-/* The maintenance thread (NODALLOC_BACKGROUND=1).
+/* The maintenance thread (NODALLOC_BACKGROUND: release by default, or 1).
  *
  * Usage: background none|thread|quiet|exit EXPECTED_THREADS. `none` never creates a thread: allocates,
  * frees, sleeps, and checks that the process has EXPECTED_THREADS threads (1: no maintenance

@@ -1,8 +1,11 @@
-//! The maintenance thread (`NODALLOC_BACKGROUND=1`): one per process, running every node's
+//! The maintenance thread (`NODALLOC_BACKGROUND`): one per process, running every node's
 //! upkeep once per upkeep period — rings nobody touched go back to their bags, the sweep gives
 //! back the free pages of quiet bags, and free spans whose decommit delay has passed go back to
 //! the OS. Without it that work runs only on the slow paths of threads that allocate, so memory
-//! a program freed before going quiet stays committed.
+//! a program freed before going quiet stays committed (up to its recent peak of use, which the
+//! decommit rule lets wait out the delay). That much is the default (`release`); with `1` it
+//! also makes the releases frees leave to it and prepares chunks and bags ahead of a growing
+//! heap.
 //!
 //! It is started at a safe point, never from inside an allocation: the C library starts it
 //! when the program creates its first thread (its `pthread_create`, outside any allocator
@@ -14,6 +17,7 @@
 
 use super::Instance;
 use crate::os;
+use crate::os::options::Background;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// 0: no maintenance thread; 1: one is starting or running.
@@ -25,10 +29,14 @@ pub(super) static CPU_NS: AtomicU64 = AtomicU64::new(0);
 /// Free spans it decommitted, in bytes.
 pub(super) static RELEASED: AtomicU64 = AtomicU64::new(0);
 
+/// What the options ask of the maintenance thread.
+fn mode() -> Background {
+    super::start::options().map_or(Background::Off, |options| options.background)
+}
+
 /// True when the options ask for the maintenance thread and none runs.
 fn wanted() -> bool {
-    RUNNING.load(Ordering::Relaxed) == 0
-        && super::start::options().is_some_and(|options| options.background)
+    RUNNING.load(Ordering::Relaxed) == 0 && mode() != Background::Off
 }
 
 /// True while a maintenance thread runs (or is being started).
@@ -68,6 +76,7 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, core::ptr::null_mut());
     }
+    let full = mode() == Background::Full;
     let mut next_upkeep = 0;
     let mut wait = PREPARE_TICK_NS;
     loop {
@@ -75,6 +84,10 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
             os::sleep_ns(100_000_000);
             continue;
         };
+        if !full {
+            release_pass(instance);
+            continue;
+        }
         let arena = instance.heaps.arena;
         arena.defer_releases(true);
         let now = os::monotonic_ns();
@@ -122,6 +135,24 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
     }
 }
 
+/// The default mode's step: one upkeep pass over every node, then a sleep of one upkeep
+/// period. Frees make their own releases, as without the thread; the pass returns what fell due
+/// while the program was quiet.
+fn release_pass(instance: Instance) {
+    let arena = instance.heaps.arena;
+    let now = os::monotonic_ns();
+    let decommitted = arena.decommitted_total();
+    instance.heaps.upkeep_all(now);
+    PASSES.fetch_add(1, Ordering::Relaxed);
+    // Release: as in the full mode's loop.
+    RELEASED.fetch_add(
+        arena.decommitted_total().saturating_sub(decommitted) as u64,
+        Ordering::Release,
+    );
+    CPU_NS.store(os::thread_cpu_ns(), Ordering::Relaxed);
+    os::sleep_ns(instance.heaps.upkeep_period());
+}
+
 /// How often preparation looks at the pools and bags while they grow: a heap that fills at a
 /// few million objects a second takes a class's waiting bags in about a millisecond.
 const PREPARE_TICK_NS: u64 = 250_000;
@@ -165,13 +196,13 @@ pub(crate) fn start(create: PthreadCreate) -> bool {
         libc::pthread_attr_destroy(&mut attributes);
         result == 0
     };
-    if created {
+    if created && mode() == Background::Full {
         // Frees leave their releases to the thread from the moment it exists, not from its
         // first pass (it says so again on each pass).
         if let Some(instance) = Instance::existing() {
             instance.heaps.arena.defer_releases(true);
         }
-    } else {
+    } else if !created {
         unclaim();
     }
     created

@@ -100,14 +100,14 @@ pub const OPTIONS: &[OptionSpec] = &[
     },
     OptionSpec {
         name: "NODALLOC_BACKGROUND",
-        default: "0",
-        meaning: "1: a maintenance thread makes the kernel work: it runs every node's upkeep \
-                  each upkeep period (rings nobody touched, the sweep, decommits that fell \
-                  due), makes the releases frees leave to it, populates chunks and carves bags \
-                  of big objects ahead of a growing heap, so memory freed before the threads went \
-                  quiet goes back to the OS within the decommit delay. Started by the C library \
-                  when the program creates its first thread (from Rust: \
-                  nodalloc::start_background()); never in a program that does neither",
+        default: "release",
+        meaning: "the maintenance thread, started by the C library when the program creates its \
+                  first thread (from Rust: nodalloc::start_background()), never in a program \
+                  that does neither. release: it runs every node's upkeep each upkeep period \
+                  (rings nobody touched, the sweep, decommits that fell due), so memory freed \
+                  before the threads went quiet goes back to the OS within the decommit delay; \
+                  1: it also makes the releases frees leave to it and populates chunks and \
+                  carves bags of big objects ahead of a growing heap; 0: none",
     },
     OptionSpec {
         name: "NODALLOC_CALLSITE",
@@ -169,11 +169,25 @@ pub struct Options {
     /// Secure mode (see `arena::secure`).
     pub secure: bool,
     /// The maintenance thread (`instance/background.rs`).
-    pub background: bool,
+    pub background: Background,
     /// Call-site partitions, P (0: off).
     pub callsite_partitions: usize,
     /// Frames from `malloc` to the call site (1: its caller).
     pub callsite_depth: usize,
+}
+
+/// What the maintenance thread does (`NODALLOC_BACKGROUND`; see `instance/background.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Background {
+    /// No maintenance thread.
+    Off,
+    /// Upkeep passes only: a program that went quiet gives its freed memory back within the
+    /// decommit delay. Frees still make their own releases. The default: it costs a wake-up per
+    /// upkeep period and no memory.
+    Release,
+    /// Also the releases frees leave to it, and chunks and bags prepared ahead of a growing
+    /// heap (`1`).
+    Full,
 }
 
 pub const DEFAULT_REGION_BYTES: u64 = 1 << 40;
@@ -200,7 +214,7 @@ impl Default for Options {
             limit_bytes: 0,
             stats_at_exit: false,
             secure: cfg!(feature = "secure"),
-            background: false,
+            background: Background::Release,
             callsite_partitions: 0,
             callsite_depth: 1,
         }
@@ -316,7 +330,10 @@ impl Options {
             }
         }
         if let Some(value) = env(c"NODALLOC_BACKGROUND") {
-            options.background = parse_switch("NODALLOC_BACKGROUND", value);
+            options.background = parse_background(value).unwrap_or_else(|| {
+                bad_value("NODALLOC_BACKGROUND", value, "release, 1 or 0", "release");
+                Background::Release
+            });
         }
         if let Some(value) = env(c"NODALLOC_CALLSITE") {
             match parse_decimal(value) {
@@ -447,6 +464,16 @@ pub fn parse_size(text: &[u8]) -> Option<u64> {
 
 /// An on/off option that is off by default: `1`, `yes`, `true` or `0`, `no`, `false`, empty;
 /// anything else warns and is off.
+/// `NODALLOC_BACKGROUND`'s value; `None` for one it does not take.
+fn parse_background(value: &[u8]) -> Option<Background> {
+    match trim(value) {
+        b"release" => Some(Background::Release),
+        b"1" | b"yes" | b"true" => Some(Background::Full),
+        b"0" | b"no" | b"false" => Some(Background::Off),
+        _ => None,
+    }
+}
+
 fn parse_switch(name: &str, value: &[u8]) -> bool {
     match trim(value) {
         b"1" | b"yes" | b"true" => true,
@@ -485,6 +512,22 @@ mod tests {
         assert_eq!(parse_size(b"12x"), None);
         assert_eq!(parse_size(b""), None);
         assert_eq!(parse_size(b"99999999999T"), None);
+    }
+
+    #[test]
+    fn the_maintenance_thread_option_takes_release_full_or_off() {
+        assert_eq!(Options::default().background, Background::Release);
+        assert_eq!(parse_background(b"release"), Some(Background::Release));
+        assert_eq!(parse_background(b" release\n"), Some(Background::Release));
+        for full in [&b"1"[..], b"yes", b"true"] {
+            assert_eq!(parse_background(full), Some(Background::Full));
+        }
+        for off in [&b"0"[..], b"no", b"false"] {
+            assert_eq!(parse_background(off), Some(Background::Off));
+        }
+        for bad in [&b""[..], b"2", b"Release", b"full"] {
+            assert_eq!(parse_background(bad), None, "{bad:?}");
+        }
     }
 
     #[test]
