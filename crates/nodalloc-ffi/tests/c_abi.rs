@@ -336,6 +336,33 @@ fn the_maintenance_thread_works_without_fds_or_signals_and_exit_interrupts_it_cl
     }
 }
 
+/// The default maintenance thread (`release`: upkeep passes only, frees make their own
+/// releases) gives a quiet multi-threaded program's memory back: 64 MiB of touched blocks freed,
+/// then no allocator call at all, and RSS is down again within a second. With the thread off the
+/// decommit rule keeps what the program used lately for its next use, and nothing runs to give
+/// it back: the same child reports the memory still resident (its exit code 13).
+#[test]
+fn a_quiet_programs_memory_goes_back_with_the_default_maintenance_thread() {
+    for mode in MODES {
+        let mut quiet = command("background", mode);
+        quiet
+            .args(["quiet", "2"])
+            .env_remove("NODALLOC_BACKGROUND")
+            .env("NODALLOC_RETAIN", "0");
+        run_passing("background", mode, &mut quiet);
+        let mut off = command("background", mode);
+        off.args(["quiet", "1"])
+            .env("NODALLOC_BACKGROUND", "0")
+            .env("NODALLOC_RETAIN", "0");
+        let finished = run_bounded(&mut off, TIME_LIMIT);
+        assert!(
+            !finished.succeeded() && finished.stderr.contains("status 0xd00"),
+            "without the thread the memory should stay until the next call ({mode:?}): {}",
+            finished.describe()
+        );
+    }
+}
+
 /// The hostile runs again with the maintenance thread at work: a thousand forks while threads
 /// exchange blocks, the exact memory limit under eight threads, and exit while threads allocate.
 #[test]

@@ -11,7 +11,9 @@
  * `quiet` forks a child that closes every file descriptor and blocks every signal before its
  * first thread (so the maintenance thread starts in that state), frees 64 MiB of touched large
  * blocks, and reports through its exit status alone that its resident memory fell back within
- * a second (the maintenance thread made the releases: the child's own frees leave them to it).
+ * a second while it made no allocator call (the maintenance thread made the releases: with `1`
+ * the child's own frees leave them to it; by default the decommit rule keeps memory the program
+ * used lately and the thread's upkeep passes give it back).
  * `exit` frees 128 MiB of touched blocks and calls exit() at once, while the maintenance
  * thread has the releases to make: the process must end cleanly, every time.
  */
