@@ -29,7 +29,7 @@ pub extern "C" fn nodalloc_malloc_on_node(size: usize, node: c_int) -> *mut c_vo
         return null_mut();
     }
     if secure::on() {
-        let Some(total) = size.max(1).checked_add(8) else {
+        let Some(total) = size.max(1).checked_add(secure::OVERHEAD) else {
             set_errno(libc::ENOMEM);
             return null_mut();
         };

@@ -4,11 +4,11 @@
 //! - **Trailer and canary.** The last 8 bytes of every block's usable space hold its
 //!   *trailer*: the size the program asked for and how it allocated the block (`malloc`, `new`,
 //!   `new[]`, or freed), with a check field, all mixed with the block's address and a secret of
-//!   the process. Up to [`CANARY_BYTES`] bytes between the program's bytes and the trailer hold a
-//!   canary. `free` checks both, so an overflow of even one byte is caught at the block's free;
-//!   it checks the trailer of the object just before in the bag when the program holds that one
-//!   (an underflow damages it); it checks the kind (`delete` of a `malloc` block, `delete[]` of
-//!   a `new` block, `free` of either) and a sized `delete`'s size.
+//!   the process. One to [`CANARY_BYTES`] bytes between the program's bytes and the trailer
+//!   hold a canary. `free` checks both, so an overflow of even one byte is caught at the
+//!   block's free; it checks the trailer of the object just before in the bag when the program
+//!   holds that one (an underflow damages it); it checks the kind (`delete` of a `malloc`
+//!   block, `delete[]` of a `new` block, `free` of either) and a sized `delete`'s size.
 //! - **Fill and quarantine.** A freed block of a size class is zeroed and its trailer says
 //!   "freed"; a freed large block (whole pages) is made inaccessible. It then waits in the thread's quarantine (at most
 //!   [`QUARANTINE_SLOTS`] blocks and [`QUARANTINE_BYTES`] bytes) before the core takes it back,
@@ -41,6 +41,11 @@ fn split(tagged: usize) -> (usize, bool) {
 
 /// The trailer's bytes, at the end of each block's usable space.
 const TRAILER: usize = 8;
+/// Bytes a block takes beyond the program's: its trailer and at least one canary byte, so the
+/// byte just past the program's is never the trailer's, whose keyed bytes are random (a one-byte
+/// overflow that wrote the value already there, 1 in 256, went unseen); the canary's top bit is
+/// set, so a one-byte overflow of text or a NUL terminator always shows.
+pub(crate) const OVERHEAD: usize = TRAILER + 1;
 /// Canary bytes written (and checked) after the program's bytes, at most.
 const CANARY_BYTES: usize = 64;
 /// Blocks the quarantine of a thread holds at most (one page holds them).
@@ -269,7 +274,7 @@ pub(crate) fn alloc(
     if size == 0 && align <= ZERO_STEP {
         return zero_block();
     }
-    let Some(total) = size.checked_add(TRAILER) else {
+    let Some(total) = size.checked_add(OVERHEAD) else {
         crate::set_errno(libc::ENOMEM);
         return null_mut();
     };
@@ -278,12 +283,12 @@ pub(crate) fn alloc(
     unsafe { finish(p, size, kind) }
 }
 
-/// Makes the block the core just handed out (of at least `size + 8` bytes, or null) a block of
+/// Makes the block the core just handed out (of at least `size + OVERHEAD` bytes, or null) a block of
 /// `size` bytes for `kind`: its zeros checked if it was freed before, its canary and trailer
 /// written. Returns it.
 ///
 /// # Safety
-/// `p` is null or a block of at least `size + 8` bytes just handed out, the caller's.
+/// `p` is null or a block of at least `size + OVERHEAD` bytes just handed out, the caller's.
 pub(crate) unsafe fn finish(p: *mut c_void, size: usize, kind: Kind) -> *mut c_void {
     let p = p as *mut u8;
     if p.is_null() {
