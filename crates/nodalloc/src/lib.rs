@@ -74,7 +74,9 @@ mod face {
 
     pub use crate::os::options::{OptionSpec, OPTIONS};
     pub use crate::os::topology::{NodeInfo, OvercommitMode, ThpMode, Topology};
-    pub use crate::stats::{ClassStats, NodeStats, PartitionStats, Stats, TOP_PARTITIONS};
+    pub use crate::stats::{
+        ClassStats, NodeStats, PartitionStats, SharedOpCounts, Stats, TOP_PARTITIONS,
+    };
 
     /// The allocator. Zero-sized and `const`: all state is process-wide, created at the first
     /// allocation.

@@ -63,13 +63,20 @@ pub struct NodeStats {
     /// Objects (small and large) this node's threads allocated so far (lags as
     /// [`Stats::allocs`]): the base of the shared-operation rates below.
     pub allocs: u64,
-    /// Shared-structure operations of this node's heap, so far: how often a design makes the
-    /// node's threads meet, comparable between designs even where few CPUs make the waits
-    /// themselves rare ([`Stats::write_to`] prints them per 1 000 allocations).
-    ///
+    /// Shared-structure operations of this node's heap, so far ([`Stats::write_to`] prints
+    /// them per 1 000 allocations).
+    pub shared: SharedOpCounts,
+}
+
+/// Operations on structures a node's threads share, so far: how often a design makes the
+/// node's threads meet, comparable between designs even where few CPUs make the waits
+/// themselves rare. Per node in [`NodeStats::shared`], summed over the nodes in
+/// [`Stats::shared`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SharedOpCounts {
     /// Times a class lock (one per class, the central bag list's) was taken.
     pub class_locks: u64,
-    /// Of [`NodeStats::class_locks`], the times the first try failed and the taker waited.
+    /// Of [`SharedOpCounts::class_locks`], the times the first try failed and the taker waited.
     pub contended_locks: u64,
     /// Times a span lock of the node's region (its dense and sparse pools) was taken.
     pub span_locks: u64,
@@ -92,6 +99,24 @@ pub struct NodeStats {
     pub heaps_attached: u64,
     /// Thread heaps of the node retired at their thread's exit.
     pub heaps_retired: u64,
+}
+
+impl SharedOpCounts {
+    /// Adds another node's counts to these.
+    pub(crate) fn add(&mut self, other: &SharedOpCounts) {
+        self.class_locks += other.class_locks;
+        self.contended_locks += other.contended_locks;
+        self.span_locks += other.span_locks;
+        self.ring_pushes += other.ring_pushes;
+        self.ring_pops += other.ring_pops;
+        self.ring_retries += other.ring_retries;
+        self.inbox_pushes += other.inbox_pushes;
+        self.inbox_takes += other.inbox_takes;
+        self.bag_objects_taken += other.bag_objects_taken;
+        self.bag_objects_returned += other.bag_objects_returned;
+        self.heaps_attached += other.heaps_attached;
+        self.heaps_retired += other.heaps_retired;
+    }
 }
 
 impl NodeStats {
@@ -155,30 +180,8 @@ pub struct Stats {
     pub remote_frees: u64,
     /// Batches or objects threads took from other nodes' heaps, all nodes.
     pub steals: u64,
-    /// See [`NodeStats::class_locks`], all nodes.
-    pub class_locks: u64,
-    /// See [`NodeStats::contended_locks`], all nodes.
-    pub contended_locks: u64,
-    /// See [`NodeStats::span_locks`], all nodes.
-    pub span_locks: u64,
-    /// See [`NodeStats::ring_pushes`], all nodes.
-    pub ring_pushes: u64,
-    /// See [`NodeStats::ring_pops`], all nodes.
-    pub ring_pops: u64,
-    /// See [`NodeStats::ring_retries`], all nodes.
-    pub ring_retries: u64,
-    /// See [`NodeStats::inbox_pushes`], all nodes.
-    pub inbox_pushes: u64,
-    /// See [`NodeStats::inbox_takes`], all nodes.
-    pub inbox_takes: u64,
-    /// See [`NodeStats::bag_objects_taken`], all nodes.
-    pub bag_objects_taken: u64,
-    /// See [`NodeStats::bag_objects_returned`], all nodes.
-    pub bag_objects_returned: u64,
-    /// See [`NodeStats::heaps_attached`], all nodes.
-    pub heaps_attached: u64,
-    /// See [`NodeStats::heaps_retired`], all nodes.
-    pub heaps_retired: u64,
+    /// Shared-structure operations, all nodes (see [`NodeStats::shared`]).
+    pub shared: SharedOpCounts,
     /// Objects (small and large) allocated so far.
     pub allocs: u64,
     /// Objects (small and large) freed so far.
@@ -228,18 +231,7 @@ impl Stats {
             huge_pages: 0,
             remote_frees: 0,
             steals: 0,
-            class_locks: 0,
-            contended_locks: 0,
-            span_locks: 0,
-            ring_pushes: 0,
-            ring_pops: 0,
-            ring_retries: 0,
-            inbox_pushes: 0,
-            inbox_takes: 0,
-            bag_objects_taken: 0,
-            bag_objects_returned: 0,
-            heaps_attached: 0,
-            heaps_retired: 0,
+            shared: SharedOpCounts::default(),
             allocs: 0,
             frees: 0,
             threads: 0,
@@ -261,22 +253,6 @@ impl Stats {
             top: [PartitionStats::default(); TOP_PARTITIONS],
             top_len: 0,
         }
-    }
-
-    /// Adds a node's shared-structure operations to the totals.
-    pub(crate) fn add_shared_ops(&mut self, node: &NodeStats) {
-        self.class_locks += node.class_locks;
-        self.contended_locks += node.contended_locks;
-        self.span_locks += node.span_locks;
-        self.ring_pushes += node.ring_pushes;
-        self.ring_pops += node.ring_pops;
-        self.ring_retries += node.ring_retries;
-        self.inbox_pushes += node.inbox_pushes;
-        self.inbox_takes += node.inbox_takes;
-        self.bag_objects_taken += node.bag_objects_taken;
-        self.bag_objects_returned += node.bag_objects_returned;
-        self.heaps_attached += node.heaps_attached;
-        self.heaps_retired += node.heaps_retired;
     }
 
     /// The partitions with the most live bytes, most first (at most [`TOP_PARTITIONS`]; none
@@ -472,8 +448,9 @@ impl Stats {
 }
 
 /// A node's shared-structure operations per 1 000 of its allocations, one line.
-fn write_shared_ops(w: &mut Writer, stats: &NodeStats) {
-    let allocs = stats.allocs;
+fn write_shared_ops(w: &mut Writer, node: &NodeStats) {
+    let allocs = node.allocs;
+    let stats = &node.shared;
     w.str("    shared operations per 1000 allocations: class locks ");
     write_per_thousand(w, stats.class_locks, allocs);
     w.str(" (contended ");

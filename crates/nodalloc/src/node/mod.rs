@@ -152,7 +152,7 @@ impl ClassHeap {
 /// a design makes threads meet, which can be compared between designs even on a machine with
 /// too few CPUs for the meetings to cost much time. Relaxed increments (nothing is ordered by
 /// them), made on slow paths only, one per operation or one per batch; read by the statistics
-/// ([`crate::stats::NodeStats`] documents each). Kept together, after the node heap's hot
+/// ([`crate::stats::SharedOpCounts`] documents each). Kept together, after the node heap's hot
 /// fields, on lines of their own: they are written by every thread of the node that takes a
 /// slow path, and should not make the inbox's line bounce with them.
 #[repr(align(64))]
@@ -171,6 +171,26 @@ pub struct SharedOps {
 }
 
 impl SharedOps {
+    /// The counts as the statistics show them; `span_locks` is the region's count (the arena
+    /// keeps it).
+    pub(crate) fn counts(&self, span_locks: u64) -> crate::stats::SharedOpCounts {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        crate::stats::SharedOpCounts {
+            class_locks: load(&self.class_locks),
+            contended_locks: load(&self.contended_locks),
+            span_locks,
+            ring_pushes: load(&self.ring_pushes),
+            ring_pops: load(&self.ring_pops),
+            ring_retries: load(&self.ring_retries),
+            inbox_pushes: load(&self.inbox_pushes),
+            inbox_takes: load(&self.inbox_takes),
+            bag_objects_taken: load(&self.bag_objects_taken),
+            bag_objects_returned: load(&self.bag_objects_returned),
+            heaps_attached: load(&self.heaps_attached),
+            heaps_retired: load(&self.heaps_retired),
+        }
+    }
+
     /// Adds a ring operation's retries (most are none: no write then).
     #[inline]
     fn count_ring_retries(&self, retries: u64) {

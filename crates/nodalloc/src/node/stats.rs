@@ -24,7 +24,6 @@ impl NodeHeaps {
         for node in heaps.nodes() {
             let node_heap = heaps.node(node);
             let usage = arena.usage(node.index());
-            let ops = &node_heap.ops;
             let mut out = NodeStats {
                 active: usage.active,
                 committed: usage.committed,
@@ -40,18 +39,7 @@ impl NodeHeaps {
                 dense_bags: usage.dense_active,
                 huge_pages: 0,
                 allocs: node_heap.large_allocs.load(Ordering::Relaxed),
-                class_locks: ops.class_locks.load(Ordering::Relaxed),
-                contended_locks: ops.contended_locks.load(Ordering::Relaxed),
-                span_locks: usage.span_locks,
-                ring_pushes: ops.ring_pushes.load(Ordering::Relaxed),
-                ring_pops: ops.ring_pops.load(Ordering::Relaxed),
-                ring_retries: ops.ring_retries.load(Ordering::Relaxed),
-                inbox_pushes: ops.inbox_pushes.load(Ordering::Relaxed),
-                inbox_takes: ops.inbox_takes.load(Ordering::Relaxed),
-                bag_objects_taken: ops.bag_objects_taken.load(Ordering::Relaxed),
-                bag_objects_returned: ops.bag_objects_returned.load(Ordering::Relaxed),
-                heaps_attached: ops.heaps_attached.load(Ordering::Relaxed),
-                heaps_retired: ops.heaps_retired.load(Ordering::Relaxed),
+                shared: node_heap.ops.counts(usage.span_locks),
             };
             let mut live_small: i64 = 0;
             heaps.for_each_class_heap(node, |_, size_class, class_heap| {
@@ -87,7 +75,7 @@ impl NodeHeaps {
             stats.released_in_bags += out.released_in_bags;
             stats.remote_frees += out.remote_frees;
             stats.steals += out.steals;
-            stats.add_shared_ops(&out);
+            stats.shared.add(&out.shared);
             stats.allocs += out.large_allocs;
             stats.frees += out.large_frees;
         }

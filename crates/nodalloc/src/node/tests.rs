@@ -575,7 +575,7 @@ fn shared_operations_are_counted_once_each_with_their_objects() {
     );
 
     let stats = heaps.collect_stats(0);
-    let node_stats = &stats.nodes()[0];
+    let node_stats = &stats.nodes()[0].shared;
     assert_eq!(
         [
             node_stats.class_locks,
@@ -589,6 +589,9 @@ fn shared_operations_are_counted_once_each_with_their_objects() {
         ],
         [3, 1, 1, 1, 1, taken, taken, spans]
     );
-    assert_eq!((stats.class_locks, stats.span_locks), (3, spans));
+    assert_eq!(
+        (stats.shared.class_locks, stats.shared.span_locks),
+        (3, spans)
+    );
     assert_eq!(node_stats.contended_locks + node_stats.ring_retries, 0);
 }
