@@ -283,9 +283,9 @@ pub(crate) fn alloc(
     unsafe { finish(p, size, kind) }
 }
 
-/// Makes the block the core just handed out (of at least `size + OVERHEAD` bytes, or null) a block of
-/// `size` bytes for `kind`: its zeros checked if it was freed before, its canary and trailer
-/// written. Returns it.
+/// Makes the block the core just handed out (of at least `size + OVERHEAD` bytes, or null) a
+/// block of `size` bytes for `kind`: its zeros checked if it was freed before, its canary and
+/// trailer written. Returns it.
 ///
 /// # Safety
 /// `p` is null or a block of at least `size + OVERHEAD` bytes just handed out, the caller's.

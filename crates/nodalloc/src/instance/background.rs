@@ -106,12 +106,7 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
             // a program that churns keeps its RSS as close to its use as without the thread.
             arena.purge(false);
         }
-        // Release: a snapshot that sees this count sees the decommits it counts (see
-        // `Instance::stats`).
-        RELEASED.fetch_add(
-            arena.decommitted_total().saturating_sub(decommitted) as u64,
-            Ordering::Release,
-        );
+        count_released(instance, decommitted);
         if pass || worked {
             // After each pass and each step that prepared something (its clock is a system
             // call: not on the steps that only looked).
@@ -139,18 +134,26 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
 /// period. Frees make their own releases, as without the thread; the pass returns what fell due
 /// while the program was quiet.
 fn release_pass(instance: Instance) {
-    let arena = instance.heaps.arena;
-    let now = os::monotonic_ns();
-    let decommitted = arena.decommitted_total();
-    instance.heaps.upkeep_all(now);
+    let decommitted = instance.heaps.arena.decommitted_total();
+    instance.heaps.upkeep_all(os::monotonic_ns());
     PASSES.fetch_add(1, Ordering::Relaxed);
-    // Release: as in the full mode's loop.
-    RELEASED.fetch_add(
-        arena.decommitted_total().saturating_sub(decommitted) as u64,
-        Ordering::Release,
-    );
+    count_released(instance, decommitted);
     CPU_NS.store(os::thread_cpu_ns(), Ordering::Relaxed);
     os::sleep_ns(instance.heaps.upkeep_period());
+}
+
+/// Adds to [`RELEASED`] what the arena decommitted since it had `before` bytes decommitted.
+fn count_released(instance: Instance, before: usize) {
+    // Release: a snapshot that sees this count sees the decommits it counts (see
+    // `Instance::stats`).
+    RELEASED.fetch_add(
+        instance
+            .heaps
+            .arena
+            .decommitted_total()
+            .saturating_sub(before) as u64,
+        Ordering::Release,
+    );
 }
 
 /// How often preparation looks at the pools and bags while they grow: a heap that fills at a

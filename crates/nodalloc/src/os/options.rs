@@ -468,20 +468,33 @@ pub fn parse_size(text: &[u8]) -> Option<u64> {
 fn parse_background(value: &[u8]) -> Option<Background> {
     match trim(value) {
         b"release" => Some(Background::Release),
-        b"1" | b"yes" | b"true" => Some(Background::Full),
-        b"0" | b"no" | b"false" => Some(Background::Off),
-        _ => None,
+        word => switch_word(word).map(|on| {
+            if on {
+                Background::Full
+            } else {
+                Background::Off
+            }
+        }),
     }
 }
 
 fn parse_switch(name: &str, value: &[u8]) -> bool {
-    match trim(value) {
-        b"1" | b"yes" | b"true" => true,
-        b"0" | b"no" | b"false" | b"" => false,
-        _ => {
-            bad_value(name, value, "0 or 1", "0");
-            false
-        }
+    let word = trim(value);
+    if word.is_empty() {
+        return false;
+    }
+    switch_word(word).unwrap_or_else(|| {
+        bad_value(name, value, "0 or 1", "0");
+        false
+    })
+}
+
+/// The on/off words every switch takes (`word` already trimmed).
+fn switch_word(word: &[u8]) -> Option<bool> {
+    match word {
+        b"1" | b"yes" | b"true" => Some(true),
+        b"0" | b"no" | b"false" => Some(false),
+        _ => None,
     }
 }
 

@@ -312,12 +312,16 @@ impl Region {
                 SpanUse::Bag(_) => Role::new_bag(zeroed),
             };
         }
-        let active = self
-            .active
-            .fetch_add(units << UNIT_SHIFT, Ordering::Relaxed)
-            + (units << UNIT_SHIFT);
-        state.peak.raise(active);
+        self.add_active(state, units);
         Some(address)
+    }
+
+    /// Counts `units` more units handed out (a span, or a large span's growth in place), and
+    /// raises the recent peak of use with them. The span lock must be held.
+    fn add_active(&self, state: &mut PoolState, units: usize) {
+        let bytes = units << UNIT_SHIFT;
+        let active = self.active.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        state.peak.raise(active);
     }
 
     /// Returns a span to the pool (dirty), coalescing with dirty neighbours, then decommits what

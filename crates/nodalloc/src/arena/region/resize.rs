@@ -87,11 +87,7 @@ impl Region {
         // SAFETY: the span lock is held; `address` heads a large span we own.
         unsafe { (*map.meta(first)).units = new_units };
         self.count_used(state, next, extra, true);
-        let active = self
-            .active
-            .fetch_add(extra << UNIT_SHIFT, Ordering::Relaxed)
-            + (extra << UNIT_SHIFT);
-        state.peak.raise(active);
+        self.add_active(state, extra);
         true
     }
 
