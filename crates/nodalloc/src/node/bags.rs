@@ -62,19 +62,27 @@ impl NodeHeaps {
     /// into the object's first page, which faults it in: a refill that carved a whole batch of
     /// them made one `malloc` pay a page fault per object (4–6 µs for a batch) for pages the
     /// program had not touched yet; untouched, the object's first page faults when the program
-    /// touches it, as it would under any allocator. `None` when the node has nothing left.
+    /// touches it, as it would under any allocator. With the object, whether its bag's memory
+    /// reads as zero: a bag over memory that an earlier bag or span used holds that use's
+    /// bytes, and a face that marks the blocks it frees must clear such an object's mark (a
+    /// leftover mark makes its first free look like a double free, confirmed the slow way).
+    /// `None` when the node has nothing left.
     pub fn take_untouched(
         &self,
         node: NodeId,
         part: Partition,
         class: SizeClass,
         want: usize,
-    ) -> Option<Result<Batch, *mut u8>> {
+    ) -> Option<Result<Batch, (*mut u8, bool)>> {
         debug_assert!(class.size() > DENSE_OBJECT_MAX);
         let mut fresh = null_mut();
-        match self.take_from_node_bags(node, part, class, want, &mut false, Some(&mut fresh)) {
+        let mut zeroed = false;
+        match self.take_from_node_bags(node, part, class, want, &mut zeroed, Some(&mut fresh)) {
             Some(batch) => Some(Ok(batch)),
-            None if !fresh.is_null() => Some(Err(self.hand_out_single(node, part, class, fresh))),
+            None if !fresh.is_null() => Some(Err((
+                self.hand_out_single(node, part, class, fresh),
+                zeroed,
+            ))),
             None => None,
         }
     }
@@ -177,6 +185,7 @@ impl NodeHeaps {
                             // here; an empty one becomes this object, untouched.
                             want = 0;
                             if batch.count == 0 {
+                                *head_zeroed = (*bag).role.bag.zeroed;
                                 *fresh =
                                     (start + (*bag).role.bag.carved as usize * size) as *mut u8;
                                 (*bag).role.bag.carved += 1;

@@ -130,7 +130,8 @@ fn a_sparse_refill_hands_out_one_fresh_object_untouched_or_a_batch_of_freed_ones
     };
     let mut fresh = Vec::new();
     for _ in 0..3 {
-        let object = take().expect_err("a fresh object, untouched");
+        let (object, zeroed) = take().expect_err("a fresh object, untouched");
+        assert!(zeroed, "a fresh bag's memory reads as zero");
         // SAFETY: the object is ours; its link word, had one been written, is its first.
         let first = unsafe { *(object as *const usize) };
         assert_eq!(first, 0, "a link was written");
@@ -153,7 +154,7 @@ fn a_sparse_refill_hands_out_one_fresh_object_untouched_or_a_batch_of_freed_ones
     let mut got = [batch.head, batch.tail];
     got.sort();
     assert_eq!(got, [fresh[0], fresh[1]]);
-    let next = take().expect_err("the carve, untouched again");
+    let (next, _) = take().expect_err("the carve, untouched again");
     assert_eq!(next as usize, fresh[2] as usize + class.size());
     for object in [batch.head, batch.tail, fresh[2], next] {
         // SAFETY: each handed out above and given up once.
@@ -163,7 +164,7 @@ fn a_sparse_refill_hands_out_one_fresh_object_untouched_or_a_batch_of_freed_ones
     // left with nothing carved would pass for a prepared bag at the next refill).
     let bags = || heaps.class(NodeId(0), class).bags.load(Ordering::Relaxed);
     let mut out: Vec<_> = (0..class.capacity())
-        .map(|_| take().expect_err("a fresh object"))
+        .map(|_| take().expect_err("a fresh object").0)
         .collect();
     assert_eq!(bags(), 1);
     for &object in &out[..2] {
@@ -174,13 +175,22 @@ fn a_sparse_refill_hands_out_one_fresh_object_untouched_or_a_batch_of_freed_ones
     assert_eq!((batch.count, bags()), (2, 1));
     out[0] = batch.head;
     out[1] = batch.tail;
-    out.push(take().expect_err("a new bag's first object"));
+    out.push(take().expect_err("a new bag's first object").0);
     assert_eq!(bags(), 2);
+    let lowest = *out.iter().min().unwrap();
     for object in out {
         // SAFETY: each handed out above and given up once.
         unsafe { heaps.free_single(NodeId(0), class, object) };
     }
     assert_eq!(bags(), 0);
+    // The bags fell empty and their memory, which the frees' links wrote, stays committed
+    // (the budget keeps it): a bag over it hands its first object out untouched, but not as
+    // memory that reads as zero (a face that marks freed blocks must clear it).
+    let (again, zeroed) = take().expect_err("a bag over used memory");
+    assert_eq!(again, lowest, "the first bag's memory again");
+    assert!(!zeroed, "a bag over used memory was reported zero");
+    // SAFETY: handed out above, given up once.
+    unsafe { heaps.free_single(NodeId(0), class, again) };
 }
 
 /// A batch from a fresh bag runs in address order (head first), over a bag boundary too, and

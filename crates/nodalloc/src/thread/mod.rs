@@ -149,7 +149,8 @@ pub struct ThreadHeap {
     /// exhausted): what the heap gives back is sorted by origin until its next flush.
     foreign: bool,
     /// The last [`Self::alloc_slow`] handed out an object of the sparse pool that nothing had
-    /// touched yet (see `refill_sparse`): a face that writes into the objects it hands out
+    /// touched yet, from memory that reads as zero (see `refill_sparse`): a face that writes
+    /// into the objects it hands out
     /// (the C face's double-free mark) asks with [`Self::took_untouched`] and leaves it alone.
     untouched: bool,
 }
@@ -454,9 +455,10 @@ impl ThreadHeap {
     }
 
     /// True when the object the last [`Self::alloc_slow`] returned was carved for the first
-    /// time and handed out untouched (a class of the sparse pool; see `refill_sparse`): a
-    /// write into it would fault its first page in inside the allocation, for a page the
-    /// program touches when it uses the object anyway. Resets the answer.
+    /// time and handed out untouched from memory that reads as zero (a class of the sparse
+    /// pool; see `refill_sparse`): a write into it would fault its first page in inside the
+    /// allocation, for a page the program touches when it uses the object anyway, and it holds
+    /// no leftover bytes to clear. Resets the answer.
     pub fn took_untouched(&mut self) -> bool {
         core::mem::replace(&mut self.untouched, false)
     }

@@ -117,10 +117,10 @@ impl ThreadHeap {
         };
         let batch = match taken {
             Some(Ok(batch)) => batch,
-            Some(Err(object)) => {
+            Some(Err((object, zeroed))) => {
                 self.lists[class.index()].install(Batch::EMPTY, false);
                 self.limit_after_refill(class);
-                self.untouched = true;
+                self.untouched = zeroed;
                 return object;
             }
             // The node has nothing left (its ring and bags were just tried): other nodes',
