@@ -11,10 +11,11 @@
 
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 
-/// Slots per ring. A power of two so a position maps to a slot with a mask. 32 batches of at most
-/// 64 objects per class and node is enough to absorb the producer/consumer ping-pong without
-/// touching the central bag lists; [`TransferRing::push`] takes a lower per-class cap on top.
-pub const RING_SLOTS: usize = 32;
+/// Slots per ring. A power of two so a position maps to a slot with a mask. 64 batches of about
+/// 64 objects per class and node carry a producer/consumer flow without the central bag lists
+/// (at 32, a third of such a flow's objects went through the bags); [`TransferRing::push`]
+/// takes a per-class cap on top, the ring's byte budget.
+pub const RING_SLOTS: usize = 64;
 const MASK: usize = RING_SLOTS - 1;
 
 /// A chain of free objects linked through their first word: `head` … `tail`, `count` objects.

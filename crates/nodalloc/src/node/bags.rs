@@ -306,20 +306,29 @@ impl NodeHeaps {
     }
 
     /// Takes back a batch a thread of `node` drained: into the ring if it has room (a slot, and
-    /// the objects within [`ring_objects`]: a grown thread list cuts batches of many times the
-    /// class's batch), else into the bags. Every object must be of `class` and from `node`'s
-    /// region.
+    /// the objects within the ring's budget: a grown thread list cuts batches of many times the
+    /// class's batch), else into the bags. A refusal while other threads take from the ring
+    /// grows its budget (see `ClassHeap::raise_ring_budget`) and the batch is offered again.
+    /// Every object must be of `class` and from `node`'s region.
     pub fn release(&self, node: NodeId, part: Partition, class: SizeClass, batch: Batch) {
         let class_heap = self.class_in(node, part, class);
         class_heap.ring_touched.store(true, Ordering::Relaxed);
+        let ops = &self.node(node).ops;
         // A partition's ring holds one batch: with many partitions, rings of the full budget
         // would pin many times the memory one class heap's ring does.
-        let max_objects = if part == Partition::DEFAULT {
-            ring_objects(class)
+        let refused = if part == Partition::DEFAULT {
+            let budget = class_heap.ring_budget(class);
+            class_heap
+                .ring_push(batch, budget, ops)
+                .err()
+                .and_then(|batch| match class_heap.raise_ring_budget(class, budget) {
+                    Some(raised) => class_heap.ring_push(batch, raised, ops).err(),
+                    None => Some(batch),
+                })
         } else {
-            class.batch()
+            class_heap.ring_push(batch, class.batch(), ops).err()
         };
-        if let Err(batch) = class_heap.ring_push(batch, max_objects, &self.node(node).ops) {
+        if let Some(batch) = refused {
             if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head, false) {
                 report(object, misuse);
             }

@@ -58,15 +58,26 @@ use partition::Partitions;
 pub(crate) use partition::{partition_of_site, PartitionView};
 pub(crate) use upkeep::upkeep_period;
 
-/// Bytes of objects a class's transfer ring may hold per node. More would keep bags alive (and
-/// memory committed) for objects nobody asked for; less would send producer/consumer pairs to the
-/// bag lock too often.
+/// Bytes of objects a class's transfer ring may hold per node at first. More would keep bags
+/// alive (and memory committed) for objects nobody asked for; less would send producer/consumer
+/// pairs to the bag lock too often.
 const RING_BYTES: usize = 128 << 10;
 
-/// Objects of `class` a transfer ring may hold: [`RING_BYTES`] of them, and at least two of the
-/// class's batches (for classes whose batch alone comes near the budget).
+/// The most bytes a ring's budget grows to (see [`ClassHeap::raise_ring_budget`]): while
+/// threads that free more than they allocate overflow the ring and others take from it, every
+/// refused batch would go to the bags object by object under the class lock, and come back out
+/// of them the same way (a third of all objects in a producer/consumer run at the base budget).
+const RING_BYTES_MAX: usize = 1 << 20;
+
+/// Objects of `class` a transfer ring holds at its base budget: [`RING_BYTES`] of them, and at
+/// least two of the class's batches (for classes whose batch alone comes near the budget).
 pub(crate) fn ring_objects(class: SizeClass) -> usize {
     (RING_BYTES / class.size()).max(2 * class.batch())
+}
+
+/// The most objects of `class` a ring's grown budget allows ([`RING_BYTES_MAX`]).
+pub(crate) fn ring_objects_max(class: SizeClass) -> usize {
+    (RING_BYTES_MAX / class.size()).max(ring_objects(class))
 }
 
 /// Per class, per node: the transfer ring and the central bag lists.
@@ -88,6 +99,12 @@ pub struct ClassHeap {
     /// Set by every ring push and pop, cleared by upkeep: a ring left untouched for a whole
     /// upkeep period is drained into its bags so idle batches stop pinning memory.
     ring_touched: AtomicBool,
+    /// The ring's grown budget in objects (0: the base, [`ring_objects`]), a pop since the
+    /// budget last grew (someone takes what the ring holds), and a refused push since the last
+    /// upkeep pass (see [`ClassHeap::raise_ring_budget`] and [`ClassHeap::decay_ring_budget`]).
+    ring_budget: AtomicUsize,
+    ring_popped: AtomicBool,
+    ring_refused: AtomicBool,
     /// Set when objects come back to the bags, cleared by a sweep that leaves no bag waiting:
     /// upkeep skips (and does not even lock) classes with nothing to sweep.
     to_sweep: AtomicBool,
@@ -120,6 +137,9 @@ impl ClassHeap {
         let batch = self.ring.pop_counting_retries(&mut retries);
         ops.count_ring_retries(retries);
         let batch = batch?;
+        if !self.ring_popped.load(Ordering::Relaxed) {
+            self.ring_popped.store(true, Ordering::Relaxed);
+        }
         ops.ring_pops.fetch_add(1, Ordering::Relaxed);
         self.in_ring.fetch_sub(batch.count, Ordering::Relaxed);
         Some(batch)
@@ -145,6 +165,52 @@ impl ClassHeap {
         ops.ring_pushes.fetch_add(1, Ordering::Relaxed);
         self.in_ring.fetch_add(count, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The objects of `class` the ring may hold now: its base budget, or more once grown.
+    fn ring_budget(&self, class: SizeClass) -> usize {
+        self.ring_budget
+            .load(Ordering::Relaxed)
+            .max(ring_objects(class))
+    }
+
+    /// After a push that `budget` (the ring's budget of `class`) refused: doubles the budget,
+    /// up to [`ring_objects_max`], if a thread took a batch from the ring since it last grew
+    /// (a flow from threads that free to threads that allocate, which the ring should carry
+    /// rather than the bags); the new budget, or `None` when it stays. Every refusal also keeps
+    /// the budget from shrinking at the next upkeep pass. Races between threads only make a
+    /// step more or less; the budget stays within its bounds.
+    fn raise_ring_budget(&self, class: SizeClass, budget: usize) -> Option<usize> {
+        if !self.ring_refused.load(Ordering::Relaxed) {
+            self.ring_refused.store(true, Ordering::Relaxed);
+        }
+        let max = ring_objects_max(class);
+        if budget >= max || !self.ring_popped.swap(false, Ordering::Relaxed) {
+            return None;
+        }
+        let raised = (budget * 2).min(max);
+        self.ring_budget.store(raised, Ordering::Relaxed);
+        Some(raised)
+    }
+
+    /// The upkeep pass's step for the ring's budget: halved (back to the base at most) unless
+    /// a push was refused since the last pass, so memory the flow needed stops being kept a few
+    /// periods after the flow ends. A ring holding more than its new budget drains by its pops.
+    fn decay_ring_budget(&self, class: SizeClass) {
+        if self.ring_refused.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let budget = self.ring_budget.load(Ordering::Relaxed);
+        if budget == 0 {
+            return;
+        }
+        let halved = budget / 2;
+        let next = if halved <= ring_objects(class) {
+            0
+        } else {
+            halved
+        };
+        self.ring_budget.store(next, Ordering::Relaxed);
     }
 }
 

@@ -457,6 +457,81 @@ fn a_ring_holds_no_more_than_its_byte_budget_whatever_the_batch_sizes() {
     assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 0);
 }
 
+/// A ring's budget grows while threads overflow it and others take from it (doubling per
+/// refusal that follows a pop, up to `ring_objects_max`), never without a taker, and falls back
+/// to the base one halving per upkeep pass that saw no refusal.
+#[test]
+fn a_rings_budget_follows_a_flow_from_freeing_to_allocating_threads() {
+    let heaps = NodeHeaps::create(test_arena(1, 256 << 20, 0)).unwrap();
+    let class = class_of(64, 8).unwrap();
+    let (base, max) = (ring_objects(class), ring_objects_max(class));
+    assert!(max >= 4 * base, "{base} .. {max}");
+    let class_heap = heaps.class(NodeId(0), class);
+    let in_ring = || class_heap.in_ring.load(Ordering::Relaxed);
+    let release = |count: usize| {
+        let batch = heaps
+            .take_from_bags(NodeId(0), Partition::DEFAULT, class, count)
+            .unwrap();
+        assert_eq!(batch.count, count);
+        heaps.release(NodeId(0), Partition::DEFAULT, class, batch);
+    };
+    let step = class.batch();
+    // Only frees: the ring fills to its base budget and stays there.
+    for _ in 0..2 * base / step {
+        release(step);
+    }
+    assert!(
+        in_ring() <= base && in_ring() + step > base,
+        "{}",
+        in_ring()
+    );
+    assert_eq!(class_heap.ring_budget(class), base);
+    // A taker: each refusal after a pop doubles the budget, and the refused batch goes in.
+    let mut budgets = vec![base];
+    for _ in 0..16 {
+        let taken = heaps
+            .ring_refill(NodeId(0), Partition::DEFAULT, class)
+            .unwrap();
+        while in_ring() + step <= class_heap.ring_budget(class).min(RING_SLOTS * step) {
+            release(step);
+        }
+        let before = in_ring();
+        release(step);
+        assert!(in_ring() <= class_heap.ring_budget(class));
+        if class_heap.ring_budget(class) > *budgets.last().unwrap() {
+            // (Unless the ring's slots are what refused it.)
+            assert!(
+                in_ring() == before + step || before + step > RING_SLOTS * step,
+                "the refused batch was not offered again: {before} -> {}",
+                in_ring()
+            );
+            budgets.push(class_heap.ring_budget(class));
+        }
+        // SAFETY: the popped batch's objects are ours, of `class`, from node 0.
+        if let Err((object, misuse)) = heaps.return_to_bags(NodeId(0), class, taken.head, false) {
+            panic!("{object:?}: {misuse:?}");
+        }
+    }
+    assert!(budgets.len() >= 3, "the budget did not grow: {budgets:?}");
+    assert!(budgets.windows(2).all(|w| w[1] == (2 * w[0]).min(max)));
+    assert!(*budgets.last().unwrap() <= max);
+    // The flow stops: each upkeep pass without a refusal halves the budget, down to the base.
+    let grown = class_heap.ring_budget(class);
+    let period = upkeep_period(heaps.arena.decommit.delay_ns);
+    let mut now = heaps.node(NodeId(0)).next_upkeep.load(Ordering::Relaxed) + 1;
+    let mut passes = 0;
+    while class_heap.ring_budget(class) > base {
+        heaps.upkeep(NodeId(0), now);
+        now += period + 1;
+        passes += 1;
+        assert!(passes <= 8, "the budget did not decay");
+    }
+    assert!(passes >= 1 && grown > base);
+    assert_eq!(class_heap.ring_budget.load(Ordering::Relaxed), 0);
+    heaps.flush_all();
+    assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 0);
+}
+
 /// The ring's object count is a hint that a pop's subtraction can leave briefly below zero
 /// (wrapped); a release that reads it then must neither overflow nor lose its batch.
 #[test]

@@ -1,5 +1,5 @@
-//! Upkeep of the node heaps: the periodic pass (rings nobody touched drained into their bags,
-//! the inbox sorted, the sweep, the region's due decommits) and the forced flush of `purge`.
+//! Upkeep of the node heaps: the periodic pass (rings' grown budgets decayed, rings nobody
+//! touched drained into their bags, the inbox sorted, the sweep, the region's due decommits) and the forced flush of `purge`.
 
 use super::*;
 
@@ -45,6 +45,7 @@ impl NodeHeaps {
         }
         self.drain_inbox(node);
         self.for_each_class_heap(node, |_, class, class_heap| {
+            class_heap.decay_ring_budget(class);
             if class_heap.ring.len_hint() == 0 {
                 return;
             }
