@@ -807,6 +807,17 @@ fn a_hundred_thousand_short_threads_keep_rss_flat() {
     eprintln!("{}", finished.stdout.trim());
 }
 
+/// Waves of short threads one after another (`tests/c/waves.c`): an exited thread's caches
+/// pass its blocks to the next thread (almost nothing from the bags), and go home once the
+/// program is quiet.
+#[test]
+fn waves_of_short_threads_pass_their_caches_on_and_a_quiet_program_gets_them_back() {
+    for mode in MODES {
+        let finished = run_passing("waves", mode, &mut command("waves", mode));
+        eprintln!("{}", finished.stdout.trim());
+    }
+}
+
 /// Runs `secure CASE` (`tests/c/secure.c`) with `NODALLOC_SECURE=1`; see
 /// [`run_to_announced_misuse`].
 fn run_secure_misuse(case: &str, mode: Mode) -> (String, Finished) {

@@ -97,6 +97,7 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
         let worked = prepared_so_far(instance) != prepared_before;
         let pass = now >= next_upkeep;
         if pass {
+            crate::thread::pool::drop_stale(now.saturating_sub(instance.heaps.upkeep_period()));
             instance.heaps.upkeep_all(now);
             PASSES.fetch_add(1, Ordering::Relaxed);
             next_upkeep = now + instance.heaps.upkeep_period();
@@ -135,7 +136,9 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
 /// while the program was quiet.
 fn release_pass(instance: Instance) {
     let decommitted = instance.heaps.arena.decommitted_total();
-    instance.heaps.upkeep_all(os::monotonic_ns());
+    let now = os::monotonic_ns();
+    crate::thread::pool::drop_stale(now.saturating_sub(instance.heaps.upkeep_period()));
+    instance.heaps.upkeep_all(now);
     PASSES.fetch_add(1, Ordering::Relaxed);
     count_released(instance, decommitted);
     CPU_NS.store(os::thread_cpu_ns(), Ordering::Relaxed);

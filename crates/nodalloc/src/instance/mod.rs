@@ -259,6 +259,7 @@ impl Instance {
         if let Some(heap) = heap {
             heap.flush();
         }
+        crate::thread::pool::drop_stale(u64::MAX);
         self.heaps.flush_all();
         self.heaps.purge();
     }

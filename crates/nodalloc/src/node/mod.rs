@@ -366,6 +366,12 @@ impl NodeHeaps {
         self.arena.budget.limit.store(bytes, Ordering::Relaxed);
     }
 
+    /// True under a hard limit on committed bytes: memory kept ahead of demand anywhere is
+    /// memory an allocation the limit refuses could not get back.
+    pub(crate) fn is_limited(&self) -> bool {
+        self.arena.budget.limit.load(Ordering::Relaxed) != 0
+    }
+
     /// Decommits every free span now, whatever the delay (after [`Self::flush_all`]).
     pub(crate) fn purge(&self) {
         self.arena.purge(true);

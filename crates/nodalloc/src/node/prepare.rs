@@ -57,10 +57,7 @@ impl NodeHeaps {
     /// The maintenance thread's step for prepared bags on every node. True while some class has
     /// demand (the caller comes back soon).
     pub fn prepare_bags(&self, now: u64) -> bool {
-        if self.arena.is_secure()
-            || self.partitions() != 0
-            || self.arena.budget.limit.load(Ordering::Relaxed) != 0
-        {
+        if self.arena.is_secure() || self.partitions() != 0 || self.is_limited() {
             return false;
         }
         let mut wanted = false;

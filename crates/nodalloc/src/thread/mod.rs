@@ -116,6 +116,9 @@ pub struct ThreadHeap {
     pooled: bool,
     /// Link in the pool of free heaps.
     pool_next: *mut ThreadHeap,
+    /// Monotonic ns when a thread that exited left its caches in this pooled heap for the next
+    /// thread (see `pool.rs`); 0 when it holds none.
+    kept_since: u64,
     /// Several nodes: slow paths sample the CPU and the heap re-homes when the thread runs on
     /// another node (unbound and moved by the scheduler, or re-pinned by the program).
     follow_cpu: bool,
@@ -206,6 +209,7 @@ impl ThreadHeap {
             bound_mask: None,
             pooled: false,
             pool_next: null_mut(),
+            kept_since: 0,
             follow_cpu: false,
             cpu_word: core::ptr::null(),
             cpu_seen: 0,
@@ -239,11 +243,20 @@ impl ThreadHeap {
         }
     }
 
-    /// Attaches the heap to an allocator instance, homed on `node`.
+    /// Attaches the heap to an allocator instance, homed on `node`. Caches an exited thread
+    /// left in the heap (see `pool.rs`) are the new thread's if it is homed on their node, and
+    /// go back to their node first otherwise.
     pub(crate) fn attach(&mut self, heaps: &'static NodeHeaps, node: NodeId) {
         // A thread's start; a re-homing moves an active heap and is not counted.
         if self.state == HeapState::Fresh {
             heaps.count_heap_attached(node);
+        }
+        let keep = self.kept_since != 0 && node == self.node && core::ptr::eq(self.heaps, heaps);
+        if keep {
+            self.kept_since = 0;
+            pool::release_kept();
+        } else {
+            self.drop_kept_caches();
         }
         self.heaps = heaps;
         self.cpu_word = &NO_CPU;
@@ -257,6 +270,11 @@ impl ThreadHeap {
         self.scope_part = partition::scope_partition(self.scope, self.partitions);
         self.part_view = heaps.partition_view(node);
         self.part_fast = self.partitions != 0 && !self.secure;
+        self.state = HeapState::Active;
+        if keep {
+            // The lists, their limits and what they grew by stay as the last thread left them.
+            return;
+        }
         for (index, list) in self.lists.iter_mut().enumerate() {
             list.configure(SizeClass(index as u8));
             // Secure mode's lists keep their own order (encoded links, the bitmap's checks).
@@ -266,7 +284,6 @@ impl ThreadHeap {
         }
         self.cuts = [0; NUM_CLASSES];
         self.grown_bytes = 0;
-        self.state = HeapState::Active;
     }
 
     /// The home node.
@@ -534,13 +551,14 @@ impl ThreadHeap {
     }
 
     /// The misuse a free of `object` (a small object of `class` from this heap's node) would be
-    /// where this thread can tell: a double free when it is in this thread's cache, or free in
+    /// where this thread can tell: a double free when it is in this thread's cache (or one an
+    /// exited thread left in the pool: see `pool::kept_holds`), or free in
     /// its node heap (the ring or its bag; see `NodeHeaps::find_freed`), an invalid pointer when
     /// its bag never carved it. How a face confirms a suspected double free; slow, for
     /// suspicions only.
     #[cold]
     pub fn find_freed(&self, class: SizeClass, object: *mut u8) -> Option<Misuse> {
-        if self.holds(class, object) {
+        if self.holds(class, object) || pool::kept_holds(class, object) {
             return Some(Misuse::DoubleFree);
         }
         self.heaps()?.find_freed(self.node, class, object)

@@ -608,3 +608,75 @@ fn a_pointer_or_zero_written_into_a_cached_link_is_refused_by_the_next_pop() {
         let _ = live;
     }
 }
+
+/// A heap whose thread exits keeps its caches for the next thread (see `pool::recycle`): homed
+/// on the same node, the next thread pops the objects the last one freed, on its fast path;
+/// homed on another node, they go back to their own node's bags first. Nothing pops from a
+/// parked heap.
+#[test]
+fn caches_a_thread_leaves_are_the_next_threads_on_its_node_and_go_home_otherwise() {
+    let heaps = heaps(2);
+    let class = class_of(200, 8).unwrap();
+    let out_of_bags = |node: usize| {
+        heaps
+            .class(NodeId(node), class)
+            .out_of_bags
+            .load(Ordering::Relaxed)
+    };
+    for next_node in [0, 1] {
+        let mut heap = attached(heaps, NodeId(0));
+        let objects: Vec<_> = (0..8).map(|_| allocate(&mut heap, class)).collect();
+        for &object in &objects {
+            // SAFETY: handed out above, given up once.
+            unsafe { heap.free(object, class) };
+        }
+        let cached = heap.cached(class);
+        assert!(cached >= objects.len());
+        assert!(
+            super::pool::park(&mut heap),
+            "an attached heap keeps its caches"
+        );
+        assert_eq!(heap.state(), HeapState::Fresh);
+        assert!(
+            heap.alloc_cached(class).is_null(),
+            "a parked heap handed out an object"
+        );
+        heap.attach(heaps, NodeId(next_node));
+        assert_eq!(heap.kept_since(), 0);
+        if next_node == 0 {
+            assert_eq!(heap.cached(class), cached, "the caches were not kept");
+            let first = heap.alloc_cached(class);
+            assert_eq!(
+                first,
+                objects[objects.len() - 1],
+                "not the last object freed"
+            );
+            // SAFETY: handed out above, given up once.
+            unsafe { heap.free(first, class) };
+        } else {
+            assert_eq!(
+                heap.cached(class),
+                0,
+                "node 0's objects stayed in a node 1 heap"
+            );
+            assert_eq!(out_of_bags(0), 0, "node 0's objects did not go home");
+        }
+        heap.retire();
+    }
+    assert_eq!(out_of_bags(0), 0);
+}
+
+/// A heap in secure mode, or under a hard limit, keeps no caches for the next thread.
+#[test]
+fn no_caches_are_kept_in_secure_mode_or_under_a_limit() {
+    let heaps = heaps(1);
+    heaps.set_limit(64 << 20);
+    let mut heap = attached(heaps, NodeId(0));
+    assert!(!heap.can_keep_caches());
+    assert!(!super::pool::park(&mut heap));
+    heap.retire();
+    let secure = NodeHeaps::create(crate::arena::tests::test_arena_secure(1, false)).unwrap();
+    let mut heap = attached(secure, NodeId(0));
+    assert!(!super::pool::park(&mut heap));
+    heap.retire();
+}

@@ -23,7 +23,10 @@ impl ThreadHeap {
         if now < self.next_upkeep {
             return;
         }
-        self.next_upkeep = now + heaps.upkeep_period();
+        let period = heaps.upkeep_period();
+        self.next_upkeep = now + period;
+        // Caches exited threads left that no thread took for a period go home.
+        super::pool::drop_stale(now.saturating_sub(period));
         for index in 0..NUM_CLASSES {
             let list = &self.lists[index];
             // Idle: nothing since its last publication, and no publication since the last
@@ -116,6 +119,62 @@ impl ThreadHeap {
         let class = SizeClass(index as u8);
         self.reset_limit(class);
         self.give_back(heaps, Partition::DEFAULT, class, batch, true);
+    }
+
+    /// True when this heap's caches may wait in the pool for the next thread at its thread's
+    /// exit (see `pool.rs`): attached, not secure, without call-site partitions, holding only
+    /// its own node's objects, and no hard limit (under which no memory waits for demand).
+    pub(crate) fn can_keep_caches(&self) -> bool {
+        self.state == HeapState::Active
+            && !self.secure
+            && self.partitions == 0
+            && !self.foreign
+            && self.heaps().is_some_and(|heaps| !heaps.is_limited())
+    }
+
+    /// Thread exit with the caches kept for the next thread that takes this heap from the pool
+    /// (`now`: when): the counts are published and the outboxes sent, the thread counts as
+    /// gone, and everything that was the thread's own (binding, CPU word, call site) is
+    /// forgotten. The heap is fresh again, with caches: the next thread's attach keeps them
+    /// if it is homed on their node. Nothing reaches the lists meanwhile: no thread holds the
+    /// heap, and its empty range refuses every pop.
+    pub(crate) fn park_caches(&mut self, now: u64) {
+        debug_assert!(self.can_keep_caches());
+        self.publish_all();
+        if let Some(heaps) = self.heaps() {
+            heaps.count_heap_retired(self.node);
+        }
+        self.state = HeapState::Fresh;
+        self.kept_since = now.max(1);
+        self.home = HomeView::NONE;
+        self.part_fast = false;
+        self.part_view = PartitionView::NONE;
+        (self.arena_base, self.arena_words) = (0, 0);
+        self.bind_base = crate::bind::BindBase::Current;
+        self.bound_mask = None;
+        self.follow_cpu = false;
+        self.cpu_word = core::ptr::null();
+        self.cpu_seen = 0;
+        self.call_site = 0;
+        self.scope = 0;
+        self.untouched = false;
+    }
+
+    /// When the caches this pooled heap keeps were left (0: it keeps none).
+    pub(crate) fn kept_since(&self) -> u64 {
+        self.kept_since
+    }
+
+    /// Returns the caches an exited thread left in this heap to their node (they went stale in
+    /// the pool, or the next thread is homed elsewhere). The heap is then as fresh as a new one
+    /// but for its attach hook.
+    pub(crate) fn drop_kept_caches(&mut self) {
+        if self.kept_since == 0 {
+            return;
+        }
+        self.kept_since = 0;
+        super::pool::release_kept();
+        self.flush();
     }
 
     /// Thread exit: flush everything and serve later calls without caching.
