@@ -144,6 +144,46 @@ entry_stub!(extern "C-unwind" fn nodalloc_new_array_aligned_nothrow_entry(size: 
     align: usize, nothrow: *const c_void) -> *mut c_void
     => new_array_aligned_nothrow_target, site: "rcx", frame: "r8");
 
+/// Defines exported `new` operators at the default alignment: `malloc`'s fast path (the
+/// thread's cache, the double-free mark cleared), and on a miss a tail jump to their call-site
+/// stubs, which see our caller's return address. Secure mode and call-site partitions keep the
+/// cache empty, so every call of theirs takes the stub (the block's kind recorded, the
+/// partition's list).
+macro_rules! plain_new_operators {
+    ($($(#[$doc:meta])* $name:ident(size: usize $(, $arg:ident: $ty:ty)*) => $stub:ident;)*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// C++'s contract for this operator.
+        #[no_mangle]
+        pub unsafe extern "C-unwind" fn $name(size: usize $(, $arg: $ty)*) -> *mut c_void {
+            let heap = crate::tls::get();
+            // SAFETY: the slot holds this thread's heap or the detached one, both readable.
+            if let Some(class) = unsafe { &*heap }.slots().slot_of_small_malloc(size) {
+                // SAFETY: the slot holds this thread's heap or the detached one.
+                let p = unsafe { nodalloc_core::raw::ThreadHeap::pop_cached(heap, class) };
+                if !p.is_null() {
+                    crate::screen::clear_mark(p);
+                    return p as *mut c_void;
+                }
+            }
+            // SAFETY: the stub passes its arguments on; a tail jump, so it reads our caller.
+            unsafe { $stub(size $(, $arg)*) }
+        }
+    )*};
+}
+
+plain_new_operators! {
+    /// `operator new(size_t)`.
+    _Znwm(size: usize) => nodalloc_new_entry;
+    /// `operator new[](size_t)`.
+    _Znam(size: usize) => nodalloc_new_array_entry;
+    /// `operator new(size_t, const std::nothrow_t&)`.
+    _ZnwmRKSt9nothrow_t(size: usize, nothrow: *const c_void) => nodalloc_new_nothrow_entry;
+    /// `operator new[](size_t, const std::nothrow_t&)`.
+    _ZnamRKSt9nothrow_t(size: usize, nothrow: *const c_void) => nodalloc_new_array_nothrow_entry;
+}
+
 /// Defines exported `new` operators that tail-jump to their call-site stubs.
 macro_rules! new_operators {
     ($($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*) => $stub:ident;)*) => {$(
@@ -160,14 +200,6 @@ macro_rules! new_operators {
 }
 
 new_operators! {
-    /// `operator new(size_t)`.
-    _Znwm(size: usize) => nodalloc_new_entry;
-    /// `operator new[](size_t)`.
-    _Znam(size: usize) => nodalloc_new_array_entry;
-    /// `operator new(size_t, const std::nothrow_t&)`.
-    _ZnwmRKSt9nothrow_t(size: usize, nothrow: *const c_void) => nodalloc_new_nothrow_entry;
-    /// `operator new[](size_t, const std::nothrow_t&)`.
-    _ZnamRKSt9nothrow_t(size: usize, nothrow: *const c_void) => nodalloc_new_array_nothrow_entry;
     /// `operator new(size_t, std::align_val_t)`.
     _ZnwmSt11align_val_t(size: usize, align: usize) => nodalloc_new_aligned_entry;
     /// `operator new[](size_t, std::align_val_t)`.
