@@ -157,15 +157,9 @@ macro_rules! plain_new_operators {
         /// C++'s contract for this operator.
         #[no_mangle]
         pub unsafe extern "C-unwind" fn $name(size: usize $(, $arg: $ty)*) -> *mut c_void {
-            let heap = crate::tls::get();
-            // SAFETY: the slot holds this thread's heap or the detached one, both readable.
-            if let Some(class) = unsafe { &*heap }.slots().slot_of_small_malloc(size) {
-                // SAFETY: the slot holds this thread's heap or the detached one.
-                let p = unsafe { nodalloc_core::raw::ThreadHeap::pop_cached(heap, class) };
-                if !p.is_null() {
-                    crate::screen::clear_mark(p);
-                    return p as *mut c_void;
-                }
+            let p = crate::pop_small(size);
+            if !p.is_null() {
+                return p as *mut c_void;
             }
             // SAFETY: the stub passes its arguments on; a tail jump, so it reads our caller.
             unsafe { $stub(size $(, $arg)*) }

@@ -204,6 +204,27 @@ fn handed_out(p: *mut u8) -> *mut c_void {
     p as *mut c_void
 }
 
+/// `malloc`'s fast path for the entry points that allocate a block of `size` at the default
+/// alignment (`calloc`, the aligned ones at 16 or less, C++'s plain `new`): a block of the
+/// thread's cache with its double-free mark cleared, or null for them to take their call-site
+/// stub (a miss, a size above the one-load lookup, secure mode and call-site partitions, whose
+/// caches stay empty).
+#[inline(always)]
+pub(crate) fn pop_small(size: usize) -> *mut u8 {
+    let heap = tls::get();
+    // SAFETY: the slot holds this thread's heap or the detached one, both readable; the
+    // reference ends with the lookup.
+    let Some(class) = unsafe { &*heap }.slots().slot_of_small_malloc(size) else {
+        return null_mut();
+    };
+    // SAFETY: the slot holds this thread's heap or the detached one.
+    let p = unsafe { ThreadHeap::pop_cached(heap, class) };
+    if !p.is_null() {
+        screen::clear_mark(p);
+    }
+    p
+}
+
 /// # Safety
 /// C's `malloc`.
 #[no_mangle]
@@ -370,6 +391,15 @@ unsafe fn free_core(ptr: *mut u8) {
 /// C's `calloc`.
 #[no_mangle]
 pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
+    if let Some(total) = count.checked_mul(size) {
+        let p = pop_small(total);
+        if !p.is_null() {
+            // SAFETY: a block of the thread's cache, of a class of at least `total` and 16
+            // bytes (the mark's word is cleared with the rest).
+            unsafe { p.write_bytes(0, total.max(16)) };
+            return p as *mut c_void;
+        }
+    }
     // SAFETY: the stub passes its arguments on; a tail jump, so it reads our caller.
     unsafe { nodalloc_calloc_entry(count, size) }
 }
@@ -518,6 +548,15 @@ fn allocate_aligned(align: usize, size: usize, site: usize, frame: usize) -> *mu
 /// POSIX `posix_memalign`: `out` must be writable.
 #[no_mangle]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    // 8 and 16, the valid alignments `malloc` already meets.
+    if align == 8 || align == MALLOC_ALIGN {
+        let p = pop_small(size);
+        if !p.is_null() {
+            // SAFETY: the caller's contract: `out` is writable.
+            unsafe { *out = p as *mut c_void };
+            return 0;
+        }
+    }
     // SAFETY: as for `calloc`.
     unsafe { nodalloc_posix_memalign_entry(out, align, size) }
 }
@@ -557,6 +596,13 @@ fn errno() -> c_int {
 /// C11 `aligned_alloc` (glibc: any power-of-two alignment, any size).
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    // The powers of two up to 16, which `malloc` meets.
+    if align.is_power_of_two() && align <= MALLOC_ALIGN {
+        let p = pop_small(size);
+        if !p.is_null() {
+            return p as *mut c_void;
+        }
+    }
     // SAFETY: as for `calloc`.
     unsafe { nodalloc_aligned_alloc_entry(align, size) }
 }
@@ -581,6 +627,13 @@ extern "C" fn aligned_alloc_at(
 /// glibc's `memalign`: a non-power-of-two alignment is rounded up to one.
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    // Up to 16 (rounded up to a power of two as below), which `malloc` meets.
+    if align <= MALLOC_ALIGN {
+        let p = pop_small(size);
+        if !p.is_null() {
+            return p as *mut c_void;
+        }
+    }
     // SAFETY: as for `calloc`.
     unsafe { nodalloc_memalign_entry(align, size) }
 }
