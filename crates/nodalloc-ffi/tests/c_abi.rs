@@ -818,6 +818,24 @@ fn waves_of_short_threads_pass_their_caches_on_and_a_quiet_program_gets_them_bac
     }
 }
 
+/// 32 threads at a time on a 2-CPU machine, in waves, passing blocks to later waves through a
+/// shared array (`tests/c/churn.c`), every block checked by the thread that frees it: with the
+/// default settings, and with a 1 ms upkeep period, where the maintenance thread sends kept
+/// caches home while the next wave's threads take heaps from the pool.
+#[test]
+fn thirty_two_threads_a_wave_passing_blocks_between_waves_lose_and_damage_none() {
+    for mode in MODES {
+        for delay in [None, Some("1")] {
+            let mut churn = command("churn", mode);
+            if let Some(delay) = delay {
+                churn.env("NODALLOC_DECOMMIT_DELAY", delay);
+            }
+            let finished = run_passing("churn", mode, &mut churn);
+            eprintln!("{} (delay {delay:?})", finished.stdout.trim());
+        }
+    }
+}
+
 /// Runs `secure CASE` (`tests/c/secure.c`) with `NODALLOC_SECURE=1`; see
 /// [`run_to_announced_misuse`].
 fn run_secure_misuse(case: &str, mode: Mode) -> (String, Finished) {
