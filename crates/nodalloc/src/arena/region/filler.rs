@@ -5,6 +5,11 @@
 
 use super::*;
 
+/// The address of chunk `chunk` of a pool starting at `start`.
+fn chunk_start(start: usize, chunk: usize) -> usize {
+    start + chunk * CHUNK_BYTES
+}
+
 impl Region {
     /// The filler's choice (dense pools, unaligned requests up to half a chunk): a free span
     /// headed in the fullest chunk that has one of at least `units`, carved from its start.
@@ -48,7 +53,8 @@ impl Region {
     }
 
     /// The first free span headed in `chunk` with at least `units` units: its descriptor, first
-    /// unit and length.
+    /// unit and length. The scan starts at the chunk's `scan_from` and moves it to the first
+    /// listed free span it meets (of any length), or past the chunk when it meets none.
     pub(super) fn free_span_in_chunk(
         &self,
         state: &PoolState,
@@ -57,10 +63,42 @@ impl Region {
         units: usize,
     ) -> Option<(*mut UnitMeta, usize, usize)> {
         let first = map.unit_of(self.start + chunk * CHUNK_BYTES);
-        let mut unit = first;
-        while unit < first + CHUNK_UNITS {
-            let tag = map.tag(map.address_of(unit));
-            let meta = map.meta(unit);
+        // SAFETY: the span lock is held and `chunk` is below the frontier, so its record is in
+        // our array.
+        let node = unsafe { &mut *self.chunk_nodes.add(chunk) };
+        let mut unit = first + node.scan_from as usize;
+        let mut first_free = None;
+        let found = self.scan_chunk(state, map, &mut unit, first, units, &mut first_free);
+        #[cfg(debug_assertions)]
+        {
+            // No listed free span starts before `scan_from`: the whole chunk's scan agrees.
+            let (mut from_start, mut ignored) = (first, None);
+            let whole = self.scan_chunk(state, map, &mut from_start, first, units, &mut ignored);
+            debug_assert_eq!(
+                whole.map(|found| found.1),
+                found.map(|found| found.1),
+                "chunk {chunk}: scan from {} missed a free span",
+                node.scan_from
+            );
+        }
+        node.scan_from = (first_free.unwrap_or(unit).min(first + CHUNK_UNITS) - first) as u32;
+        found
+    }
+
+    /// The scan of [`Self::free_span_in_chunk`] from `unit` (left at the first unit past the
+    /// chunk when nothing is found), noting the first listed free span in `first_free`.
+    fn scan_chunk(
+        &self,
+        state: &PoolState,
+        map: &PageMap,
+        unit: &mut usize,
+        first: usize,
+        units: usize,
+        first_free: &mut Option<usize>,
+    ) -> Option<(*mut UnitMeta, usize, usize)> {
+        while *unit < first + CHUNK_UNITS {
+            let tag = map.tag(map.address_of(*unit));
+            let meta = map.meta(*unit);
             let length = match tag.kind() {
                 // SAFETY: the span lock is held; a Free tag heads a free span whose descriptor
                 // records its length, and a bag or large span's first unit records its length.
@@ -71,12 +109,30 @@ impl Region {
             // SAFETY: as above.
             let listed =
                 || unsafe { !(*meta).prev.is_null() } || state.buckets[bucket_of(length)] == meta;
-            if tag.kind() == Kind::Free && length >= units && listed() {
-                return Some((meta, unit, length));
+            if tag.kind() == Kind::Free && listed() {
+                first_free.get_or_insert(*unit);
+                if length >= units {
+                    return Some((meta, *unit, length));
+                }
             }
-            unit += length.max(1);
+            *unit += length.max(1);
         }
         None
+    }
+
+    /// A free span is listed at `address`: the scan of its chunk must start there at the
+    /// latest (dense pools).
+    pub(super) fn note_free_head(&self, address: usize) {
+        if self.chunk_nodes.is_null() {
+            return;
+        }
+        let offset = address - self.start;
+        // SAFETY: the span lock is held; a listed span lies below the frontier, in a chunk
+        // whose record is in our array.
+        let node = unsafe { &mut *self.chunk_nodes.add(offset / CHUNK_BYTES) };
+        node.scan_from = node
+            .scan_from
+            .min(((offset % CHUNK_BYTES) >> UNIT_SHIFT) as u32);
     }
 
     /// Adds (or removes) `units` in-use units starting at `address` to the filler's counts of
@@ -102,6 +158,13 @@ impl Region {
             let node = unsafe { &mut *self.chunk_nodes.add(chunk) };
             if add {
                 node.used += here;
+                // A span handed out over the scan's start: no free span starts inside it, and
+                // its end is a span boundary (or the chunk's end).
+                let start_unit = ((from - chunk_start(self.start, chunk)) >> UNIT_SHIFT) as u32;
+                let end_unit = start_unit + here;
+                if (start_unit..end_unit).contains(&node.scan_from) {
+                    node.scan_from = end_unit;
+                }
             } else {
                 node.used -= here;
             }

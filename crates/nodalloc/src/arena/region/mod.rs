@@ -49,14 +49,21 @@ const NUM_BUCKETS: usize = 128;
 /// Chunks of one fullness level the filler looks into before trying the next level down.
 const FILLER_TRIES: usize = 4;
 
-/// The filler's record of one chunk of a dense pool: units in use, and the chunk's links in the
-/// list of chunks with that many units in use (chunk index + 1; 0 ends the list).
+/// The filler's record of one chunk of a dense pool: units in use, the chunk's links in the
+/// list of chunks with that many units in use (chunk index + 1; 0 ends the list), and where the
+/// filler's scan for a free span starts (see [`Region::free_span_in_chunk`]).
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct ChunkNode {
     used: u32,
     prev: u32,
     next: u32,
+    /// A unit of the chunk (relative to its start; `CHUNK_UNITS` for none) before which no
+    /// listed free span starts, at a span boundary: lowered when a free span is listed before
+    /// it, raised past a span handed out over it, and set by the scan to the first free span
+    /// it met. Without it, every bag the filler placed scanned its chunk from the start, over
+    /// up to 63 bags (6.5 % of a heap growing into 2 100-byte objects).
+    scan_from: u32,
 }
 
 /// What a span is handed out for; decides the tags written over it.

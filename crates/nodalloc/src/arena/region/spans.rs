@@ -282,6 +282,7 @@ impl Region {
     ) {
         let meta = map.meta(first);
         let bucket = bucket_of(units);
+        self.note_free_head(map.address_of(first));
         // SAFETY: the span lock is held; the span is free and these descriptors are ours.
         unsafe {
             *meta = UnitMeta {
