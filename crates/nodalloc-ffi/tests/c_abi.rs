@@ -316,18 +316,28 @@ fn the_maintenance_thread_starts_at_the_first_thread_and_works_while_the_program
     }
 }
 
+/// `background quiet THREADS` (`tests/c/background.c`: touched blocks freed, then no allocator
+/// call while RSS is watched) with nothing retained, and `NODALLOC_BACKGROUND` set to
+/// `background` (`None`: the default).
+fn quiet_program(mode: Mode, threads: usize, background: Option<&str>) -> Command {
+    let mut quiet = command("background", mode);
+    quiet
+        .args(["quiet", &threads.to_string()])
+        .env("NODALLOC_RETAIN", "0");
+    match background {
+        Some(value) => quiet.env("NODALLOC_BACKGROUND", value),
+        None => quiet.env_remove("NODALLOC_BACKGROUND"),
+    };
+    quiet
+}
+
 /// A program that closes every file descriptor and blocks every signal before its first thread
 /// still gets its memory back from the maintenance thread; a program that exits straight after
 /// freeing 128 MiB, while the thread has those releases to make, ends cleanly every time.
 #[test]
 fn the_maintenance_thread_works_without_fds_or_signals_and_exit_interrupts_it_cleanly() {
     for mode in MODES {
-        let mut quiet = command("background", mode);
-        quiet
-            .args(["quiet", "2"])
-            .env("NODALLOC_BACKGROUND", "1")
-            .env("NODALLOC_RETAIN", "0");
-        run_passing("background", mode, &mut quiet);
+        run_passing("background", mode, &mut quiet_program(mode, 2, Some("1")));
         for _ in 0..10 {
             let mut exiting = command("background", mode);
             exiting.args(["exit", "2"]).env("NODALLOC_BACKGROUND", "1");
@@ -344,17 +354,8 @@ fn the_maintenance_thread_works_without_fds_or_signals_and_exit_interrupts_it_cl
 #[test]
 fn a_quiet_programs_memory_goes_back_with_the_default_maintenance_thread() {
     for mode in MODES {
-        let mut quiet = command("background", mode);
-        quiet
-            .args(["quiet", "2"])
-            .env_remove("NODALLOC_BACKGROUND")
-            .env("NODALLOC_RETAIN", "0");
-        run_passing("background", mode, &mut quiet);
-        let mut off = command("background", mode);
-        off.args(["quiet", "1"])
-            .env("NODALLOC_BACKGROUND", "0")
-            .env("NODALLOC_RETAIN", "0");
-        let finished = run_bounded(&mut off, TIME_LIMIT);
+        run_passing("background", mode, &mut quiet_program(mode, 2, None));
+        let finished = run_bounded(&mut quiet_program(mode, 1, Some("0")), TIME_LIMIT);
         assert!(
             !finished.succeeded() && finished.stderr.contains("status 0xd00"),
             "without the thread the memory should stay until the next call ({mode:?}): {}",
