@@ -97,9 +97,7 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
         let worked = prepared_so_far(instance) != prepared_before;
         let pass = now >= next_upkeep;
         if pass {
-            crate::thread::pool::drop_stale(now.saturating_sub(instance.heaps.upkeep_period()));
-            instance.heaps.upkeep_all(now);
-            PASSES.fetch_add(1, Ordering::Relaxed);
+            upkeep_pass(instance, now);
             next_upkeep = now + instance.heaps.upkeep_period();
         } else {
             // The decommits a free would have made at once (free memory past the share of use
@@ -136,13 +134,18 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
 /// while the program was quiet.
 fn release_pass(instance: Instance) {
     let decommitted = instance.heaps.arena.decommitted_total();
-    let now = os::monotonic_ns();
-    crate::thread::pool::drop_stale(now.saturating_sub(instance.heaps.upkeep_period()));
-    instance.heaps.upkeep_all(now);
-    PASSES.fetch_add(1, Ordering::Relaxed);
+    upkeep_pass(instance, os::monotonic_ns());
     count_released(instance, decommitted);
     CPU_NS.store(os::thread_cpu_ns(), Ordering::Relaxed);
     os::sleep_ns(instance.heaps.upkeep_period());
+}
+
+/// One upkeep pass, in either mode: caches exited threads left and no thread took for a period
+/// go home, then every node's upkeep runs.
+fn upkeep_pass(instance: Instance, now: u64) {
+    crate::thread::pool::drop_stale(now.saturating_sub(instance.heaps.upkeep_period()));
+    instance.heaps.upkeep_all(now);
+    PASSES.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Adds to [`RELEASED`] what the arena decommitted since it had `before` bytes decommitted.
