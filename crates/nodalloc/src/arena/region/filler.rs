@@ -5,11 +5,6 @@
 
 use super::*;
 
-/// The address of chunk `chunk` of a pool starting at `start`.
-fn chunk_start(start: usize, chunk: usize) -> usize {
-    start + chunk * CHUNK_BYTES
-}
-
 impl Region {
     /// The filler's choice (dense pools, unaligned requests up to half a chunk): a free span
     /// headed in the fullest chunk that has one of at least `units`, carved from its start.
@@ -126,13 +121,20 @@ impl Region {
         if self.chunk_nodes.is_null() {
             return;
         }
-        let offset = address - self.start;
+        let (chunk, unit) = self.chunk_and_unit(address);
         // SAFETY: the span lock is held; a listed span lies below the frontier, in a chunk
         // whose record is in our array.
-        let node = unsafe { &mut *self.chunk_nodes.add(offset / CHUNK_BYTES) };
-        node.scan_from = node
-            .scan_from
-            .min(((offset % CHUNK_BYTES) >> UNIT_SHIFT) as u32);
+        let node = unsafe { &mut *self.chunk_nodes.add(chunk) };
+        node.scan_from = node.scan_from.min(unit);
+    }
+
+    /// The chunk of this pool that `address` lies in, and its unit there.
+    fn chunk_and_unit(&self, address: usize) -> (usize, u32) {
+        let offset = address - self.start;
+        (
+            offset / CHUNK_BYTES,
+            ((offset % CHUNK_BYTES) >> UNIT_SHIFT) as u32,
+        )
     }
 
     /// Adds (or removes) `units` in-use units starting at `address` to the filler's counts of
@@ -150,7 +152,7 @@ impl Region {
         let end = address + (units << UNIT_SHIFT);
         let mut from = address;
         while from < end {
-            let chunk = (from - self.start) / CHUNK_BYTES;
+            let (chunk, start_unit) = self.chunk_and_unit(from);
             let chunk_end = self.start + (chunk + 1) * CHUNK_BYTES;
             let here = ((end.min(chunk_end) - from) >> UNIT_SHIFT) as u32;
             self.unlink_chunk(state, chunk);
@@ -160,7 +162,6 @@ impl Region {
                 node.used += here;
                 // A span handed out over the scan's start: no free span starts inside it, and
                 // its end is a span boundary (or the chunk's end).
-                let start_unit = ((from - chunk_start(self.start, chunk)) >> UNIT_SHIFT) as u32;
                 let end_unit = start_unit + here;
                 if (start_unit..end_unit).contains(&node.scan_from) {
                     node.scan_from = end_unit;
