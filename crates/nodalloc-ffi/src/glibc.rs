@@ -49,7 +49,7 @@ pub unsafe extern "C" fn __libc_free(ptr: *mut c_void) {
 #[no_mangle]
 pub unsafe extern "C" fn __libc_memalign(align: usize, size: usize) -> *mut c_void {
     // SAFETY: forwarded contract.
-    unsafe { crate::memalign(align, size) }
+    unsafe { crate::aligned::memalign(align, size) }
 }
 
 /// # Safety
@@ -57,7 +57,7 @@ pub unsafe extern "C" fn __libc_memalign(align: usize, size: usize) -> *mut c_vo
 #[no_mangle]
 pub unsafe extern "C" fn __libc_valloc(size: usize) -> *mut c_void {
     // SAFETY: forwarded contract.
-    unsafe { crate::valloc(size) }
+    unsafe { crate::aligned::valloc(size) }
 }
 
 /// # Safety
@@ -65,7 +65,7 @@ pub unsafe extern "C" fn __libc_valloc(size: usize) -> *mut c_void {
 #[no_mangle]
 pub unsafe extern "C" fn __libc_pvalloc(size: usize) -> *mut c_void {
     // SAFETY: forwarded contract.
-    unsafe { crate::pvalloc(size) }
+    unsafe { crate::aligned::pvalloc(size) }
 }
 
 /// glibc's `malloc_trim`: flushes the calling thread's cache and gives every free page back to

@@ -11,6 +11,7 @@
 //! thread-exit destructors) from the node heaps directly.
 #![deny(missing_docs)]
 
+mod aligned;
 mod callsite;
 mod cxx;
 mod extras;
@@ -21,6 +22,7 @@ mod secure;
 mod threads;
 mod tls;
 
+use aligned::allocate_aligned;
 use callsite::entry_stub;
 use core::ffi::{c_int, c_void};
 use core::ptr::null_mut;
@@ -29,7 +31,6 @@ use nodalloc_core::raw::{self, class_of_malloc, ClassSlot, Pointer, ThreadHeap};
 
 /// malloc's alignment on x86_64 and aarch64 glibc (`MALLOC_ALIGNMENT`).
 const MALLOC_ALIGN: usize = 16;
-const PAGE: usize = 4096;
 
 static EXIT_KEY: AtomicUsize = AtomicUsize::new(usize::MAX);
 
@@ -214,9 +215,20 @@ pub(crate) fn pop_small(size: usize) -> *mut u8 {
     let heap = tls::get();
     // SAFETY: the slot holds this thread's heap or the detached one, both readable; the
     // reference ends with the lookup.
-    let Some(class) = unsafe { &*heap }.slots().slot_of_small_malloc(size) else {
-        return null_mut();
-    };
+    match unsafe { &*heap }.slots().slot_of_small_malloc(size) {
+        // SAFETY: the slot holds this thread's heap or the detached one.
+        Some(class) => unsafe { pop_class(heap, class) },
+        None => null_mut(),
+    }
+}
+
+/// A block of `class` from the cache of `heap` with its double-free mark cleared, or null:
+/// the pop of every allocation fast path of this face.
+///
+/// # Safety
+/// `heap` is the thread's slot's value (its own heap or the detached one).
+#[inline(always)]
+unsafe fn pop_class(heap: *mut ThreadHeap, class: ClassSlot) -> *mut u8 {
     // SAFETY: the slot holds this thread's heap or the detached one.
     let p = unsafe { ThreadHeap::pop_cached(heap, class) };
     if !p.is_null() {
@@ -256,10 +268,9 @@ extern "C" fn malloc_medium(size: usize) -> *mut c_void {
 /// C's `malloc`; `heap` is the thread's slot's value.
 #[inline(always)]
 unsafe fn malloc_class(heap: *mut ThreadHeap, size: usize, class: ClassSlot) -> *mut c_void {
-    // SAFETY: the slot holds this thread's heap or the detached one.
-    let p = unsafe { ThreadHeap::pop_cached(heap, class) };
+    // SAFETY: forwarded contract.
+    let p = unsafe { pop_class(heap, class) };
     if !p.is_null() {
-        screen::clear_mark(p);
         return p as *mut c_void;
     }
     // SAFETY: the stub passes its arguments on; a tail jump, so it reads `malloc`'s caller.
@@ -531,158 +542,6 @@ unsafe extern "C" fn reallocarray_at(
             null_mut()
         }
     }
-}
-
-/// An aligned allocation from `site`; `align` must already be a valid power of two.
-fn allocate_aligned(align: usize, size: usize, site: usize, frame: usize) -> *mut c_void {
-    if secure::on() {
-        return secure::alloc(size, align, secure::Kind::Malloc, site, frame);
-    }
-    if align <= MALLOC_ALIGN {
-        return malloc_at(size, site, frame);
-    }
-    allocate_at(size, align, site, frame)
-}
-
-/// # Safety
-/// POSIX `posix_memalign`: `out` must be writable.
-#[no_mangle]
-pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-    // 8 and 16, the valid alignments `malloc` already meets.
-    if align == 8 || align == MALLOC_ALIGN {
-        let p = pop_small(size);
-        if !p.is_null() {
-            // SAFETY: the caller's contract: `out` is writable.
-            unsafe { *out = p as *mut c_void };
-            return 0;
-        }
-    }
-    // SAFETY: as for `calloc`.
-    unsafe { nodalloc_posix_memalign_entry(out, align, size) }
-}
-
-entry_stub!(fn nodalloc_posix_memalign_entry(out: *mut *mut c_void, align: usize, size: usize)
-    -> c_int => posix_memalign_at, site: "rcx", frame: "r8");
-
-/// # Safety
-/// `posix_memalign`, called from `site`.
-unsafe extern "C" fn posix_memalign_at(
-    out: *mut *mut c_void,
-    align: usize,
-    size: usize,
-    site: usize,
-    frame: usize,
-) -> c_int {
-    if !align.is_power_of_two() || align % core::mem::size_of::<*mut c_void>() != 0 {
-        return libc::EINVAL;
-    }
-    let saved = errno();
-    let p = allocate_aligned(align, size, site, frame);
-    if p.is_null() {
-        set_errno(saved);
-        return libc::ENOMEM;
-    }
-    // SAFETY: the caller passes a writable pointer.
-    unsafe { *out = p };
-    0
-}
-
-fn errno() -> c_int {
-    // SAFETY: as in `set_errno`.
-    unsafe { *libc::__errno_location() }
-}
-
-/// # Safety
-/// C11 `aligned_alloc` (glibc: any power-of-two alignment, any size).
-#[no_mangle]
-pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
-    // The powers of two up to 16, which `malloc` meets.
-    if align.is_power_of_two() && align <= MALLOC_ALIGN {
-        let p = pop_small(size);
-        if !p.is_null() {
-            return p as *mut c_void;
-        }
-    }
-    // SAFETY: as for `calloc`.
-    unsafe { nodalloc_aligned_alloc_entry(align, size) }
-}
-
-entry_stub!(fn nodalloc_aligned_alloc_entry(align: usize, size: usize) -> *mut c_void
-    => aligned_alloc_at, site: "rdx", frame: "rcx");
-
-extern "C" fn aligned_alloc_at(
-    align: usize,
-    size: usize,
-    site: usize,
-    frame: usize,
-) -> *mut c_void {
-    if !align.is_power_of_two() {
-        set_errno(libc::EINVAL);
-        return null_mut();
-    }
-    allocate_aligned(align, size, site, frame)
-}
-
-/// # Safety
-/// glibc's `memalign`: a non-power-of-two alignment is rounded up to one.
-#[no_mangle]
-pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-    // Up to 16 (rounded up to a power of two as below), which `malloc` meets.
-    if align <= MALLOC_ALIGN {
-        let p = pop_small(size);
-        if !p.is_null() {
-            return p as *mut c_void;
-        }
-    }
-    // SAFETY: as for `calloc`.
-    unsafe { nodalloc_memalign_entry(align, size) }
-}
-
-entry_stub!(fn nodalloc_memalign_entry(align: usize, size: usize) -> *mut c_void
-    => memalign_at, site: "rdx", frame: "rcx");
-
-extern "C" fn memalign_at(align: usize, size: usize, site: usize, frame: usize) -> *mut c_void {
-    // glibc: alignments above SIZE_MAX / 2 + 1 are invalid; up to it they round to a power of
-    // two (and a request that cannot be met is then ENOMEM, not EINVAL).
-    let Some(align) = align.max(1).checked_next_power_of_two() else {
-        set_errno(libc::EINVAL);
-        return null_mut();
-    };
-    allocate_aligned(align, size, site, frame)
-}
-
-/// # Safety
-/// glibc's `valloc`.
-#[no_mangle]
-pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
-    // SAFETY: as for `calloc`.
-    unsafe { nodalloc_valloc_entry(size) }
-}
-
-entry_stub!(fn nodalloc_valloc_entry(size: usize) -> *mut c_void
-    => valloc_at, site: "rsi", frame: "rdx");
-
-extern "C" fn valloc_at(size: usize, site: usize, frame: usize) -> *mut c_void {
-    allocate_aligned(PAGE, size, site, frame)
-}
-
-/// # Safety
-/// glibc's `pvalloc`: page aligned, size rounded up to whole pages.
-#[no_mangle]
-pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
-    // SAFETY: as for `calloc`.
-    unsafe { nodalloc_pvalloc_entry(size) }
-}
-
-entry_stub!(fn nodalloc_pvalloc_entry(size: usize) -> *mut c_void
-    => pvalloc_at, site: "rsi", frame: "rdx");
-
-extern "C" fn pvalloc_at(size: usize, site: usize, frame: usize) -> *mut c_void {
-    let Some(rounded) = size.max(1).checked_next_multiple_of(PAGE) else {
-        set_errno(libc::ENOMEM);
-        return null_mut();
-    };
-    allocate_aligned(PAGE, rounded, site, frame)
 }
 
 /// # Safety
