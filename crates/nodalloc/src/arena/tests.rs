@@ -444,6 +444,87 @@ fn an_exhausted_region_merges_dirty_and_clean_free_spans_before_failing() {
     assert_eq!(address, sorted[10]);
 }
 
+/// A large request that no dirty span fits is served over a dirty span and its clean
+/// neighbours: the dirty memory is reused as it is and only the clean part is committed anew.
+#[test]
+fn a_large_request_reuses_a_dirty_span_and_takes_what_it_lacks_from_clean_neighbours() {
+    let arena = test_arena(1, 64 << 20, usize::MAX);
+    let region = arena.pool(0, Pool::Sparse);
+    let committed = || region.committed.load(Ordering::Relaxed);
+    // Five neighbouring 32-unit spans, each filled with its index + 1.
+    let mut spans: Vec<usize> = (0..5)
+        .map(|_| arena.alloc_span(0, 32, 1, SpanUse::Large).unwrap().0)
+        .collect();
+    spans.sort();
+    for (index, &span) in spans.iter().enumerate() {
+        assert_eq!(span, spans[0] + index * 32 * UNIT, "neighbours");
+        // SAFETY: touching memory we were handed.
+        unsafe { (span as *mut u8).write_bytes(index as u8 + 1, 32 * UNIT) };
+    }
+    let free = |index: usize| {
+        // SAFETY: each span is handed out once above and freed once here; it holds nothing.
+        unsafe { arena.free_span(spans[index], 32) };
+    };
+    // Clean after: spans 1 and 2 decommitted, then span 0 freed dirty before them.
+    free(1);
+    free(2);
+    arena.purge(true);
+    free(0);
+    assert_eq!(region.dirty_bytes(), 32 * UNIT);
+    let before = committed();
+    let (mixed, _) = arena.alloc_span(0, 48, 1, SpanUse::Large).unwrap();
+    assert_eq!(mixed, spans[0], "the request covers the dirty span");
+    assert_eq!(region.dirty_bytes(), 0, "the dirty span is used up");
+    assert_eq!(
+        committed() - before,
+        16 * UNIT,
+        "only the clean part is charged"
+    );
+    // SAFETY: reading the span we were just handed, inside its 48 units.
+    unsafe {
+        assert_eq!(
+            *((mixed + 64) as *const u8),
+            1,
+            "the dirty part is as it was"
+        );
+        assert_eq!(
+            *((mixed + 40 * UNIT) as *const u8),
+            0,
+            "the clean part reads zero"
+        );
+    }
+    // Clean before: span 3 freed dirty after a clean span (spans 0 to 2, once the request is
+    // freed and decommitted).
+    // SAFETY: handed out above, holds nothing, freed once.
+    unsafe { arena.free_span(mixed, 48) };
+    arena.purge(true);
+    free(3);
+    let before = committed();
+    let (mixed, _) = arena.alloc_span(0, 40, 1, SpanUse::Large).unwrap();
+    assert_eq!(
+        mixed,
+        spans[3] - 8 * UNIT,
+        "the lacking 8 units come from before"
+    );
+    assert_eq!(committed() - before, 8 * UNIT);
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(
+            *((spans[3] + 64) as *const u8),
+            4,
+            "the dirty part is as it was"
+        );
+        assert_eq!(*(mixed as *const u8), 0, "the clean part reads zero");
+    }
+    // Everything handed back and decommitted: the accounts return to span 4 alone.
+    // SAFETY: handed out above, freed once.
+    unsafe { arena.free_span(mixed, 40) };
+    free(4);
+    arena.purge(true);
+    assert_eq!(committed(), 0);
+    assert_eq!(region.active.load(Ordering::Relaxed), 0);
+}
+
 #[test]
 fn aligned_spans_are_aligned() {
     let arena = test_arena(1, 64 << 20, usize::MAX);

@@ -39,6 +39,11 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 /// Non-empty buckets searched for a dirty span after a clean one that fits was found.
 const DIRTY_SEARCH_BUCKETS: usize = 3;
 
+/// The smallest request (256 KiB, past the size classes) served over a dirty span and its clean
+/// neighbours together ([`Region::take_mixed`]), and the dirty spans looked at for it.
+const MIX_MIN_UNITS: usize = 8;
+const MIX_CANDIDATES: usize = 16;
+
 /// Units per 2 MiB chunk, the step by which the frontier advances.
 pub const CHUNK_UNITS: usize = 64;
 const CHUNK_BYTES: usize = CHUNK_UNITS * UNIT;
