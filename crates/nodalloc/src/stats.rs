@@ -6,6 +6,7 @@
 //! at most one batch per class; `stats()` publishes the calling thread's counters first, and
 //! after threads have exited the figures are exact.
 
+use crate::os::options::MAX_RING_SHARDS;
 use crate::os::topology::MAX_NODES;
 use crate::os::Writer;
 use crate::size_class::NUM_CLASSES;
@@ -66,6 +67,11 @@ pub struct NodeStats {
     /// Shared-structure operations of this node's heap, so far ([`Stats::write_to`] prints
     /// them per 1 000 allocations).
     pub shared: SharedOpCounts,
+    /// Transfer rings per size class on this node (`NODALLOC_RING_SHARDS`).
+    pub ring_shards: usize,
+    /// Batches pushed and popped through each ring shard so far (the first `ring_shards`
+    /// entries): how the node's CPUs share the ring traffic.
+    pub shard_ring_operations: [u64; MAX_RING_SHARDS],
 }
 
 /// Operations on structures a node's threads share, so far: how often a design makes the
@@ -474,8 +480,21 @@ fn write_shared_ops(w: &mut Writer, node: &NodeStats) {
     w.str(", heaps attached ")
         .decimal(stats.heaps_attached)
         .str(", retired ")
-        .decimal(stats.heaps_retired)
-        .str("\n");
+        .decimal(stats.heaps_retired);
+    if node.ring_shards > 1 {
+        w.str(", ring shards ")
+            .decimal(node.ring_shards as u64)
+            .str(" (batches");
+        for (shard, operations) in node.shard_ring_operations[..node.ring_shards]
+            .iter()
+            .enumerate()
+        {
+            w.str(if shard == 0 { " " } else { " / " })
+                .decimal(*operations);
+        }
+        w.str(")");
+    }
+    w.str("\n");
 }
 
 /// `count` per 1 000 `allocs`, with one decimal, rounded down (`-` with no allocation).

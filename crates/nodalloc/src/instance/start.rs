@@ -69,7 +69,12 @@ pub(super) fn create() -> Option<&'static NodeHeaps> {
         },
         secure: options.secure,
     };
-    let heaps = NodeHeaps::start(topology, &config, options.callsite_partitions);
+    let heaps = NodeHeaps::start(
+        topology,
+        &config,
+        options.callsite_partitions,
+        options.ring_shards,
+    );
     // SAFETY: the scratch mapping is ours and the arena copied the topology.
     unsafe { os::unmap(scratch as *mut u8, core::mem::size_of::<Topology>()) };
     let Some(heaps) = heaps else {

@@ -8,10 +8,7 @@ impl NodeHeaps {
     /// A batch of `class` in partition `part` from `node`'s transfer ring, if it holds one (a
     /// refill tries it before [`Self::take_from_bags`]).
     pub fn ring_refill(&self, node: NodeId, part: Partition, class: SizeClass) -> Option<Batch> {
-        let class_heap = self.class_in(node, part, class);
-        let batch = class_heap.ring_pop(&self.node(node).ops)?;
-        class_heap.ring_touched.store(true, Ordering::Relaxed);
-        Some(batch)
+        self.pop_from_rings(node, part, class)
     }
 
     /// Up to `want` objects from bags, own node first, then other nodes nearest first.
@@ -43,8 +40,8 @@ impl NodeHeaps {
         for &other in &order[..count] {
             let other = NodeId(other as usize);
             let stolen = self
-                .class_in(other, part, class)
-                .ring_pop(&self.node(other).ops)
+                .ring_shards_of(other, part, class)
+                .find_map(|(_, ring)| ring.pop(&self.node(other).ops))
                 .or_else(|| self.take_from_node_bags(other, part, class, want, &mut false, None));
             if stolen.is_some() {
                 self.node(node).steals.fetch_add(1, Ordering::Relaxed);
@@ -311,22 +308,22 @@ impl NodeHeaps {
     /// grows its budget (see `ClassHeap::raise_ring_budget`) and the batch is offered again.
     /// Every object must be of `class` and from `node`'s region.
     pub fn release(&self, node: NodeId, part: Partition, class: SizeClass, batch: Batch) {
-        let class_heap = self.class_in(node, part, class);
-        class_heap.ring_touched.store(true, Ordering::Relaxed);
+        let ring = self.ring_shard(node, part, class, self.shard_here());
+        ring.touched.store(true, Ordering::Relaxed);
+        self.note_shard_operation(ring);
         let ops = &self.node(node).ops;
         // A partition's ring holds one batch: with many partitions, rings of the full budget
         // would pin many times the memory one class heap's ring does.
         let refused = if part == Partition::DEFAULT {
-            let budget = class_heap.ring_budget(class);
-            class_heap
-                .ring_push(batch, budget, ops)
-                .err()
-                .and_then(|batch| match class_heap.raise_ring_budget(class, budget) {
-                    Some(raised) => class_heap.ring_push(batch, raised, ops).err(),
+            let budget = ring.budget(class);
+            ring.push(batch, budget, ops).err().and_then(|batch| {
+                match ring.raise_budget(class, budget) {
+                    Some(raised) => ring.push(batch, raised, ops).err(),
                     None => Some(batch),
-                })
+                }
+            })
         } else {
-            class_heap.ring_push(batch, class.batch(), ops).err()
+            ring.push(batch, class.batch(), ops).err()
         };
         if let Some(batch) = refused {
             if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head, false) {

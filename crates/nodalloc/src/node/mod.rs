@@ -35,7 +35,7 @@ use crate::ds::inbox::Inbox;
 use crate::ds::ring::{TransferRing, RING_SLOTS};
 use crate::ds::spinlock::{SpinGuard, SpinLock};
 use crate::os::topology::Topology;
-use crate::os::{self, topology::MAX_NODES};
+use crate::os::{self, cpuset::MAX_CPUS, topology::MAX_NODES};
 use crate::size_class::{SizeClass, NUM_CLASSES, UNIT, UNIT_SHIFT};
 use core::cell::UnsafeCell;
 use core::ptr::null_mut;
@@ -46,6 +46,7 @@ mod front;
 mod large;
 mod partition;
 mod prepare;
+mod shards;
 mod stats;
 mod suspect;
 mod sweep;
@@ -56,6 +57,7 @@ pub(crate) use front::{HomeView, DENSE_OBJECT_MAX};
 pub use partition::Partition;
 use partition::Partitions;
 pub(crate) use partition::{partition_of_site, PartitionView};
+use shards::RingShard;
 pub(crate) use upkeep::upkeep_period;
 
 /// Bytes of objects a class's transfer ring may hold per node at first. More would keep bags
@@ -82,7 +84,8 @@ pub(crate) fn ring_objects_max(class: SizeClass) -> usize {
 
 /// Per class, per node: the transfer ring and the central bag lists.
 pub struct ClassHeap {
-    ring: TransferRing,
+    /// The transfer ring (shard 0 of a sharded node, see `shards.rs`).
+    ring: RingShard,
     lock: SpinLock,
     /// Bags with a free or uncarved object, linked through their descriptors (class lock).
     partial: UnsafeCell<*mut UnitMeta>,
@@ -94,17 +97,6 @@ pub struct ClassHeap {
     /// Objects taken out of this node's bags and not yet returned: held by the program, or
     /// cached (thread caches, the ring, inboxes). Written under the class lock.
     pub out_of_bags: AtomicUsize,
-    /// Objects in the transfer ring (updated after each push and pop, so a hint).
-    pub in_ring: AtomicUsize,
-    /// Set by every ring push and pop, cleared by upkeep: a ring left untouched for a whole
-    /// upkeep period is drained into its bags so idle batches stop pinning memory.
-    ring_touched: AtomicBool,
-    /// The ring's grown budget in objects (0: the base, [`ring_objects`]), a pop since the
-    /// budget last grew (someone takes what the ring holds), and a refused push since the last
-    /// upkeep pass (see [`ClassHeap::raise_ring_budget`] and [`ClassHeap::decay_ring_budget`]).
-    ring_budget: AtomicUsize,
-    ring_popped: AtomicBool,
-    ring_refused: AtomicBool,
     /// Set when objects come back to the bags, cleared by a sweep that leaves no bag waiting:
     /// upkeep skips (and does not even lock) classes with nothing to sweep.
     to_sweep: AtomicBool,
@@ -129,88 +121,6 @@ impl ClassHeap {
             ops.contended_locks.fetch_add(1, Ordering::Relaxed);
         }
         guard
-    }
-
-    /// The ring's oldest batch, counted in `ops` (the owning node heap's).
-    fn ring_pop(&self, ops: &SharedOps) -> Option<Batch> {
-        let mut retries = 0;
-        let batch = self.ring.pop_counting_retries(&mut retries);
-        ops.count_ring_retries(retries);
-        let batch = batch?;
-        if !self.ring_popped.load(Ordering::Relaxed) {
-            self.ring_popped.store(true, Ordering::Relaxed);
-        }
-        ops.ring_pops.fetch_add(1, Ordering::Relaxed);
-        self.in_ring.fetch_sub(batch.count, Ordering::Relaxed);
-        Some(batch)
-    }
-
-    /// Pushes `batch` if the ring has a slot and would hold at most `max_objects` objects with
-    /// it (see [`ring_objects`]); gives the batch back otherwise. Counted in `ops` (the owning
-    /// node heap's).
-    fn ring_push(&self, batch: Batch, max_objects: usize, ops: &SharedOps) -> Result<(), Batch> {
-        let count = batch.count;
-        // A hint: a pop's subtraction can overtake the push's addition, leaving it briefly
-        // below zero (wrapped), as the statistics also read it.
-        let in_ring = (self.in_ring.load(Ordering::Relaxed) as isize).max(0) as usize;
-        if in_ring + count > max_objects {
-            return Err(batch);
-        }
-        let mut retries = 0;
-        let pushed = self
-            .ring
-            .push_counting_retries(batch, RING_SLOTS, &mut retries);
-        ops.count_ring_retries(retries);
-        pushed?;
-        ops.ring_pushes.fetch_add(1, Ordering::Relaxed);
-        self.in_ring.fetch_add(count, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// The objects of `class` the ring may hold now: its base budget, or more once grown.
-    fn ring_budget(&self, class: SizeClass) -> usize {
-        self.ring_budget
-            .load(Ordering::Relaxed)
-            .max(ring_objects(class))
-    }
-
-    /// After a push that `budget` (the ring's budget of `class`) refused: doubles the budget,
-    /// up to [`ring_objects_max`], if a thread took a batch from the ring since it last grew
-    /// (a flow from threads that free to threads that allocate, which the ring should carry
-    /// rather than the bags); the new budget, or `None` when it stays. Every refusal also keeps
-    /// the budget from shrinking at the next upkeep pass. Races between threads only make a
-    /// step more or less; the budget stays within its bounds.
-    fn raise_ring_budget(&self, class: SizeClass, budget: usize) -> Option<usize> {
-        if !self.ring_refused.load(Ordering::Relaxed) {
-            self.ring_refused.store(true, Ordering::Relaxed);
-        }
-        let max = ring_objects_max(class);
-        if budget >= max || !self.ring_popped.swap(false, Ordering::Relaxed) {
-            return None;
-        }
-        let raised = (budget * 2).min(max);
-        self.ring_budget.store(raised, Ordering::Relaxed);
-        Some(raised)
-    }
-
-    /// The upkeep pass's step for the ring's budget: halved (back to the base at most) unless
-    /// a push was refused since the last pass, so memory the flow needed stops being kept a few
-    /// periods after the flow ends. A ring holding more than its new budget drains by its pops.
-    fn decay_ring_budget(&self, class: SizeClass) {
-        if self.ring_refused.swap(false, Ordering::Relaxed) {
-            return;
-        }
-        let budget = self.ring_budget.load(Ordering::Relaxed);
-        if budget == 0 {
-            return;
-        }
-        let halved = budget / 2;
-        let next = if halved <= ring_objects(class) {
-            0
-        } else {
-            halved
-        };
-        self.ring_budget.store(next, Ordering::Relaxed);
     }
 }
 
@@ -303,6 +213,12 @@ pub struct NodeHeaps {
     heaps: *const NodeHeap,
     /// Call-site partitions (`partition.rs`); none with the mode off.
     partitions: Partitions,
+    /// Ring shards per class of each node's default partition (`shards.rs`), the rings past
+    /// the class heaps' own (`nodes × (shards − 1) × NUM_CLASSES`), and the shard of each CPU
+    /// (`MAX_CPUS` bytes; null with one shard).
+    shards: usize,
+    extra_rings: *const RingShard,
+    cpu_shards: *const u8,
 }
 
 // SAFETY: node heaps are Sync and live as long as the arena; the pointer is never written.
@@ -352,8 +268,9 @@ impl NodeHeaps {
         topology: &Topology,
         config: &ArenaConfig,
         partitions: usize,
+        ring_shards: usize,
     ) -> Option<&'static NodeHeaps> {
-        NodeHeaps::create_with(Arena::create(topology, config)?, partitions)
+        NodeHeaps::create_sharded(Arena::create(topology, config)?, partitions, ring_shards)
     }
 
     /// The machine as the arena saw it.
@@ -401,23 +318,48 @@ impl NodeHeaps {
     }
 
     /// As [`Self::create`], with `partitions` call-site partitions (0: the mode is off).
+    #[cfg(test)]
     pub fn create_with(arena: &'static Arena, partitions: usize) -> Option<&'static NodeHeaps> {
+        NodeHeaps::create_sharded(arena, partitions, 0)
+    }
+
+    /// As [`Self::create_with`], with `ring_shards` ring shards per class (0: one per
+    /// [`shards::CPUS_PER_SHARD`] CPUs of the largest node; see `shards.rs`).
+    pub fn create_sharded(
+        arena: &'static Arena,
+        partitions: usize,
+        ring_shards: usize,
+    ) -> Option<&'static NodeHeaps> {
         let nodes = arena.node_count();
         let partitions = Partitions::reserve(partitions, nodes)?;
-        let bytes =
-            core::mem::size_of::<NodeHeaps>() + 64 + nodes * core::mem::size_of::<NodeHeap>();
-        let memory = os::reserve(bytes)?;
+        let shards = shards::shard_count(&arena.topology, ring_shards);
+        let heaps_offset = core::mem::size_of::<NodeHeaps>().next_multiple_of(64);
+        let rings_offset = heaps_offset + nodes * core::mem::size_of::<NodeHeap>();
+        let extra_rings = nodes * (shards - 1) * NUM_CLASSES;
+        let cpus_offset = rings_offset + extra_rings * core::mem::size_of::<RingShard>();
+        let cpu_bytes = if shards > 1 { MAX_CPUS } else { 0 };
+        let memory = os::reserve(cpus_offset + cpu_bytes)?;
         let this = memory as *mut NodeHeaps;
-        let heaps_offset = (core::mem::size_of::<NodeHeaps>() + 63) & !63;
-        // SAFETY: a fresh zeroed mapping of `bytes`, exclusively ours; all-zero is a valid
-        // NodeHeap (empty rings and inbox, unlocked locks, empty lists, zero counters), so only
-        // the pages of classes in use are ever touched.
+        // SAFETY: a fresh zeroed mapping of that size, exclusively ours; all-zero is a valid
+        // NodeHeap and RingShard (empty rings and inbox, unlocked locks, empty lists, zero
+        // counters), so only the pages of classes in use are ever touched. The CPU table is
+        // written here, before the heaps are shared.
         unsafe {
             let heaps = memory.add(heaps_offset) as *const NodeHeap;
+            let cpu_shards = if shards > 1 {
+                let table = core::slice::from_raw_parts_mut(memory.add(cpus_offset), MAX_CPUS);
+                shards::fill_cpu_shards(&arena.topology, shards, table);
+                table.as_ptr()
+            } else {
+                null_mut()
+            };
             this.write(NodeHeaps {
                 arena,
                 heaps,
                 partitions,
+                shards,
+                extra_rings: memory.add(rings_offset) as *const RingShard,
+                cpu_shards,
             });
             Some(&*this)
         }

@@ -40,9 +40,11 @@ impl NodeHeaps {
                 huge_pages: 0,
                 allocs: node_heap.large_allocs.load(Ordering::Relaxed),
                 shared: node_heap.ops.counts(usage.span_locks),
+                ring_shards: heaps.ring_shards(),
+                shard_ring_operations: heaps.shard_operations(node),
             };
             let mut live_small: i64 = 0;
-            heaps.for_each_class_heap(node, |_, size_class, class_heap| {
+            heaps.for_each_class_heap(node, |part, size_class, class_heap| {
                 let index = size_class.index();
                 let class = &mut stats.classes[index];
                 let allocs = class_heap.allocs.load(Ordering::Relaxed);
@@ -55,9 +57,11 @@ impl NodeHeaps {
                 let bag_bytes = SizeClass(index as u8).bag_bytes();
                 class.bags += bags;
                 class.free_in_bags += (bags * bag_bytes).saturating_sub(out * class.size);
-                class.in_rings += (class_heap.in_ring.load(Ordering::Relaxed) as isize).max(0)
-                    as usize
-                    * class.size;
+                for (_, ring) in heaps.ring_shards_of(node, part, size_class) {
+                    class.in_rings += (ring.in_ring.load(Ordering::Relaxed) as isize).max(0)
+                        as usize
+                        * class.size;
+                }
                 // Out of the bags minus held by the program, summed over nodes (objects stolen
                 // or freed across nodes make one node's figure drift; the sum balances).
                 out_minus_live[index] += out as i64 - (allocs as i64 - frees as i64);

@@ -30,11 +30,23 @@ impl NodeHeaps {
         self.bag_holds(node, part, class, object)
     }
 
-    /// True when `object` is in one of the batches waiting in the class's ring. The batches
-    /// are popped (each is then ours), walked, and released again: into the ring, or into the
-    /// bags if other threads filled it meanwhile.
+    /// True when `object` is in one of the batches waiting in the class's rings.
     fn ring_holds(&self, node: NodeId, part: Partition, class: SizeClass, object: *mut u8) -> bool {
-        let class_heap = self.class_in(node, part, class);
+        self.ring_shards_of(node, part, class)
+            .any(|(_, ring)| self.shard_holds(node, part, class, ring, object))
+    }
+
+    /// True when `object` is in one of the batches waiting in `ring`. The batches are popped
+    /// (each is then ours), walked, and released again: into a ring, or into the bags if other
+    /// threads filled the rings meanwhile.
+    fn shard_holds(
+        &self,
+        node: NodeId,
+        part: Partition,
+        class: SizeClass,
+        ring: &RingShard,
+        object: *mut u8,
+    ) -> bool {
         let empty = Batch {
             head: null_mut(),
             tail: null_mut(),
@@ -43,7 +55,7 @@ impl NodeHeaps {
         let mut taken = [empty; RING_SLOTS];
         let mut count = 0;
         while count < RING_SLOTS {
-            let Some(batch) = class_heap.ring_pop(&self.node(node).ops) else {
+            let Some(batch) = ring.pop(&self.node(node).ops) else {
                 break;
             };
             taken[count] = batch;

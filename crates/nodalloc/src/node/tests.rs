@@ -442,18 +442,18 @@ fn a_ring_holds_no_more_than_its_byte_budget_whatever_the_batch_sizes() {
                 ..batch
             },
         );
-        let in_ring = class_heap.in_ring.load(Ordering::Relaxed);
+        let in_ring = class_heap.ring.in_ring.load(Ordering::Relaxed);
         assert!(
             in_ring <= bound,
             "{in_ring} objects in a ring bounded by {bound}"
         );
     }
     assert!(
-        class_heap.in_ring.load(Ordering::Relaxed) > 0,
+        class_heap.ring.in_ring.load(Ordering::Relaxed) > 0,
         "the ring took nothing"
     );
     heaps.flush_all();
-    assert_eq!(class_heap.in_ring.load(Ordering::Relaxed), 0);
+    assert_eq!(class_heap.ring.in_ring.load(Ordering::Relaxed), 0);
     assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 0);
 }
 
@@ -467,7 +467,7 @@ fn a_rings_budget_follows_a_flow_from_freeing_to_allocating_threads() {
     let (base, max) = (ring_objects(class), ring_objects_max(class));
     assert!(max >= 4 * base, "{base} .. {max}");
     let class_heap = heaps.class(NodeId(0), class);
-    let in_ring = || class_heap.in_ring.load(Ordering::Relaxed);
+    let in_ring = || class_heap.ring.in_ring.load(Ordering::Relaxed);
     let release = |count: usize| {
         let batch = heaps
             .take_from_bags(NodeId(0), Partition::DEFAULT, class, count)
@@ -485,27 +485,27 @@ fn a_rings_budget_follows_a_flow_from_freeing_to_allocating_threads() {
         "{}",
         in_ring()
     );
-    assert_eq!(class_heap.ring_budget(class), base);
+    assert_eq!(class_heap.ring.budget(class), base);
     // A taker: each refusal after a pop doubles the budget, and the refused batch goes in.
     let mut budgets = vec![base];
     for _ in 0..16 {
         let taken = heaps
             .ring_refill(NodeId(0), Partition::DEFAULT, class)
             .unwrap();
-        while in_ring() + step <= class_heap.ring_budget(class).min(RING_SLOTS * step) {
+        while in_ring() + step <= class_heap.ring.budget(class).min(RING_SLOTS * step) {
             release(step);
         }
         let before = in_ring();
         release(step);
-        assert!(in_ring() <= class_heap.ring_budget(class));
-        if class_heap.ring_budget(class) > *budgets.last().unwrap() {
+        assert!(in_ring() <= class_heap.ring.budget(class));
+        if class_heap.ring.budget(class) > *budgets.last().unwrap() {
             // (Unless the ring's slots are what refused it.)
             assert!(
                 in_ring() == before + step || before + step > RING_SLOTS * step,
                 "the refused batch was not offered again: {before} -> {}",
                 in_ring()
             );
-            budgets.push(class_heap.ring_budget(class));
+            budgets.push(class_heap.ring.budget(class));
         }
         // SAFETY: the popped batch's objects are ours, of `class`, from node 0.
         if let Err((object, misuse)) = heaps.return_to_bags(NodeId(0), class, taken.head, false) {
@@ -516,18 +516,18 @@ fn a_rings_budget_follows_a_flow_from_freeing_to_allocating_threads() {
     assert!(budgets.windows(2).all(|w| w[1] == (2 * w[0]).min(max)));
     assert!(*budgets.last().unwrap() <= max);
     // The flow stops: each upkeep pass without a refusal halves the budget, down to the base.
-    let grown = class_heap.ring_budget(class);
+    let grown = class_heap.ring.budget(class);
     let period = upkeep_period(heaps.arena.decommit.delay_ns);
     let mut now = heaps.node(NodeId(0)).next_upkeep.load(Ordering::Relaxed) + 1;
     let mut passes = 0;
-    while class_heap.ring_budget(class) > base {
+    while class_heap.ring.budget(class) > base {
         heaps.upkeep(NodeId(0), now);
         now += period + 1;
         passes += 1;
         assert!(passes <= 8, "the budget did not decay");
     }
     assert!(passes >= 1 && grown > base);
-    assert_eq!(class_heap.ring_budget.load(Ordering::Relaxed), 0);
+    assert_eq!(class_heap.ring.budget(class), base);
     heaps.flush_all();
     assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 0);
 }
@@ -542,9 +542,9 @@ fn a_release_that_reads_a_wrapped_ring_count_keeps_its_batch() {
     let batch = heaps
         .take_from_bags(NodeId(0), Partition::DEFAULT, class, class.batch())
         .unwrap();
-    class_heap.in_ring.store(usize::MAX, Ordering::Relaxed);
+    class_heap.ring.in_ring.store(usize::MAX, Ordering::Relaxed);
     heaps.release(NodeId(0), Partition::DEFAULT, class, batch);
-    class_heap.in_ring.fetch_add(1, Ordering::Relaxed);
+    class_heap.ring.in_ring.fetch_add(1, Ordering::Relaxed);
     heaps.flush_all();
     assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 0);
 }
@@ -679,4 +679,122 @@ fn shared_operations_are_counted_once_each_with_their_objects() {
         (3, spans)
     );
     assert_eq!(node_stats.contended_locks + node_stats.ring_retries, 0);
+}
+
+/// Shards follow the node's size (one per 16 CPUs of the largest node, at most eight) unless
+/// the option sets them, and split a node's CPUs into runs of neighbours.
+#[test]
+fn ring_shards_split_the_largest_nodes_cpus_into_runs_of_neighbours() {
+    let topology_of = |cpus: usize| {
+        let mut set = crate::os::cpuset::CpuSet::new();
+        for cpu in 0..cpus {
+            set.insert(cpu);
+        }
+        Box::new(Topology::single(set))
+    };
+    let cases = [
+        (2, 0, 1),
+        (16, 0, 1),
+        (17, 0, 2),
+        (64, 0, 4),
+        (512, 0, 8),
+        (2, 3, 3),
+        (64, 1, 1),
+    ];
+    for (cpus, requested, expected) in cases {
+        assert_eq!(
+            shards::shard_count(&topology_of(cpus), requested),
+            expected,
+            "{cpus} CPUs, {requested} requested"
+        );
+    }
+    let mut table = [u8::MAX; 80];
+    shards::fill_cpu_shards(&topology_of(64), 4, &mut table);
+    for (cpu, &shard) in table.iter().enumerate() {
+        let expected = if cpu < 64 { (cpu / 16) as u8 } else { u8::MAX };
+        assert_eq!(shard, expected, "CPU {cpu}");
+    }
+}
+
+/// On a sharded node a batch in any shard reaches a refill (the thread's own shard first, then
+/// the others), the double-free screen looks into every shard, the statistics count each
+/// shard's traffic and what it holds, upkeep drains shards nobody touched, and `flush_all`
+/// empties them all.
+#[test]
+fn a_sharded_nodes_rings_serve_each_other_and_are_drained_whole() {
+    const SHARDS: usize = 4;
+    let heaps = NodeHeaps::create_sharded(test_arena(1, 256 << 20, 0), 0, SHARDS).unwrap();
+    assert_eq!(heaps.ring_shards(), SHARDS);
+    let (node, part) = (NodeId(0), Partition::DEFAULT);
+    let class = class_of(64, 8).unwrap();
+    let ops = &heaps.node(node).ops;
+    let take = || {
+        heaps
+            .take_from_bags(node, part, class, class.batch())
+            .unwrap()
+    };
+    let push_to = |shard: usize, batch: Batch| {
+        let ring = heaps.ring_shard(node, part, class, shard);
+        assert!(ring.push(batch, ring.budget(class), ops).is_ok());
+    };
+    // One batch in the last shard: whatever CPU runs this, the refill finds it.
+    let batch = take();
+    push_to(SHARDS - 1, batch);
+    let refilled = heaps
+        .ring_refill(node, part, class)
+        .expect("a batch in shard 3");
+    assert_eq!((refilled.head, refilled.count), (batch.head, batch.count));
+    assert_eq!(heaps.ring_refill(node, part, class), None);
+    // The screen looks into every shard (and releases what it popped into the CPU's shard).
+    push_to(SHARDS - 1, refilled);
+    assert_eq!(
+        heaps.find_freed(node, class, batch.head),
+        Some(Misuse::DoubleFree),
+        "the screen looks into every shard"
+    );
+    let refilled = heaps
+        .ring_refill(node, part, class)
+        .expect("the screen's batch");
+    assert_eq!(refilled.head, batch.head);
+    // One batch per shard, held in the class's statistics. Counted per shard: the threads'
+    // operations (the refills' pops and the screen's release), not the test's own pushes.
+    for shard in 0..SHARDS {
+        push_to(shard, if shard == 0 { refilled } else { take() });
+    }
+    let operations = heaps.shard_operations(node);
+    assert_eq!(operations.iter().sum::<u64>(), 3, "{operations:?}");
+    assert_eq!(
+        operations[SHARDS - 1],
+        1,
+        "the first refill: {operations:?}"
+    );
+    let stats = heaps.collect_stats(0);
+    assert_eq!(stats.nodes[0].ring_shards, SHARDS);
+    assert_eq!(stats.nodes[0].shard_ring_operations, operations);
+    let in_rings = stats.classes[class.index()].in_rings;
+    assert_eq!(in_rings, SHARDS * class.batch() * class.size());
+    // Upkeep drains the shards nobody popped from or released into for a whole period (the
+    // screen's look released its batches again, so one shard was touched: the second pass).
+    let period = upkeep_period(heaps.arena.decommit.delay_ns);
+    let far = os::monotonic_ns() + 10 * period;
+    heaps.upkeep(node, far);
+    heaps.upkeep(node, far + period + 1);
+    for shard in 0..SHARDS {
+        let ring = heaps.ring_shard(node, part, class, shard);
+        assert!(ring.is_empty(), "shard {shard}");
+    }
+    let out_of_bags = || heaps.class(node, class).out_of_bags.load(Ordering::Relaxed);
+    assert_eq!(out_of_bags(), 0);
+    // And `flush_all` empties every shard whatever its state.
+    for shard in 0..SHARDS {
+        push_to(shard, take());
+        let ring = heaps.ring_shard(node, part, class, shard);
+        ring.touched.store(true, Ordering::Relaxed);
+    }
+    heaps.flush_all();
+    for shard in 0..SHARDS {
+        let ring = heaps.ring_shard(node, part, class, shard);
+        assert!(ring.is_empty(), "shard {shard}");
+    }
+    assert_eq!(out_of_bags(), 0);
 }

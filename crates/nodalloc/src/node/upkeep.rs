@@ -44,15 +44,14 @@ impl NodeHeaps {
             return;
         }
         self.drain_inbox(node);
-        self.for_each_class_heap(node, |_, class, class_heap| {
-            class_heap.decay_ring_budget(class);
-            if class_heap.ring.len_hint() == 0 {
-                return;
+        self.for_each_class_heap(node, |part, class, _| {
+            for (_, ring) in self.ring_shards_of(node, part, class) {
+                ring.decay_budget(class);
+                if ring.is_empty() || ring.touched.swap(false, Ordering::Relaxed) {
+                    continue;
+                }
+                self.empty_ring(node, class, ring);
             }
-            if class_heap.ring_touched.swap(false, Ordering::Relaxed) {
-                return;
-            }
-            self.empty_ring(node, class, class_heap);
         });
         self.sweep_node(node, due, false);
         self.arena.purge_node(node.index(), false);
@@ -63,16 +62,18 @@ impl NodeHeaps {
     pub fn flush_all(&self) {
         for node in self.nodes() {
             self.drain_inbox(node);
-            self.for_each_class_heap(node, |_, class, class_heap| {
-                self.empty_ring(node, class, class_heap)
+            self.for_each_class_heap(node, |part, class, _| {
+                for (_, ring) in self.ring_shards_of(node, part, class) {
+                    self.empty_ring(node, class, ring);
+                }
             });
             self.sweep_node(node, u64::MAX, true);
         }
     }
 
-    /// Returns every batch of a class heap's ring to its bags.
-    fn empty_ring(&self, node: NodeId, class: SizeClass, class_heap: &ClassHeap) {
-        while let Some(batch) = class_heap.ring_pop(&self.node(node).ops) {
+    /// Returns every batch of one of a class heap's rings to its bags.
+    fn empty_ring(&self, node: NodeId, class: SizeClass, ring: &RingShard) {
+        while let Some(batch) = ring.pop(&self.node(node).ops) {
             if let Err((object, misuse)) = self.return_to_bags(node, class, batch.head, false) {
                 report(object, misuse);
             }

@@ -110,6 +110,11 @@ pub const OPTIONS: &[OptionSpec] = &[
                   carves bags of big objects ahead of a growing heap; 0: none",
     },
     OptionSpec {
+        name: "NODALLOC_RING_SHARDS",
+        default: "0",
+        meaning: "transfer rings per size class of each node, chosen by the CPU a thread runs                   on, so the cores of a big node do not all meet at one ring: 0 is automatic                   (one per 16 CPUs of the largest node: 1 up to 16 CPUs, where nothing                   changes), 1-8 sets the count",
+    },
+    OptionSpec {
         name: "NODALLOC_CALLSITE",
         default: "0",
         meaning: "call-site partitions: P > 0 gives every (node, partition, size class) its own \
@@ -170,6 +175,8 @@ pub struct Options {
     pub secure: bool,
     /// The maintenance thread (`instance/background.rs`).
     pub background: Background,
+    /// Ring shards per class and node (0: automatic).
+    pub ring_shards: usize,
     /// Call-site partitions, P (0: off).
     pub callsite_partitions: usize,
     /// Frames from `malloc` to the call site (1: its caller).
@@ -195,6 +202,10 @@ pub const MIN_REGION_BYTES: u64 = 64 << 20;
 const MAX_SIMULATED_NODES: usize = 32;
 /// The most call-site partitions (the node layer's `MAX_PARTITIONS`).
 pub const MAX_CALLSITE_PARTITIONS: usize = 4096;
+
+/// The most transfer rings per size class and node (`NODALLOC_RING_SHARDS`).
+pub const MAX_RING_SHARDS: usize = 8;
+
 /// The deepest call site the C library walks to.
 pub const MAX_CALLSITE_DEPTH: usize = 8;
 
@@ -215,6 +226,7 @@ impl Default for Options {
             stats_at_exit: false,
             secure: cfg!(feature = "secure"),
             background: Background::Release,
+            ring_shards: 0,
             callsite_partitions: 0,
             callsite_depth: 1,
         }
@@ -334,6 +346,12 @@ impl Options {
                 bad_value("NODALLOC_BACKGROUND", value, "release, 1 or 0", "release");
                 Background::Release
             });
+        }
+        if let Some(value) = env(c"NODALLOC_RING_SHARDS") {
+            match parse_decimal(value) {
+                Some(count) if count <= MAX_RING_SHARDS => options.ring_shards = count,
+                _ => bad_value("NODALLOC_RING_SHARDS", value, "0-8", "0 (automatic)"),
+            }
         }
         if let Some(value) = env(c"NODALLOC_CALLSITE") {
             match parse_decimal(value) {

@@ -1,0 +1,271 @@
+//! Transfer rings per class, sharded by CPU on nodes with many CPUs.
+//!
+//! Every thread of a node hands its batches over through the node's ring of each class, and on
+//! a node with dozens of CPUs that one ring's head and tail become the line every core meets.
+//! A node of more than [`CPUS_PER_SHARD`] CPUs therefore gives each class of its default
+//! partition several rings (at most [`MAX_RING_SHARDS`]): a thread pushes into the ring of the
+//! shard its CPU belongs to, and pops from it first, then from the other shards of its node in
+//! turn, before it goes to the bags (Hoard's order: near before far, the node before other
+//! nodes). Each shard has its own budget, grown and decayed by its own flow. Shard 0 is the ring
+//! inside the class heap; the others live in one array beside the node heaps, untouched until
+//! used. A node of up to [`CPUS_PER_SHARD`] CPUs has one shard, and nothing changes: the thread
+//! reads no CPU and looks at no other ring.
+//!
+//! The class lock and its bags stay one per class: the rings take the steady traffic, the bags
+//! only what overflows or runs dry, and each shard adds a ring's budget to what the node holds
+//! before its threads meet at the lock.
+
+use super::*;
+
+/// CPUs of one node that share a ring shard; a node with more CPUs gets more shards.
+pub const CPUS_PER_SHARD: usize = 16;
+
+pub use crate::os::options::MAX_RING_SHARDS;
+
+/// One transfer ring of a class heap, with the counts and the budget that follow its flow.
+#[repr(C, align(64))]
+pub(super) struct RingShard {
+    ring: TransferRing,
+    /// Objects in the ring (updated after each push and pop, so a hint).
+    pub(super) in_ring: AtomicUsize,
+    /// Set by every push and pop, cleared by upkeep: a ring left untouched for a whole upkeep
+    /// period is drained into its bags so idle batches stop pinning memory.
+    pub(super) touched: AtomicBool,
+    /// The ring's grown budget in objects (0: the base, [`ring_objects`]), a pop since the
+    /// budget last grew (someone takes what the ring holds), and a refused push since the last
+    /// upkeep pass (see [`RingShard::raise_budget`] and [`RingShard::decay_budget`]).
+    budget: AtomicUsize,
+    popped: AtomicBool,
+    refused: AtomicBool,
+    /// Batches pushed and popped through this ring by the program's threads, counted on
+    /// sharded nodes only (statistics: how the shards share the traffic; see
+    /// [`NodeHeaps::note_shard_operation`]).
+    pub(super) operations: AtomicU64,
+}
+
+impl RingShard {
+    /// The ring's oldest batch, counted in `ops` (the owning node heap's).
+    pub(super) fn pop(&self, ops: &SharedOps) -> Option<Batch> {
+        let mut retries = 0;
+        let batch = self.ring.pop_counting_retries(&mut retries);
+        ops.count_ring_retries(retries);
+        let batch = batch?;
+        if !self.popped.load(Ordering::Relaxed) {
+            self.popped.store(true, Ordering::Relaxed);
+        }
+        ops.ring_pops.fetch_add(1, Ordering::Relaxed);
+        self.in_ring.fetch_sub(batch.count, Ordering::Relaxed);
+        Some(batch)
+    }
+
+    /// Pushes `batch` if the ring has a slot and would hold at most `max_objects` objects with
+    /// it (see [`ring_objects`]); gives the batch back otherwise. Counted in `ops` (the owning
+    /// node heap's).
+    pub(super) fn push(
+        &self,
+        batch: Batch,
+        max_objects: usize,
+        ops: &SharedOps,
+    ) -> Result<(), Batch> {
+        let count = batch.count;
+        // A hint: a pop's subtraction can overtake the push's addition, leaving it briefly
+        // below zero (wrapped), as the statistics also read it.
+        let in_ring = (self.in_ring.load(Ordering::Relaxed) as isize).max(0) as usize;
+        if in_ring + count > max_objects {
+            return Err(batch);
+        }
+        let mut retries = 0;
+        let pushed = self
+            .ring
+            .push_counting_retries(batch, RING_SLOTS, &mut retries);
+        ops.count_ring_retries(retries);
+        pushed?;
+        ops.ring_pushes.fetch_add(1, Ordering::Relaxed);
+        self.in_ring.fetch_add(count, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// True when the ring holds no batch (a hint).
+    pub(super) fn is_empty(&self) -> bool {
+        self.ring.len_hint() == 0
+    }
+
+    /// The objects of `class` the ring may hold now: its base budget, or more once grown.
+    pub(super) fn budget(&self, class: SizeClass) -> usize {
+        self.budget.load(Ordering::Relaxed).max(ring_objects(class))
+    }
+
+    /// After a push that `budget` (the ring's budget of `class`) refused: doubles the budget,
+    /// up to [`ring_objects_max`], if a thread took a batch from the ring since it last grew
+    /// (a flow from threads that free to threads that allocate, which the ring should carry
+    /// rather than the bags); the new budget, or `None` when it stays. Every refusal also keeps
+    /// the budget from shrinking at the next upkeep pass. Races between threads only make a
+    /// step more or less; the budget stays within its bounds.
+    pub(super) fn raise_budget(&self, class: SizeClass, budget: usize) -> Option<usize> {
+        if !self.refused.load(Ordering::Relaxed) {
+            self.refused.store(true, Ordering::Relaxed);
+        }
+        let max = ring_objects_max(class);
+        if budget >= max || !self.popped.swap(false, Ordering::Relaxed) {
+            return None;
+        }
+        let raised = (budget * 2).min(max);
+        self.budget.store(raised, Ordering::Relaxed);
+        Some(raised)
+    }
+
+    /// The upkeep pass's step for the ring's budget: halved (back to the base at most) unless
+    /// a push was refused since the last pass, so memory the flow needed stops being kept a few
+    /// periods after the flow ends. A ring holding more than its new budget drains by its pops.
+    pub(super) fn decay_budget(&self, class: SizeClass) {
+        if self.refused.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let budget = self.budget.load(Ordering::Relaxed);
+        if budget == 0 {
+            return;
+        }
+        let halved = budget / 2;
+        let next = if halved <= ring_objects(class) {
+            0
+        } else {
+            halved
+        };
+        self.budget.store(next, Ordering::Relaxed);
+    }
+}
+
+/// Ring shards each node has: `requested` (from `NODALLOC_RING_SHARDS`, 0 for automatic), or one
+/// per [`CPUS_PER_SHARD`] CPUs of the node with the most, at most [`MAX_RING_SHARDS`].
+pub(super) fn shard_count(topology: &Topology, requested: usize) -> usize {
+    let count = if requested != 0 {
+        requested
+    } else {
+        (0..topology.node_count())
+            .map(|node| topology.node(node).cpus.count().div_ceil(CPUS_PER_SHARD))
+            .max()
+            .unwrap_or(1)
+    };
+    count.clamp(1, MAX_RING_SHARDS)
+}
+
+/// Fills `table` (one byte per CPU) with the shard of each CPU of `topology`: a node's CPUs, in
+/// order, split into `shards` runs of equal length, so neighbouring CPUs (often one core's
+/// hyperthreads, or one cache's cores) share a shard.
+pub(super) fn fill_cpu_shards(topology: &Topology, shards: usize, table: &mut [u8]) {
+    for node in 0..topology.node_count() {
+        let cpus = &topology.node(node).cpus;
+        let count = cpus.count().max(1);
+        for (position, cpu) in cpus.iter().enumerate() {
+            if let Some(entry) = table.get_mut(cpu) {
+                *entry = (position * shards / count) as u8;
+            }
+        }
+    }
+}
+
+impl NodeHeaps {
+    /// Ring shards per class of each node's default partition.
+    pub(crate) fn ring_shards(&self) -> usize {
+        self.shards
+    }
+
+    /// Ring shards of `part`: partitions have one (their ring holds one batch anyway).
+    fn shards_of(&self, part: Partition) -> usize {
+        if part == Partition::DEFAULT {
+            self.shards
+        } else {
+            1
+        }
+    }
+
+    /// The shard of the CPU the calling thread runs on (0 with one shard: no CPU is read).
+    pub(super) fn shard_here(&self) -> usize {
+        if self.shards == 1 {
+            return 0;
+        }
+        match os::current_cpu() {
+            // SAFETY: the table has `MAX_CPUS` entries, written before the heaps were shared.
+            Some(cpu) if cpu < MAX_CPUS => unsafe { *self.cpu_shards.add(cpu) as usize },
+            _ => 0,
+        }
+    }
+
+    /// Ring shard `shard` of (`node`, `part`, `class`): shard 0 is the class heap's own.
+    pub(super) fn ring_shard(
+        &self,
+        node: NodeId,
+        part: Partition,
+        class: SizeClass,
+        shard: usize,
+    ) -> &RingShard {
+        if shard == 0 || part != Partition::DEFAULT {
+            return &self.class_in(node, part, class).ring;
+        }
+        debug_assert!(shard < self.shards);
+        let index = (node.index() * (self.shards - 1) + shard - 1) * NUM_CLASSES + class.index();
+        // SAFETY: `extra_rings` holds `nodes × (shards − 1) × NUM_CLASSES` zeroed shards (see
+        // `create_sharded`), as long-lived as the heaps; all-zero is an empty ring.
+        unsafe { &*self.extra_rings.add(index) }
+    }
+
+    /// Every ring shard of (`node`, `part`, `class`), with its index.
+    pub(super) fn ring_shards_of(
+        &self,
+        node: NodeId,
+        part: Partition,
+        class: SizeClass,
+    ) -> impl Iterator<Item = (usize, &RingShard)> {
+        (0..self.shards_of(part))
+            .map(move |shard| (shard, self.ring_shard(node, part, class, shard)))
+    }
+
+    /// A batch from the rings of (`node`, `part`, `class`): the shard of the calling thread's
+    /// CPU first, then the node's other shards in turn.
+    pub(super) fn pop_from_rings(
+        &self,
+        node: NodeId,
+        part: Partition,
+        class: SizeClass,
+    ) -> Option<Batch> {
+        let shards = self.shards_of(part);
+        let home = if shards == 1 { 0 } else { self.shard_here() };
+        let ops = &self.node(node).ops;
+        (0..shards).find_map(|step| {
+            let ring = self.ring_shard(node, part, class, (home + step) % shards);
+            let batch = ring.pop(ops)?;
+            ring.touched.store(true, Ordering::Relaxed);
+            self.note_shard_operation(ring);
+            Some(batch)
+        })
+    }
+
+    /// Counts a push or pop of a thread on `ring` in its shard's statistics, on a sharded node
+    /// (one shard's count is the node's ring pushes and pops: no second counter on a line every
+    /// thread of the node writes).
+    pub(super) fn note_shard_operation(&self, ring: &RingShard) {
+        if self.shards > 1 {
+            ring.operations.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Batches the program's threads pushed and popped through each ring shard of `node`, over
+    /// all classes of its default partition (statistics; with one shard, every ring push and
+    /// pop of the node).
+    pub(crate) fn shard_operations(&self, node: NodeId) -> [u64; MAX_RING_SHARDS] {
+        let mut operations = [0; MAX_RING_SHARDS];
+        if self.shards == 1 {
+            let ops = &self.node(node).ops;
+            operations[0] =
+                ops.ring_pushes.load(Ordering::Relaxed) + ops.ring_pops.load(Ordering::Relaxed);
+            return operations;
+        }
+        for class in 0..NUM_CLASSES {
+            let class = SizeClass(class as u8);
+            for (shard, ring) in self.ring_shards_of(node, Partition::DEFAULT, class) {
+                operations[shard] += ring.operations.load(Ordering::Relaxed);
+            }
+        }
+        operations
+    }
+}
