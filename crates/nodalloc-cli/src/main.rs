@@ -229,6 +229,14 @@ fn topology() -> ExitCode {
         "{}",
         describe(topology, std::env::var("NODALLOC_BIND").ok())
     );
+    let shards = nodalloc::stats()
+        .nodes()
+        .first()
+        .map_or(1, |node| node.ring_shards);
+    println!(
+        "transfer rings: {shards} per size class and node (NODALLOC_RING_SHARDS; automatic: \
+         one per 16 CPUs of the largest node)"
+    );
     ExitCode::SUCCESS
 }
 

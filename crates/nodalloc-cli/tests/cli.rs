@@ -118,6 +118,7 @@ fn topology_prints_one_line_per_node_of_this_machine() {
         "overcommit: ",
         "address space limit (RLIMIT_AS): ",
         "binding: interleave",
+        "transfer rings: ",
     ] {
         assert!(
             report.lines().any(|line| line.starts_with(expected)),
@@ -132,7 +133,8 @@ fn topology_shows_four_simulated_nodes_and_their_distances() {
         nodalloc_command(nodalloc_binary())
             .arg("topology")
             .env("NODALLOC_SIMULATE_NODES", "4")
-            .env("NODALLOC_BIND", "saturate"),
+            .env("NODALLOC_BIND", "saturate")
+            .env("NODALLOC_RING_SHARDS", "3"),
     );
     let report = text(&result.stdout);
     assert!(
@@ -142,6 +144,10 @@ fn topology_shows_four_simulated_nodes_and_their_distances() {
     );
     assert!(
         report.starts_with("nodes: 4, simulated"),
+        "report:\n{report}"
+    );
+    assert!(
+        report.contains("\ntransfer rings: 3 per size class and node"),
         "report:\n{report}"
     );
     let nodes = node_lines(&report);
