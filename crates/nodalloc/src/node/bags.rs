@@ -5,12 +5,6 @@
 use super::*;
 
 impl NodeHeaps {
-    /// A batch of `class` in partition `part` from `node`'s transfer ring, if it holds one (a
-    /// refill tries it before [`Self::take_from_bags`]).
-    pub fn ring_refill(&self, node: NodeId, part: Partition, class: SizeClass) -> Option<Batch> {
-        self.pop_from_rings(node, part, class)
-    }
-
     /// Up to `want` objects from bags, own node first, then other nodes nearest first.
     pub fn take_from_bags(
         &self,

@@ -34,7 +34,7 @@ pub(super) struct RingShard {
     /// The ring's grown budget in objects (0: the base, [`ring_objects`]), a pop since the
     /// budget last grew (someone takes what the ring holds), and a refused push since the last
     /// upkeep pass (see [`RingShard::raise_budget`] and [`RingShard::decay_budget`]).
-    budget: AtomicUsize,
+    pub(super) budget: AtomicUsize,
     popped: AtomicBool,
     refused: AtomicBool,
     /// Batches pushed and popped through this ring by the program's threads, counted on
@@ -220,14 +220,10 @@ impl NodeHeaps {
             .map(move |shard| (shard, self.ring_shard(node, part, class, shard)))
     }
 
-    /// A batch from the rings of (`node`, `part`, `class`): the shard of the calling thread's
-    /// CPU first, then the node's other shards in turn.
-    pub(super) fn pop_from_rings(
-        &self,
-        node: NodeId,
-        part: Partition,
-        class: SizeClass,
-    ) -> Option<Batch> {
+    /// A batch of `class` in partition `part` from `node`'s transfer rings, if they hold one (a
+    /// refill tries them before [`Self::take_from_bags`]): the shard of the calling thread's CPU
+    /// first, then the node's other shards in turn.
+    pub fn ring_refill(&self, node: NodeId, part: Partition, class: SizeClass) -> Option<Batch> {
         let shards = self.shards_of(part);
         let home = if shards == 1 { 0 } else { self.shard_here() };
         let ops = &self.node(node).ops;
@@ -267,5 +263,130 @@ impl NodeHeaps {
             }
         }
         operations
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arena::tests::test_arena;
+    use crate::size_class::class_of;
+
+    /// Shards follow the node's size (one per 16 CPUs of the largest node, at most eight) unless
+    /// the option sets them, and split a node's CPUs into runs of neighbours.
+    #[test]
+    fn ring_shards_split_the_largest_nodes_cpus_into_runs_of_neighbours() {
+        let topology_of = |cpus: usize| {
+            let mut set = crate::os::cpuset::CpuSet::new();
+            for cpu in 0..cpus {
+                set.insert(cpu);
+            }
+            Box::new(Topology::single(set))
+        };
+        let cases = [
+            (2, 0, 1),
+            (16, 0, 1),
+            (17, 0, 2),
+            (64, 0, 4),
+            (512, 0, 8),
+            (2, 3, 3),
+            (64, 1, 1),
+        ];
+        for (cpus, requested, expected) in cases {
+            assert_eq!(
+                shard_count(&topology_of(cpus), requested),
+                expected,
+                "{cpus} CPUs, {requested} requested"
+            );
+        }
+        let mut table = [u8::MAX; 80];
+        fill_cpu_shards(&topology_of(64), 4, &mut table);
+        for (cpu, &shard) in table.iter().enumerate() {
+            let expected = if cpu < 64 { (cpu / 16) as u8 } else { u8::MAX };
+            assert_eq!(shard, expected, "CPU {cpu}");
+        }
+    }
+
+    /// On a sharded node a batch in any shard reaches a refill (the thread's own shard first, then
+    /// the others), the double-free screen looks into every shard, the statistics count each
+    /// shard's traffic and what it holds, upkeep drains shards nobody touched, and `flush_all`
+    /// empties them all.
+    #[test]
+    fn a_sharded_nodes_rings_serve_each_other_and_are_drained_whole() {
+        const SHARDS: usize = 4;
+        let heaps = NodeHeaps::create_sharded(test_arena(1, 256 << 20, 0), 0, SHARDS).unwrap();
+        assert_eq!(heaps.ring_shards(), SHARDS);
+        let (node, part) = (NodeId(0), Partition::DEFAULT);
+        let class = class_of(64, 8).unwrap();
+        let ops = &heaps.node(node).ops;
+        let take = || {
+            heaps
+                .take_from_bags(node, part, class, class.batch())
+                .unwrap()
+        };
+        let push_to = |shard: usize, batch: Batch| {
+            let ring = heaps.ring_shard(node, part, class, shard);
+            assert!(ring.push(batch, ring.budget(class), ops).is_ok());
+        };
+        // One batch in the last shard: whatever CPU runs this, the refill finds it.
+        let batch = take();
+        push_to(SHARDS - 1, batch);
+        let refilled = heaps
+            .ring_refill(node, part, class)
+            .expect("a batch in shard 3");
+        assert_eq!((refilled.head, refilled.count), (batch.head, batch.count));
+        assert_eq!(heaps.ring_refill(node, part, class), None);
+        // The screen looks into every shard (and releases what it popped into the CPU's shard).
+        push_to(SHARDS - 1, refilled);
+        assert_eq!(
+            heaps.find_freed(node, class, batch.head),
+            Some(Misuse::DoubleFree),
+            "the screen looks into every shard"
+        );
+        let refilled = heaps
+            .ring_refill(node, part, class)
+            .expect("the screen's batch");
+        assert_eq!(refilled.head, batch.head);
+        // One batch per shard, held in the class's statistics. Counted per shard: the threads'
+        // operations (the refills' pops and the screen's release), not the test's own pushes.
+        for shard in 0..SHARDS {
+            push_to(shard, if shard == 0 { refilled } else { take() });
+        }
+        let operations = heaps.shard_operations(node);
+        assert_eq!(operations.iter().sum::<u64>(), 3, "{operations:?}");
+        assert_eq!(
+            operations[SHARDS - 1],
+            1,
+            "the first refill: {operations:?}"
+        );
+        let stats = heaps.collect_stats(0);
+        assert_eq!(stats.nodes[0].ring_shards, SHARDS);
+        assert_eq!(stats.nodes[0].shard_ring_operations, operations);
+        let in_rings = stats.classes[class.index()].in_rings;
+        assert_eq!(in_rings, SHARDS * class.batch() * class.size());
+        // Upkeep drains the shards nobody popped from or released into for a whole period (the
+        // screen's look released its batches again, so one shard was touched: the second pass).
+        let period = upkeep_period(heaps.arena.decommit.delay_ns);
+        let far = os::monotonic_ns() + 10 * period;
+        heaps.upkeep(node, far);
+        heaps.upkeep(node, far + period + 1);
+        for shard in 0..SHARDS {
+            let ring = heaps.ring_shard(node, part, class, shard);
+            assert!(ring.is_empty(), "shard {shard}");
+        }
+        let out_of_bags = || heaps.class(node, class).out_of_bags.load(Ordering::Relaxed);
+        assert_eq!(out_of_bags(), 0);
+        // And `flush_all` empties every shard whatever its state.
+        for shard in 0..SHARDS {
+            push_to(shard, take());
+            let ring = heaps.ring_shard(node, part, class, shard);
+            ring.touched.store(true, Ordering::Relaxed);
+        }
+        heaps.flush_all();
+        for shard in 0..SHARDS {
+            let ring = heaps.ring_shard(node, part, class, shard);
+            assert!(ring.is_empty(), "shard {shard}");
+        }
+        assert_eq!(out_of_bags(), 0);
     }
 }

@@ -85,101 +85,82 @@ impl Region {
         map: &PageMap,
         units: usize,
     ) -> Option<usize> {
-        // The best candidate: dirty head, its length, clean spans before and after (head, length).
-        type Clean = Option<(*mut UnitMeta, usize, usize)>;
-        let mut best: Option<(*mut UnitMeta, usize, Clean, Clean)> = None;
+        // The best candidate: the dirty span, and the clean spans before and after it.
+        let mut best: Option<(FreeSpan, Option<FreeSpan>, Option<FreeSpan>)> = None;
         let mut dirty = state.newest;
         let mut looked = 0;
         while !dirty.is_null() && looked < MIX_CANDIDATES {
             looked += 1;
             // SAFETY: the span lock is held; the age list holds heads of dirty free spans.
             let (dirty_units, older) = unsafe { ((*dirty).units, (*dirty).role.free.age.older) };
-            let candidate = dirty;
+            let meta = dirty;
             dirty = older;
             if dirty_units >= units
-                || best.is_some_and(|(_, best_units, ..)| best_units >= dirty_units)
+                || best.is_some_and(|((_, _, best_units), ..)| best_units >= dirty_units)
             {
                 continue;
             }
-            let head = map.unit_of_meta(candidate);
-            let before = self.clean_neighbour(state, map, head, true);
-            let after = self.clean_neighbour(state, map, head + dirty_units, false);
-            let room = |side: Clean| side.map_or(0, |(_, _, length)| length);
+            let head = map.unit_of_meta(meta);
+            let before = clean(self.free_span_before(map, map.address_of(head)));
+            let after = clean(self.free_span_at(state, map, map.address_of(head + dirty_units)));
+            let room = |side: Option<FreeSpan>| side.map_or(0, |(_, _, length)| length);
             if dirty_units + room(before) + room(after) >= units {
-                best = Some((candidate, dirty_units, before, after));
+                best = Some(((meta, head, dirty_units), before, after));
             }
         }
-        let (dirty, dirty_units, before, after) = best?;
+        let ((dirty, head, dirty_units), before, after) = best?;
         let lacking = units - dirty_units;
         if !self.charge(lacking << UNIT_SHIFT) {
             return None;
         }
-        let head = map.unit_of_meta(dirty);
         let from_after = after.map_or(0, |(_, _, length)| length.min(lacking));
         let from_before = lacking - from_after;
-        // SAFETY: the span lock is held; `dirty` heads a dirty free span.
-        let free = unsafe { (*dirty).role.free };
-        // The whole dirty span goes to the program: both canaries have their last chance.
-        if free.canary {
-            check_canary(map.address_of(head), map.address_of(head));
-        }
-        if free.tail_canary {
-            check_canary(map.address_of(head), map.address_of(head + dirty_units) - 8);
-        }
-        self.remove_free(state, dirty);
-        map.set_tag(head, Tag::UNUSED);
-        map.set_tag(head + dirty_units - 1, Tag::UNUSED);
+        // The whole dirty span goes to the program (its canaries checked by the carve), then
+        // the end of the clean span before it and the start of the one after it.
+        self.carve(state, map, dirty, head, dirty_units, 0, dirty_units);
         if let Some((meta, first, length)) = after.filter(|_| from_after > 0) {
-            self.remove_free(state, meta);
-            map.set_tag(first, Tag::UNUSED);
-            map.set_tag(first + length - 1, Tag::UNUSED);
-            if length > from_after {
-                self.insert_free(state, map, first + from_after, length - from_after, 0);
-            }
+            self.carve(state, map, meta, first, length, 0, from_after);
         }
         if let Some((meta, first, length)) = before.filter(|_| from_before > 0) {
-            self.remove_free(state, meta);
-            map.set_tag(first, Tag::UNUSED);
-            map.set_tag(first + length - 1, Tag::UNUSED);
-            if length > from_before {
-                self.insert_free(state, map, first, length - from_before, 0);
-            }
+            self.carve(
+                state,
+                map,
+                meta,
+                first,
+                length,
+                length - from_before,
+                from_before,
+            );
         }
         state.fresh_taken += lacking << UNIT_SHIFT;
         Some(map.address_of(head - from_before))
     }
 
-    /// The clean free span that ends just before unit `at` (`before`) or starts at it: its
-    /// descriptor, first unit and length.
-    fn clean_neighbour(
-        &self,
-        state: &PoolState,
-        map: &PageMap,
-        at: usize,
-        before: bool,
-    ) -> Option<(*mut UnitMeta, usize, usize)> {
-        let address = map.address_of(at);
-        let (first, length) = if before {
-            if address <= self.start {
-                return None;
-            }
-            let last = map.unit_of(address - UNIT);
-            if !matches!(map.tag(address - UNIT).kind(), Kind::Free | Kind::FreeTail) {
-                return None;
-            }
-            // SAFETY: the span lock is held; free heads and tails record the span length.
-            let length = unsafe { (*map.meta(last)).units };
-            (last + 1 - length, length)
-        } else {
-            if address >= state.frontier || map.tag(address).kind() != Kind::Free {
-                return None;
-            }
-            // SAFETY: as above.
-            (at, unsafe { (*map.meta(at)).units })
-        };
-        let meta = map.meta(first);
-        // SAFETY: as above; `meta` heads a free span.
-        (unsafe { (*meta).role.free.freed_at } == 0).then_some((meta, first, length))
+    /// The free span that ends just before `address` (found by the free head or tail tag of
+    /// its last unit, which records its length).
+    fn free_span_before(&self, map: &PageMap, address: usize) -> Option<FreeSpan> {
+        if address <= self.start {
+            return None;
+        }
+        let last = address - UNIT;
+        if !matches!(map.tag(last).kind(), Kind::Free | Kind::FreeTail) {
+            return None;
+        }
+        // SAFETY: the span lock is held; free heads and tails record the span length.
+        let length = unsafe { (*map.meta(map.unit_of(last))).units };
+        let head = map.unit_of(last) + 1 - length;
+        Some((map.meta(head), head, length))
+    }
+
+    /// The free span that starts at `address`, below the frontier.
+    fn free_span_at(&self, state: &PoolState, map: &PageMap, address: usize) -> Option<FreeSpan> {
+        if address >= state.frontier || map.tag(address).kind() != Kind::Free {
+            return None;
+        }
+        let head = map.unit_of(address);
+        let meta = map.meta(head);
+        // SAFETY: the span lock is held; `meta` heads a free span, which records its length.
+        Some((meta, head, unsafe { (*meta).units }))
     }
 
     /// Cuts `[offset, offset + units)` out of the free span at `head`, returning the address.
@@ -228,20 +209,9 @@ impl Region {
     ) -> Option<usize> {
         // A clean free span touching the frontier is extended rather than stranded.
         let mut start = state.frontier;
-        if start > self.start {
-            let last = start - UNIT;
-            let tag = map.tag(last);
-            if matches!(tag.kind(), Kind::Free | Kind::FreeTail) {
-                // SAFETY: the span lock is held; free heads and tails record the span length.
-                let length = unsafe { (*map.meta(map.unit_of(last))).units };
-                let head = map.unit_of(last) + 1 - length;
-                let meta = map.meta(head);
-                // SAFETY: as above.
-                if unsafe { (*meta).role.free.freed_at } == 0 {
-                    self.remove_free(state, meta);
-                    start = map.address_of(head);
-                }
-            }
+        if let Some((meta, head, _)) = clean(self.free_span_before(map, start)) {
+            self.remove_free(state, meta);
+            start = map.address_of(head);
         }
         // On failure, the clean span taken off the frontier goes back.
         let give_back = |region: &Self, state: &mut PoolState| {
@@ -337,35 +307,25 @@ impl Region {
         // neighbours' when it joins them.
         let mut head_canary = canary && dirty;
         let mut tail_canary = canary && dirty;
-        let address = map.address_of(first);
-        if address > self.start {
-            let left = address - UNIT;
-            if matches!(map.tag(left).kind(), Kind::Free | Kind::FreeTail) {
-                // SAFETY: the span lock is held; free heads and tails record the span length.
-                let length = unsafe { (*map.meta(map.unit_of(left))).units };
-                let head = map.unit_of(left) + 1 - length;
-                let meta = map.meta(head);
-                // SAFETY: as above.
-                if (unsafe { (*meta).role.free.freed_at } != 0) == dirty {
-                    // SAFETY: as above.
-                    let free = unsafe { (*meta).role.free };
-                    // Its tail goes inside the merged span: its canary's last chance.
-                    if free.tail_canary {
-                        check_canary(map.address_of(head), address - 8);
-                    }
-                    head_canary = free.canary;
-                    self.remove_free(state, meta);
-                    map.set_tag(map.unit_of(left), Tag::UNUSED);
-                    first = head;
-                    units += length;
+        if let Some((meta, head, length)) = self.free_span_before(map, map.address_of(first)) {
+            // SAFETY: the span lock is held; `meta` heads a free span.
+            let free = unsafe { (*meta).role.free };
+            if (free.freed_at != 0) == dirty {
+                // Its tail goes inside the merged span: its canary's last chance.
+                if free.tail_canary {
+                    check_canary(map.address_of(head), map.address_of(first) - 8);
                 }
+                head_canary = free.canary;
+                self.remove_free(state, meta);
+                map.set_tag(head + length - 1, Tag::UNUSED);
+                first = head;
+                units += length;
             }
         }
         let right = map.address_of(first + units);
-        if right < state.frontier && map.tag(right).kind() == Kind::Free {
-            let meta = map.meta(map.unit_of(right));
+        if let Some((meta, head, length)) = self.free_span_at(state, map, right) {
             // SAFETY: the span lock is held; `meta` heads a free span.
-            let (length, free) = unsafe { ((*meta).units, (*meta).role.free) };
+            let free = unsafe { (*meta).role.free };
             if (free.freed_at != 0) == dirty {
                 // Its head goes inside the merged span: its canary's last chance.
                 if free.canary {
@@ -373,7 +333,7 @@ impl Region {
                 }
                 tail_canary = free.tail_canary;
                 self.remove_free(state, meta);
-                map.set_tag(map.unit_of(right), Tag::UNUSED);
+                map.set_tag(head, Tag::UNUSED);
                 units += length;
             }
         }
@@ -468,6 +428,15 @@ impl Region {
             (*meta).prev = null_mut();
         }
     }
+}
+
+/// A free span: its descriptor, first unit and length.
+type FreeSpan = (*mut UnitMeta, usize, usize);
+
+/// `span` if it is clean (decommitted).
+fn clean(span: Option<FreeSpan>) -> Option<FreeSpan> {
+    // SAFETY: the caller holds the span lock; the descriptor heads a free span.
+    span.filter(|&(meta, ..)| unsafe { (*meta).role.free.freed_at } == 0)
 }
 
 /// Where in a free span `[start, start + span_units)` an aligned request of `units` fits:
