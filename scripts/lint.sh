@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# The core crate's layers keep to their doors (and the check itself fails on planted violations).
+./scripts/doors.sh
+./scripts/doors.sh --self-test
 # The API documentation builds without a warning (broken links, undocumented public items).
 # The C library and the launcher are also named `nodalloc`, so their docs go to their own
 # directories.

@@ -104,8 +104,9 @@ pub struct ArenaConfig {
 }
 
 pub struct Arena {
-    /// The optional hard limit on committed bytes (`NODALLOC_LIMIT`, `set_limit`).
-    pub budget: CommitBudget,
+    /// The optional hard limit on committed bytes (`NODALLOC_LIMIT`, `set_limit`); read and set
+    /// through [`Arena::budget`].
+    budget: CommitBudget,
     base: usize,
     end: usize,
     region_shift: u32,
@@ -164,6 +165,11 @@ impl Arena {
     #[cfg(test)]
     pub fn base(&self) -> usize {
         self.base
+    }
+
+    /// The hard limit on committed bytes and what is charged against it.
+    pub fn budget(&self) -> &CommitBudget {
+        &self.budget
     }
 
     /// The arena's range, as `(first address, bytes)`: every node's region.

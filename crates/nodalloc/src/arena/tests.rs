@@ -371,10 +371,7 @@ fn aligned_spans_are_aligned_in_absolute_terms_past_the_chunk_size() {
     }
     // The slack in front of each block went back to the pool untouched: only the blocks'
     // own units are committed.
-    assert_eq!(
-        arena.budget.charged.load(Ordering::Relaxed),
-        (3 + 10) * UNIT
-    );
+    assert_eq!(arena.budget().charged(), (3 + 10) * UNIT);
 }
 
 #[test]
@@ -398,14 +395,14 @@ fn commit_on_demand_arenas_commit_only_what_the_frontier_passed() {
 #[test]
 fn the_commit_limit_is_never_exceeded_and_frees_make_room() {
     let arena = test_arena(2, 64 << 20, 0);
-    arena.budget.limit.store(10 * UNIT, Ordering::Relaxed);
+    arena.budget().set_limit(10 * UNIT);
     let a = arena.alloc_span(0, 6, 1, SpanUse::Large).unwrap().0;
     assert!(
         arena.alloc_span(1, 5, 1, SpanUse::Large).is_none(),
         "would exceed the limit"
     );
     let b = arena.alloc_span(1, 4, 1, SpanUse::Large).unwrap().0;
-    assert_eq!(arena.budget.charged.load(Ordering::Relaxed), 10 * UNIT);
+    assert_eq!(arena.budget().charged(), 10 * UNIT);
     assert!(
         !arena.pool(0, Pool::Sparse).grow(arena.map(), a, 6, 7),
         "growth is charged too"
@@ -413,9 +410,9 @@ fn the_commit_limit_is_never_exceeded_and_frees_make_room() {
     // SAFETY: both spans were handed out above and hold nothing.
     unsafe { arena.free_span(b, 4) };
     // Retain budget 0 and delay 0: the freed span is decommitted and uncharged at once.
-    assert_eq!(arena.budget.charged.load(Ordering::Relaxed), 6 * UNIT);
+    assert_eq!(arena.budget().charged(), 6 * UNIT);
     assert!(arena.pool(0, Pool::Sparse).grow(arena.map(), a, 6, 10));
-    assert!(arena.budget.peak.load(Ordering::Relaxed) <= 10 * UNIT);
+    assert!(arena.budget().peak() <= 10 * UNIT);
 }
 
 #[test]

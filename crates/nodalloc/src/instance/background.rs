@@ -62,8 +62,7 @@ fn unclaim() {
 pub(super) fn forget_after_fork() {
     RUNNING.store(0, Ordering::Relaxed);
     if let Some(instance) = Instance::existing() {
-        instance.heaps.arena.recover_after_fork();
-        instance.heaps.recover_prepared_after_fork();
+        instance.heaps.recover_after_fork();
     }
 }
 
@@ -88,12 +87,12 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
             release_pass(instance);
             continue;
         }
-        let arena = instance.heaps.arena;
-        arena.defer_releases(true);
+        let heaps = instance.heaps;
+        heaps.defer_releases(true);
         let now = os::monotonic_ns();
-        let decommitted = arena.decommitted_total();
+        let decommitted = heaps.decommitted_total();
         let prepared_before = prepared_so_far(instance);
-        let wanted = arena.prepare_all(now) | instance.heaps.prepare_bags(now);
+        let wanted = heaps.prepare_memory(now);
         let worked = prepared_so_far(instance) != prepared_before;
         let pass = now >= next_upkeep;
         if pass {
@@ -103,7 +102,7 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
             // The decommits a free would have made at once (free memory past the share of use
             // the policy lets wait out the delay) are made on every step, not only at passes:
             // a program that churns keeps its RSS as close to its use as without the thread.
-            arena.purge(false);
+            heaps.purge_due();
         }
         count_released(instance, decommitted);
         if pass || worked {
@@ -133,7 +132,7 @@ extern "C" fn body(_: *mut libc::c_void) -> *mut libc::c_void {
 /// period. Frees make their own releases, as without the thread; the pass returns what fell due
 /// while the program was quiet.
 fn release_pass(instance: Instance) {
-    let decommitted = instance.heaps.arena.decommitted_total();
+    let decommitted = instance.heaps.decommitted_total();
     upkeep_pass(instance, os::monotonic_ns());
     count_released(instance, decommitted);
     CPU_NS.store(os::thread_cpu_ns(), Ordering::Relaxed);
@@ -153,11 +152,7 @@ fn count_released(instance: Instance, before: usize) {
     // Release: a snapshot that sees this count sees the decommits it counts (see
     // `Instance::stats`).
     RELEASED.fetch_add(
-        instance
-            .heaps
-            .arena
-            .decommitted_total()
-            .saturating_sub(before) as u64,
+        instance.heaps.decommitted_total().saturating_sub(before) as u64,
         Ordering::Release,
     );
 }
@@ -171,7 +166,7 @@ const DEMAND_WAIT_NS: u64 = 4_000_000;
 
 /// Chunks and bags prepared so far: a step that changes it did some work.
 fn prepared_so_far(instance: Instance) -> u64 {
-    instance.heaps.arena.prepared_chunks() as u64 + instance.heaps.bags_prepared()
+    instance.heaps.prepared_chunks() as u64 + instance.heaps.bags_prepared()
 }
 
 /// `pthread_create`'s signature: the faces pass libc's (the C library its wrapped function's
@@ -209,7 +204,7 @@ pub(crate) fn start(create: PthreadCreate) -> bool {
         // Frees leave their releases to the thread from the moment it exists, not from its
         // first pass (it says so again on each pass).
         if let Some(instance) = Instance::existing() {
-            instance.heaps.arena.defer_releases(true);
+            instance.heaps.defer_releases(true);
         }
     } else if !created {
         unclaim();

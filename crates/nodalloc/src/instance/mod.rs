@@ -241,11 +241,7 @@ impl Instance {
 
     /// See [`crate::raw::object_before`].
     pub(crate) fn object_before(self, address: usize) -> Option<*mut u8> {
-        let at = self.heaps.arena.bag_at(address)?;
-        if !at.class.is_object_start(address - at.start) {
-            return None;
-        }
-        at.object_before(address).map(|before| before as *mut u8)
+        self.heaps.object_before(address)
     }
 
     /// Sets the hard limit on committed bytes (0: none).
@@ -279,7 +275,7 @@ impl Instance {
             .collect_stats(THREADS_LIVE.load(Ordering::Relaxed));
         stats.background_passes = background::PASSES.load(Ordering::Relaxed);
         stats.background_cpu_ns = background::CPU_NS.load(Ordering::Relaxed);
-        stats.background_prepared = self.heaps.arena.prepared_chunks();
+        stats.background_prepared = self.heaps.prepared_chunks();
         stats.background_bags = self.heaps.bags_prepared();
         stats.background_decommitted = released;
         stats

@@ -151,6 +151,21 @@ impl NodeHeaps {
         self.arena.note_freed(object, class).map_err(Misuse::from)
     }
 
+    /// The arena's range, as `(first address, bytes)`: every node's region.
+    pub(crate) fn arena_range(&self) -> (usize, usize) {
+        self.arena.range()
+    }
+
+    /// True while a maintenance thread makes the decommits frees would make.
+    pub(crate) fn releases_deferred(&self) -> bool {
+        self.arena.releases_deferred()
+    }
+
+    /// Aborts with a message naming `block`, whose link (stored as `stored`) was overwritten.
+    pub(crate) fn report_damaged_link(&self, block: *mut u8, stored: usize) -> ! {
+        super::report_damaged_link(self.arena, block, stored)
+    }
+
     /// How often a thread runs its upkeep (the decommit delay, clamped).
     pub(crate) fn upkeep_period(&self) -> u64 {
         super::upkeep_period(self.arena.decommit.delay_ns)

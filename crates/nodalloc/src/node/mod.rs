@@ -209,7 +209,8 @@ unsafe impl Sync for NodeHeap {}
 
 /// The middle layer of one allocator instance: the arena and its node heaps.
 pub struct NodeHeaps {
-    pub arena: &'static Arena,
+    /// The back layer: only the node layer calls it (the layers above use the methods below).
+    arena: &'static Arena,
     heaps: *const NodeHeap,
     /// Call-site partitions (`partition.rs`); none with the mode off.
     partitions: Partitions,
@@ -280,18 +281,69 @@ impl NodeHeaps {
 
     /// Sets the hard limit on committed bytes (0: none).
     pub(crate) fn set_limit(&self, bytes: usize) {
-        self.arena.budget.limit.store(bytes, Ordering::Relaxed);
+        self.arena.budget().set_limit(bytes);
     }
 
     /// True under a hard limit on committed bytes: memory kept ahead of demand anywhere is
     /// memory an allocation the limit refuses could not get back.
     pub(crate) fn is_limited(&self) -> bool {
-        self.arena.budget.limit.load(Ordering::Relaxed) != 0
+        self.arena.budget().limit() != 0
     }
 
     /// Decommits every free span now, whatever the delay (after [`Self::flush_all`]).
     pub(crate) fn purge(&self) {
         self.arena.purge(true);
+    }
+
+    /// Decommits the free spans the decommit policy says are due, every node.
+    pub(crate) fn purge_due(&self) {
+        self.arena.purge(false);
+    }
+
+    /// Leaves the decommits frees make to a maintenance thread (`on`), or not: see
+    /// [`Arena::defer_releases`].
+    pub(crate) fn defer_releases(&self, on: bool) {
+        self.arena.defer_releases(on);
+    }
+
+    /// The maintenance thread's preparation step over every pool and class; true while some
+    /// pool has recent demand (see [`Arena::prepare_all`] and [`Self::prepare_bags`]).
+    pub(crate) fn prepare_memory(&self, now: u64) -> bool {
+        self.arena.prepare_all(now) | self.prepare_bags(now)
+    }
+
+    /// Bytes given back to the OS so far, every pool.
+    pub(crate) fn decommitted_total(&self) -> usize {
+        self.arena.decommitted_total()
+    }
+
+    /// Chunks populated ahead of demand so far, every pool.
+    pub(crate) fn prepared_chunks(&self) -> usize {
+        self.arena.prepared_chunks()
+    }
+
+    /// In a forked child: finishes what the parent's maintenance thread left half done (spans
+    /// and bags it was preparing) and makes the child's threads do their own releases.
+    pub(crate) fn recover_after_fork(&self) {
+        self.arena.recover_after_fork();
+        self.recover_prepared_after_fork();
+    }
+
+    /// The start of the small object whose bytes hold `address`, if the address is in a bag
+    /// and past an object start (see [`crate::raw::object_before`]); `None` for an address
+    /// at an object start or outside every bag.
+    pub(crate) fn object_before(&self, address: usize) -> Option<*mut u8> {
+        let at = self.arena.bag_at(address)?;
+        if !at.class.is_object_start(address - at.start) {
+            return None;
+        }
+        at.object_before(address).map(|before| before as *mut u8)
+    }
+
+    /// The back layer, for the tests of the layers above.
+    #[cfg(test)]
+    pub(crate) fn arena(&self) -> &'static Arena {
+        self.arena
     }
 
     /// The class of the small object starting at `address`; `None` for an address the page

@@ -56,7 +56,7 @@ const MAX_NODE_WAITING_BYTES: usize = 8 << 20;
 impl NodeHeaps {
     /// The maintenance thread's step for prepared bags on every node. True while some class has
     /// demand (the caller comes back soon).
-    pub fn prepare_bags(&self, now: u64) -> bool {
+    pub(super) fn prepare_bags(&self, now: u64) -> bool {
         if self.arena.is_secure() || self.partitions() != 0 || self.is_limited() {
             return false;
         }
@@ -194,7 +194,7 @@ impl NodeHeaps {
     /// In a forked child, after [`NodeHeaps::unlock_all`]: gives back the spans of bags the
     /// parent's maintenance thread was linking (their links are half written; no object of
     /// them was ever out).
-    pub(crate) fn recover_prepared_after_fork(&self) {
+    pub(super) fn recover_prepared_after_fork(&self) {
         for node in self.nodes() {
             for index in 0..NUM_CLASSES {
                 let class = SizeClass(index as u8);

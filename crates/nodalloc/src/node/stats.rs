@@ -15,8 +15,8 @@ impl NodeHeaps {
         stats.node_count = arena.node_count();
         stats.simulated = arena.topology.is_simulated();
         stats.threads = threads;
-        stats.limit = arena.budget.limit.load(Ordering::Relaxed);
-        stats.peak_committed = arena.budget.peak.load(Ordering::Relaxed);
+        stats.limit = arena.budget().limit();
+        stats.peak_committed = arena.budget().peak();
         for (index, class) in stats.classes.iter_mut().enumerate() {
             class.size = SizeClass(index as u8).size();
         }

@@ -62,7 +62,7 @@ fn secure_large_objects_end_at_a_guard_that_follows_resizes_and_goes_with_the_fr
     // The span is reused whole by the next request, guard and all in its new place.
     let q = heaps.alloc_large(NodeId(0), units << UNIT_SHIFT, 8) as usize;
     assert_eq!(protection(q + heaps.large_usable(q).unwrap()), "---p");
-    assert_eq!(heaps.arena.budget.charged.load(Ordering::Relaxed), {
+    assert_eq!(heaps.arena.budget().charged(), {
         heaps.arena.usage(0).committed
     });
 }

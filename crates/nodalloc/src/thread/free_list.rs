@@ -27,8 +27,8 @@
 //! The fast paths keep one statistics counter, of frees; the allocations are what the count
 //! and `book` say (see `book`).
 
-use crate::arena::DENSE_OBJECT_MAX;
 use crate::node::Batch;
+use crate::node::DENSE_OBJECT_MAX;
 use crate::size_class::SizeClass;
 use core::ptr::null_mut;
 

@@ -55,7 +55,7 @@ fn a_freed_object_is_found_in_the_cache_the_ring_and_its_bag_and_an_uncarved_one
     );
     assert_eq!(heap.find_freed(small, q), None, "in another thread's cache");
     // The last object of `q`'s bag: far past anything carved (a bag holds many batches).
-    let start = heaps.arena.bag_at(q as usize).unwrap().start;
+    let start = heaps.arena().bag_at(q as usize).unwrap().start;
     let uncarved = (start + (small.capacity() - 1) * small.size()) as *mut u8;
     assert!(small.capacity() > 2 * small.batch());
     assert_eq!(
@@ -76,7 +76,7 @@ fn a_freed_object_is_found_in_the_cache_the_ring_and_its_bag_and_an_uncarved_one
 fn a_thread_moved_to_another_node_gets_none_of_its_old_nodes_objects_back() {
     use crate::os::cpuset::CpuSet;
     let heaps = heaps(2);
-    let topology = &heaps.arena.topology;
+    let topology = &heaps.arena().topology;
     let cpus: Vec<usize> = topology.process_cpus().iter().collect();
     let Some((&from, &to)) = cpus.iter().find_map(|a| {
         cpus.iter()
@@ -117,7 +117,7 @@ fn a_thread_moved_to_another_node_gets_none_of_its_old_nodes_objects_back() {
     let reused = again.iter().filter(|p| objects.contains(p)).count();
     let foreign = again
         .iter()
-        .filter(|p| heaps.arena.origin_of(**p as usize) == Some(old.index()))
+        .filter(|p| heaps.arena().origin_of(**p as usize) == Some(old.index()))
         .count();
     assert_eq!(
         (reused, foreign),
@@ -142,7 +142,7 @@ fn a_thread_moved_to_another_node_gets_none_of_its_old_nodes_objects_back() {
     let served: Vec<*mut u8> = (0..64).map(|_| allocate(&mut heap, class)).collect();
     let foreign = served
         .iter()
-        .filter(|p| heaps.arena.origin_of(**p as usize) == Some(old.index()))
+        .filter(|p| heaps.arena().origin_of(**p as usize) == Some(old.index()))
         .count();
     assert_eq!(
         foreign, 0,

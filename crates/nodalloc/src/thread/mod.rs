@@ -170,7 +170,7 @@ static NO_CPU: u32 = 0;
 pub(crate) fn corrupted_list(heap: &ThreadHeap, block: *mut u8, head: *mut u8) -> ! {
     let stored = crate::ds::stored_link(head);
     match heap.heaps() {
-        Some(heaps) => crate::node::report_damaged_link(heaps.arena, block, stored),
+        Some(heaps) => heaps.report_damaged_link(block, stored),
         None => crate::os::fatal(|w| {
             w.str("corrupted free list: freed block ")
                 .hex(block as usize)
@@ -261,7 +261,7 @@ impl ThreadHeap {
         self.heaps = heaps;
         self.cpu_word = &NO_CPU;
         self.cpu_seen = 0;
-        let (base, bytes) = heaps.arena.range();
+        let (base, bytes) = heaps.arena_range();
         (self.arena_base, self.arena_words) = (base, bytes >> 3);
         self.node = node;
         self.home = heaps.home_view(node);

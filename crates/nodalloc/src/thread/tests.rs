@@ -50,7 +50,7 @@ fn a_drain_that_re_homes_the_thread_returns_its_batch_to_the_old_node() {
     set.insert(cpu);
     crate::os::set_thread_affinity(&set).unwrap();
     let here = heaps
-        .arena
+        .arena()
         .topology
         .node_of_cpu(crate::os::current_cpu().unwrap());
     let away = NodeId(1 - here);
@@ -95,7 +95,7 @@ fn a_drain_that_re_homes_the_thread_returns_its_batch_to_the_old_node() {
             "{size} B: objects are missing from their node's bags"
         );
     }
-    crate::os::set_thread_affinity(heaps.arena.topology.process_cpus()).unwrap();
+    crate::os::set_thread_affinity(heaps.arena().topology.process_cpus()).unwrap();
 }
 
 #[test]
@@ -160,7 +160,7 @@ fn remote_frees_go_home_and_are_never_reused_by_the_freeing_node() {
     let class = class_of(128, 8).unwrap();
     let objects: Vec<*mut u8> = (0..1000).map(|_| allocate(&mut home, class)).collect();
     for &object in &objects {
-        assert_eq!(heaps.arena.origin_of(object as usize), Some(0));
+        assert_eq!(heaps.arena().origin_of(object as usize), Some(0));
         // SAFETY: allocated above, freed once, by the other node's thread.
         unsafe { remote.free(object, class) };
     }
@@ -172,7 +172,7 @@ fn remote_frees_go_home_and_are_never_reused_by_the_freeing_node() {
     // Node 1's thread allocates: it must never get one of node 0's objects back.
     for _ in 0..2000 {
         let p = allocate(&mut remote, class);
-        assert_eq!(heaps.arena.origin_of(p as usize), Some(1));
+        assert_eq!(heaps.arena().origin_of(p as usize), Some(1));
         assert!(!objects.contains(&p));
     }
     // Node 0's thread gets them back (after its inbox is sorted on its slow path).
@@ -259,7 +259,7 @@ fn secure_heaps_keep_the_fast_paths_empty_and_send_remote_frees_home() {
     let mut reused = 0;
     for _ in 0..4 * sent {
         let object = home.alloc_slow(class);
-        assert_eq!(heaps.arena.origin_of(object as usize), Some(0));
+        assert_eq!(heaps.arena().origin_of(object as usize), Some(0));
         if live.contains(&object) {
             reused += 1;
         }

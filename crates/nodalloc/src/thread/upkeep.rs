@@ -41,7 +41,7 @@ impl ThreadHeap {
         self.published = 0;
         self.flush_outboxes();
         // With a maintenance thread, the node heaps' upkeep (and its `madvise` calls) is its.
-        if !heaps.arena.releases_deferred() {
+        if !heaps.releases_deferred() {
             heaps.upkeep(self.node, now);
         }
         self.check_home();

@@ -6,13 +6,34 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 /// compare-and-swap loop, so concurrent regions can never overshoot the limit together.
 pub struct CommitBudget {
     /// 0: no limit.
-    pub limit: AtomicUsize,
-    pub charged: AtomicUsize,
+    limit: AtomicUsize,
+    charged: AtomicUsize,
     /// The most ever charged at once.
-    pub peak: AtomicUsize,
+    peak: AtomicUsize,
 }
 
 impl CommitBudget {
+    /// The limit in bytes, 0 for none.
+    pub fn limit(&self) -> usize {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    /// Sets the limit (0: none). Charges already made stay; new ones must fit under it.
+    pub fn set_limit(&self, bytes: usize) {
+        self.limit.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Bytes charged now.
+    #[cfg(test)]
+    pub fn charged(&self) -> usize {
+        self.charged.load(Ordering::Relaxed)
+    }
+
+    /// The most bytes ever charged at once.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
+    }
+
     pub fn try_charge(&self, bytes: usize) -> bool {
         let mut charged = self.charged.load(Ordering::Relaxed);
         loop {
