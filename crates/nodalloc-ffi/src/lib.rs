@@ -46,9 +46,8 @@ static LOAD: extern "C" fn() = on_load;
 /// reports.
 extern "C" fn on_load() {
     raw::set_current_heap_hook(current_heap);
-    let stats_wanted =
-        raw::env(c"NODALLOC_STATS").is_some_and(|value| matches!(value, b"1" | b"yes" | b"true"));
-    if stats_wanted {
+    // The option's own grammar, read before the allocator starts (which reads it again).
+    if raw::switch_in_env(c"NODALLOC_STATS") == Some(true) {
         // SAFETY: dup of our own stderr; F_DUPFD_CLOEXEC keeps it out of exec'd programs.
         let fd = unsafe { libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3) };
         if fd >= 0 {

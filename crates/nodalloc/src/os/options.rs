@@ -1,6 +1,8 @@
-//! Every `NODALLOC_*` option in one table: its name, default and meaning. The table is the
-//! documentation (`nodalloc::options()` lists it; the README's table is checked against it by a
-//! test), and [`Options::from_env`] is the only reader of the environment.
+//! Every `NODALLOC_*` option in one table: its name, default, meaning and parser. The table is
+//! the documentation (`nodalloc::options()` lists it; the README's table is checked against it
+//! both ways by a test) and the parser: [`Options::from_env`] walks it, and a test parses each
+//! documented default and compares it with [`Options::default`]. Adding an option is a row
+//! here, its field in [`Options`] and its README row; the tests fail until all three agree.
 //!
 //! Options are read once, when the global arena starts, with `getenv` (no allocation). A value
 //! that does not parse prints one warning line and the default is used.
@@ -9,7 +11,9 @@ use super::cpuset::{parse_decimal, trim};
 use super::{env, read_file, warn};
 use core::ffi::CStr;
 
-/// One documented option.
+/// One option: its documentation and its parser, in one row. The allocator reads every row's
+/// variable at start-up and applies its value; a test checks that each row's documented
+/// default, parsed, is the value the allocator starts from.
 #[derive(Debug, Clone, Copy)]
 pub struct OptionSpec {
     /// The environment variable.
@@ -18,6 +22,9 @@ pub struct OptionSpec {
     pub default: &'static str,
     /// What it does.
     pub meaning: &'static str,
+    /// Applies a value (as `getenv` gives it) to the options; a bad value leaves them as they
+    /// were and gives back what the option takes, for the warning.
+    apply: fn(&mut Options, &[u8]) -> Result<(), &'static str>,
 }
 
 /// The options, in the order the documentation lists them.
@@ -29,24 +36,28 @@ pub const OPTIONS: &[OptionSpec] = &[
                   node's CPUs first), none (follow the scheduler), or map:FILE (FILE lists a node \
                   per thread, cycled). Only acts with more than one node; never widens an \
                   affinity set by taskset, numactl or a cpuset",
+        apply: apply_bind,
     },
     OptionSpec {
         name: "NODALLOC_POLICY",
         default: "preferred",
         meaning: "memory policy of each node region: preferred (a full node spills to others) or \
                   bind (strict; the kernel fails allocations instead)",
+        apply: apply_policy,
     },
     OptionSpec {
         name: "NODALLOC_SIMULATE_NODES",
         default: "0",
         meaning: "simulate N nodes on this machine (1-32): CPUs are split into N fake nodes, no \
                   mbind is issued; for testing multi-node paths on a one-node machine",
+        apply: apply_simulate_nodes,
     },
     OptionSpec {
         name: "NODALLOC_REGION_SIZE",
         default: "1T",
         meaning: "address space reserved per node (rounded down to a power of two, at least \
                   64M); shrunk automatically to fit RLIMIT_AS",
+        apply: apply_region_size,
     },
     OptionSpec {
         name: "NODALLOC_COMMIT",
@@ -54,6 +65,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         meaning: "how the heap is charged to the kernel's commit limit: auto (on demand when \
                   vm.overcommit_memory is 2, else upfront), demand (reserve PROT_NONE, commit \
                   2 MiB chunks as they are first used), upfront (one MAP_NORESERVE reservation)",
+        apply: apply_commit,
     },
     OptionSpec {
         name: "NODALLOC_THP",
@@ -62,18 +74,21 @@ pub const OPTIONS: &[OptionSpec] = &[
                   pages: MADV_HUGEPAGE when the kernel's mode is madvise; large, aligned and \
                   bigger objects stay on base pages, MADV_NOHUGEPAGE), on (huge pages for the \
                   whole heap), off (MADV_NOHUGEPAGE everywhere)",
+        apply: apply_thp,
     },
     OptionSpec {
         name: "NODALLOC_DECOMMIT_DELAY",
         default: "100",
         meaning: "milliseconds a free span stays committed before its pages may be returned to \
                   the OS",
+        apply: apply_decommit_delay,
     },
     OptionSpec {
         name: "NODALLOC_RETAIN",
         default: "8M",
         meaning: "committed free bytes each node keeps for reuse; only free memory beyond this \
                   budget is returned to the OS",
+        apply: apply_retain,
     },
     OptionSpec {
         name: "NODALLOC_LIMIT",
@@ -81,15 +96,17 @@ pub const OPTIONS: &[OptionSpec] = &[
         meaning: "hard limit on committed heap bytes (e.g. 512M); past it allocation fails \
                   cleanly (NULL + ENOMEM, or null in Rust) and succeeds again after frees; \
                   0 means no limit",
+        apply: apply_limit,
     },
     OptionSpec {
         name: "NODALLOC_STATS",
         default: "0",
         meaning: "1: print the statistics to stderr when the process exits",
+        apply: apply_stats,
     },
     OptionSpec {
         name: "NODALLOC_SECURE",
-        default: "0",
+        default: if cfg!(feature = "secure") { "1" } else { "0" },
         meaning: "1: secure mode: free-list links encoded with a random key and checked, a \
                   double-free check on every free, an inaccessible guard page right after each \
                   large object, a random allocation order in new bags; through the C library \
@@ -97,6 +114,7 @@ pub const OPTIONS: &[OptionSpec] = &[
                   new/delete mismatches), freed blocks zeroed, checked and held in a \
                   quarantine, malloc(0) inaccessible; slower. The default is 1 when built with \
                   the cargo feature secure (NODALLOC_SECURE=0 still turns it off)",
+        apply: apply_secure,
     },
     OptionSpec {
         name: "NODALLOC_BACKGROUND",
@@ -108,11 +126,16 @@ pub const OPTIONS: &[OptionSpec] = &[
                   before the threads went quiet goes back to the OS within the decommit delay; \
                   1: it also makes the releases frees leave to it and populates chunks and \
                   carves bags of big objects ahead of a growing heap; 0: none",
+        apply: apply_background,
     },
     OptionSpec {
         name: "NODALLOC_RING_SHARDS",
         default: "0",
-        meaning: "transfer rings per size class of each node, chosen by the CPU a thread runs                   on, so the cores of a big node do not all meet at one ring: 0 is automatic                   (one per 16 CPUs of the largest node: 1 up to 16 CPUs, where nothing                   changes), 1-8 sets the count",
+        meaning: "transfer rings per size class of each node, chosen by the CPU a thread runs \
+                  on, so the cores of a big node do not all meet at one ring: 0 is automatic \
+                  (one per 16 CPUs of the largest node: 1 up to 16 CPUs, where nothing \
+                  changes), 1-8 sets the count",
+        apply: apply_ring_shards,
     },
     OptionSpec {
         name: "NODALLOC_CALLSITE",
@@ -122,6 +145,7 @@ pub const OPTIONS: &[OptionSpec] = &[
                   malloc call) mod P, the Rust face in the partition of the thread's \
                   nodalloc::partition scope. 0 (or 1, one partition) is off, the fast paths \
                   untouched; at most 4096",
+        apply: apply_callsite,
     },
     OptionSpec {
         name: "NODALLOC_CALLSITE_DEPTH",
@@ -130,6 +154,7 @@ pub const OPTIONS: &[OptionSpec] = &[
                   through frame pointers, for programs that allocate through a wrapper \
                   (xmalloc, g_malloc); where a frame has no frame pointer, the walk stops at the \
                   deepest frame it could verify",
+        apply: apply_callsite_depth,
     },
 ];
 
@@ -156,7 +181,7 @@ pub enum ThpChoice {
 /// Longest thread-to-node map a map file may give; longer files are cut here.
 pub const MAX_BIND_MAP: usize = 256;
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Options {
     pub bind: BindPolicy,
     pub bind_map: [u16; MAX_BIND_MAP],
@@ -236,203 +261,189 @@ impl Default for Options {
 /// Whether the environment asks for secure mode, as [`Options::from_env`] reads it (silently:
 /// that one warns about a bad value), for a face that must know before the allocator starts.
 pub fn secure_from_env() -> bool {
-    match env(c"NODALLOC_SECURE").map(trim) {
-        Some(b"1" | b"yes" | b"true") => true,
-        Some(b"0" | b"no" | b"false") => false,
-        _ => cfg!(feature = "secure"),
-    }
+    switch_in_env(c"NODALLOC_SECURE").unwrap_or(cfg!(feature = "secure"))
+}
+
+/// An on/off option's value as the allocator reads it at start-up, silently: `None` when the
+/// variable is unset, empty or no switch word.
+pub fn switch_in_env(name: &CStr) -> Option<bool> {
+    env(name).and_then(|value| switch_word(trim(value)))
 }
 
 impl Options {
-    /// Reads every option from the environment, warning about (and ignoring) bad values.
+    /// Reads every option of [`OPTIONS`] from the environment, warning about (and ignoring)
+    /// bad values.
     pub fn from_env() -> Options {
         let mut options = Options::default();
-        if let Some(value) = env(c"NODALLOC_BIND") {
-            options.set_bind(value);
-        }
-        if let Some(value) = env(c"NODALLOC_POLICY") {
-            match trim(value) {
-                b"preferred" => options.strict_binding = false,
-                b"bind" => options.strict_binding = true,
-                _ => bad_value("NODALLOC_POLICY", value, "preferred or bind", "preferred"),
-            }
-        }
-        if let Some(value) = env(c"NODALLOC_SIMULATE_NODES") {
-            match parse_decimal(value) {
-                Some(n) if n <= MAX_SIMULATED_NODES => options.simulate_nodes = n,
-                _ => bad_value(
-                    "NODALLOC_SIMULATE_NODES",
-                    value,
-                    "a node count from 0 to 32",
-                    "0",
-                ),
-            }
-        }
-        if let Some(value) = env(c"NODALLOC_REGION_SIZE") {
-            match parse_size(value) {
-                Some(bytes) if bytes >= MIN_REGION_BYTES => {
-                    options.region_bytes = 1 << (63 - bytes.leading_zeros())
-                }
-                _ => bad_value(
-                    "NODALLOC_REGION_SIZE",
-                    value,
-                    "a size of at least 64M",
-                    "1T",
-                ),
-            }
-        }
-        if let Some(value) = env(c"NODALLOC_THP") {
-            match trim(value) {
-                b"auto" => options.thp = ThpChoice::Auto,
-                b"on" | b"1" | b"always" => options.thp = ThpChoice::On,
-                b"off" | b"0" | b"never" => options.thp = ThpChoice::Off,
-                _ => bad_value("NODALLOC_THP", value, "auto, on or off", "auto"),
-            }
-        }
-        if let Some(value) = env(c"NODALLOC_COMMIT") {
-            match trim(value) {
-                b"auto" => options.commit_on_demand = None,
-                b"demand" => options.commit_on_demand = Some(true),
-                b"upfront" => options.commit_on_demand = Some(false),
-                _ => bad_value("NODALLOC_COMMIT", value, "auto, demand or upfront", "auto"),
-            }
-        }
-        if let Some(value) = env(c"NODALLOC_DECOMMIT_DELAY") {
-            match parse_decimal(value) {
-                Some(ms) if ms <= 3_600_000 => options.decommit_delay_ns = ms as u64 * 1_000_000,
-                _ => bad_value(
-                    "NODALLOC_DECOMMIT_DELAY",
-                    value,
-                    "milliseconds (0-3600000)",
-                    "100",
-                ),
-            }
-        }
-        if let Some(value) = env(c"NODALLOC_RETAIN") {
-            match parse_size(value) {
-                Some(bytes) => options.retain_bytes = bytes,
-                None => bad_value("NODALLOC_RETAIN", value, "a size such as 8M", "8M"),
-            }
-        }
-        if let Some(value) = env(c"NODALLOC_LIMIT") {
-            match parse_size(value) {
-                Some(bytes) => options.limit_bytes = bytes,
-                None => bad_value(
-                    "NODALLOC_LIMIT",
-                    value,
-                    "a size such as 512M",
-                    "0 (no limit)",
-                ),
-            }
-        }
-        if let Some(value) = env(c"NODALLOC_STATS") {
-            options.stats_at_exit = parse_switch("NODALLOC_STATS", value);
-        }
-        if let Some(value) = env(c"NODALLOC_SECURE") {
-            match trim(value) {
-                b"1" | b"yes" | b"true" => options.secure = true,
-                b"0" | b"no" | b"false" => options.secure = false,
-                b"" => {}
-                _ => bad_value(
-                    "NODALLOC_SECURE",
-                    value,
-                    "0 or 1",
-                    if cfg!(feature = "secure") { "1" } else { "0" },
-                ),
-            }
-        }
-        if let Some(value) = env(c"NODALLOC_BACKGROUND") {
-            options.background = parse_background(value).unwrap_or_else(|| {
-                bad_value("NODALLOC_BACKGROUND", value, "release, 1 or 0", "release");
-                Background::Release
-            });
-        }
-        if let Some(value) = env(c"NODALLOC_RING_SHARDS") {
-            match parse_decimal(value) {
-                Some(count) if count <= MAX_RING_SHARDS => options.ring_shards = count,
-                _ => bad_value("NODALLOC_RING_SHARDS", value, "0-8", "0 (automatic)"),
-            }
-        }
-        if let Some(value) = env(c"NODALLOC_CALLSITE") {
-            match parse_decimal(value) {
-                Some(count) if count <= MAX_CALLSITE_PARTITIONS => {
-                    options.callsite_partitions = count
-                }
-                _ => bad_value("NODALLOC_CALLSITE", value, "0-4096", "0"),
-            }
-        }
-        if let Some(value) = env(c"NODALLOC_CALLSITE_DEPTH") {
-            match parse_decimal(value) {
-                Some(depth) if (1..=MAX_CALLSITE_DEPTH).contains(&depth) => {
-                    options.callsite_depth = depth
-                }
-                _ => bad_value("NODALLOC_CALLSITE_DEPTH", value, "1-8", "1"),
+        for spec in OPTIONS {
+            let Some(value) = env_named(spec.name) else {
+                continue;
+            };
+            if let Err(expected) = (spec.apply)(&mut options, value) {
+                bad_value(spec.name, value, expected, spec.default);
             }
         }
         options
     }
 
-    fn set_bind(&mut self, value: &[u8]) {
-        match trim(value) {
-            b"interleave" => self.bind = BindPolicy::Interleave,
-            b"saturate" => self.bind = BindPolicy::Saturate,
-            b"none" => self.bind = BindPolicy::None,
-            text if text.starts_with(b"map:") => {
-                if self.load_bind_map(&text[4..]) {
-                    self.bind = BindPolicy::Map;
-                }
-            }
-            _ => bad_value(
-                "NODALLOC_BIND",
-                value,
-                "interleave, saturate, none or map:FILE",
-                "interleave",
-            ),
-        }
-    }
-
     /// Loads a map file: node numbers separated by spaces, commas or newlines, `#` comments.
-    fn load_bind_map(&mut self, path: &[u8]) -> bool {
+    fn load_bind_map(&mut self, path: &[u8]) -> Result<(), &'static str> {
+        const READABLE: &str = "map:FILE with a readable file";
         let mut path_buffer = [0u8; 256];
         if path.is_empty() || path.len() >= path_buffer.len() {
-            bad_value(
-                "NODALLOC_BIND",
-                path,
-                "map:FILE with a readable file",
-                "interleave",
-            );
-            return false;
+            return Err(READABLE);
         }
         path_buffer[..path.len()].copy_from_slice(path);
-        let Ok(path_cstr) = CStr::from_bytes_until_nul(&path_buffer) else {
-            return false;
-        };
+        let path_cstr = CStr::from_bytes_until_nul(&path_buffer).map_err(|_| READABLE)?;
         let mut contents = [0u8; 4096];
-        let Some(text) = read_file(path_cstr, &mut contents) else {
-            bad_value(
-                "NODALLOC_BIND",
-                path,
-                "map:FILE with a readable file",
-                "interleave",
-            );
-            return false;
-        };
+        let text = read_file(path_cstr, &mut contents).ok_or(READABLE)?;
         match parse_bind_map(text, &mut self.bind_map) {
             Some(length) if length > 0 => {
                 self.bind_map_length = length;
-                true
+                self.bind = BindPolicy::Map;
+                Ok(())
             }
-            _ => {
-                bad_value(
-                    "NODALLOC_BIND",
-                    path,
-                    "a map file of node numbers",
-                    "interleave",
-                );
-                false
-            }
+            _ => Err("map:FILE naming a file of node numbers"),
         }
     }
+}
+
+/// The value of a variable named by `name` (copied with its NUL into a stack buffer).
+fn env_named(name: &str) -> Option<&'static [u8]> {
+    let mut buffer = [0u8; 64];
+    buffer
+        .get_mut(..name.len())?
+        .copy_from_slice(name.as_bytes());
+    let name = CStr::from_bytes_until_nul(&buffer).ok()?;
+    env(name)
+}
+
+// The table's parsers: each applies one option's value, or says what it takes.
+
+fn apply_bind(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.bind = match trim(value) {
+        b"interleave" => BindPolicy::Interleave,
+        b"saturate" => BindPolicy::Saturate,
+        b"none" => BindPolicy::None,
+        text if text.starts_with(b"map:") => return options.load_bind_map(&text[4..]),
+        _ => return Err("interleave, saturate, none or map:FILE"),
+    };
+    Ok(())
+}
+
+fn apply_policy(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.strict_binding = match trim(value) {
+        b"preferred" => false,
+        b"bind" => true,
+        _ => return Err("preferred or bind"),
+    };
+    Ok(())
+}
+
+fn apply_simulate_nodes(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.simulate_nodes =
+        decimal_in(value, 0..=MAX_SIMULATED_NODES, "a node count from 0 to 32")?;
+    Ok(())
+}
+
+fn apply_region_size(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    match parse_size(value) {
+        Some(bytes) if bytes >= MIN_REGION_BYTES => {
+            options.region_bytes = 1 << (63 - bytes.leading_zeros());
+            Ok(())
+        }
+        _ => Err("a size of at least 64M"),
+    }
+}
+
+fn apply_commit(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.commit_on_demand = match trim(value) {
+        b"auto" => None,
+        b"demand" => Some(true),
+        b"upfront" => Some(false),
+        _ => return Err("auto, demand or upfront"),
+    };
+    Ok(())
+}
+
+fn apply_thp(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.thp = match trim(value) {
+        b"auto" => ThpChoice::Auto,
+        b"on" | b"1" | b"always" => ThpChoice::On,
+        b"off" | b"0" | b"never" => ThpChoice::Off,
+        _ => return Err("auto, on or off"),
+    };
+    Ok(())
+}
+
+fn apply_decommit_delay(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    let ms = decimal_in(value, 0..=3_600_000, "milliseconds (0-3600000)")?;
+    options.decommit_delay_ns = ms as u64 * 1_000_000;
+    Ok(())
+}
+
+fn apply_retain(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.retain_bytes = parse_size(value).ok_or("a size such as 8M")?;
+    Ok(())
+}
+
+fn apply_limit(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.limit_bytes = parse_size(value).ok_or("a size such as 512M, or 0 for none")?;
+    Ok(())
+}
+
+fn apply_stats(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.stats_at_exit = switch(value)?.unwrap_or(false);
+    Ok(())
+}
+
+fn apply_secure(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    if let Some(on) = switch(value)? {
+        options.secure = on;
+    }
+    Ok(())
+}
+
+fn apply_background(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.background = parse_background(value).ok_or("release, 1 or 0")?;
+    Ok(())
+}
+
+fn apply_ring_shards(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.ring_shards = decimal_in(value, 0..=MAX_RING_SHARDS, "0 (automatic) or 1-8")?;
+    Ok(())
+}
+
+fn apply_callsite(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.callsite_partitions = decimal_in(value, 0..=MAX_CALLSITE_PARTITIONS, "0-4096")?;
+    Ok(())
+}
+
+fn apply_callsite_depth(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.callsite_depth = decimal_in(value, 1..=MAX_CALLSITE_DEPTH, "1-8")?;
+    Ok(())
+}
+
+/// A decimal number within `range`, or `expected`.
+fn decimal_in(
+    value: &[u8],
+    range: core::ops::RangeInclusive<usize>,
+    expected: &'static str,
+) -> Result<usize, &'static str> {
+    parse_decimal(value)
+        .filter(|n| range.contains(n))
+        .ok_or(expected)
+}
+
+/// An on/off value: `Some` for a switch word, `None` for an empty value (the default stays).
+fn switch(value: &[u8]) -> Result<Option<bool>, &'static str> {
+    let word = trim(value);
+    if word.is_empty() {
+        return Ok(None);
+    }
+    switch_word(word)
+        .map(Some)
+        .ok_or("0 or 1, no or yes, false or true")
 }
 
 /// Parses node numbers (spaces, commas, newlines; `#` to end of line is a comment).
@@ -480,8 +491,6 @@ pub fn parse_size(text: &[u8]) -> Option<u64> {
     value.checked_mul(1u64 << shift)
 }
 
-/// An on/off option that is off by default: `1`, `yes`, `true` or `0`, `no`, `false`, empty;
-/// anything else warns and is off.
 /// `NODALLOC_BACKGROUND`'s value; `None` for one it does not take.
 fn parse_background(value: &[u8]) -> Option<Background> {
     match trim(value) {
@@ -494,17 +503,6 @@ fn parse_background(value: &[u8]) -> Option<Background> {
             }
         }),
     }
-}
-
-fn parse_switch(name: &str, value: &[u8]) -> bool {
-    let word = trim(value);
-    if word.is_empty() {
-        return false;
-    }
-    switch_word(word).unwrap_or_else(|| {
-        bad_value(name, value, "0 or 1", "0");
-        false
-    })
 }
 
 /// The on/off words every switch takes (`word` already trimmed).
@@ -575,5 +573,66 @@ mod tests {
             assert!(option.name.starts_with("NODALLOC_"));
             assert!(!option.default.is_empty() && option.meaning.len() > 20);
         }
+    }
+
+    #[test]
+    fn each_documented_default_parses_to_the_default_options() {
+        for option in OPTIONS {
+            let mut options = Options::default();
+            (option.apply)(&mut options, option.default.as_bytes()).unwrap_or_else(|expected| {
+                panic!("{}'s default: expected {expected}", option.name)
+            });
+            assert_eq!(
+                options,
+                Options::default(),
+                "{}={}",
+                option.name,
+                option.default
+            );
+        }
+    }
+
+    #[test]
+    fn every_option_refuses_a_bad_value_and_keeps_the_default() {
+        for option in OPTIONS {
+            for bad in [&b"bogus"[..], b"-1", b"99999999999999999999999"] {
+                let mut options = Options::default();
+                let refused = (option.apply)(&mut options, bad);
+                assert!(refused.is_err(), "{}={:?} was taken", option.name, bad);
+                assert_eq!(options, Options::default(), "{}={:?}", option.name, bad);
+            }
+        }
+    }
+
+    #[test]
+    fn values_reach_their_fields() {
+        let set = |name: &str, value: &[u8]| {
+            let option = OPTIONS.iter().find(|o| o.name == name).unwrap();
+            let mut options = Options::default();
+            (option.apply)(&mut options, value).unwrap();
+            options
+        };
+        assert!(set("NODALLOC_POLICY", b"bind").strict_binding);
+        assert_eq!(set("NODALLOC_SIMULATE_NODES", b" 4\n").simulate_nodes, 4);
+        assert_eq!(set("NODALLOC_REGION_SIZE", b"100G").region_bytes, 64 << 30);
+        assert_eq!(
+            set("NODALLOC_COMMIT", b"demand").commit_on_demand,
+            Some(true)
+        );
+        assert_eq!(set("NODALLOC_THP", b"never").thp, ThpChoice::Off);
+        assert_eq!(
+            set("NODALLOC_DECOMMIT_DELAY", b"250").decommit_delay_ns,
+            250_000_000
+        );
+        assert_eq!(set("NODALLOC_RETAIN", b"1G").retain_bytes, 1 << 30);
+        assert_eq!(set("NODALLOC_LIMIT", b"512M").limit_bytes, 512 << 20);
+        assert!(set("NODALLOC_STATS", b"yes").stats_at_exit);
+        assert!(set("NODALLOC_SECURE", b" true ").secure);
+        assert!(!set("NODALLOC_SECURE", b"0").secure);
+        assert_eq!(set("NODALLOC_BACKGROUND", b"0").background, Background::Off);
+        assert_eq!(set("NODALLOC_RING_SHARDS", b"3").ring_shards, 3);
+        assert_eq!(set("NODALLOC_CALLSITE", b"64").callsite_partitions, 64);
+        assert_eq!(set("NODALLOC_CALLSITE_DEPTH", b"3").callsite_depth, 3);
+        assert_eq!(set("NODALLOC_BIND", b"saturate").bind, BindPolicy::Saturate);
     }
 }
