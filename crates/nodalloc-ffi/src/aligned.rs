@@ -4,7 +4,8 @@
 //! on a miss, [`allocate_aligned`] serves them (and C++'s aligned `new`).
 
 use crate::callsite::entry_stub;
-use crate::{allocate_at, malloc_at, pop_small, secure, set_errno, MALLOC_ALIGN};
+use crate::plain::{allocate_at, malloc_at, set_errno, MALLOC_ALIGN};
+use crate::{pop_small, secure};
 use core::ffi::{c_int, c_void};
 use core::ptr::null_mut;
 

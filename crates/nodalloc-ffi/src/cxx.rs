@@ -103,7 +103,7 @@ macro_rules! new_targets {
     )*};
 }
 
-const PLAIN: usize = crate::MALLOC_ALIGN;
+const PLAIN: usize = crate::plain::MALLOC_ALIGN;
 
 new_targets! {
     new_target(size: usize; site, frame) = new_at(size, PLAIN, Kind::New, site, frame),

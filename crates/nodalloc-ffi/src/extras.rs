@@ -1,7 +1,8 @@
 //! The `nodalloc_*` extras of `include/nodalloc.h`: statistics, the node of a block, allocation
 //! on a given node, the memory limit and call-site partitions.
 
-use crate::{handed_out, secure, set_errno, MALLOC_ALIGN};
+use crate::plain::{handed_out, set_errno, MALLOC_ALIGN};
+use crate::secure;
 use core::ffi::{c_int, c_void};
 use core::ptr::null_mut;
 use nodalloc_core::raw;

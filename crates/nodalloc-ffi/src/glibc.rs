@@ -8,9 +8,11 @@
 //! [`mallinfo2`]); `mallopt` accepts glibc's parameters and changes nothing (nodalloc's tuning
 //! is its `NODALLOC_*` variables).
 
+use crate::callsite::entry_stub;
+use crate::plain::set_errno;
 use crate::secure::{self, Kind};
-use crate::set_errno;
 use core::ffi::{c_int, c_void};
+use core::ptr::null_mut;
 
 /// # Safety
 /// As for `malloc`.
@@ -74,7 +76,7 @@ pub unsafe extern "C" fn __libc_pvalloc(size: usize) -> *mut c_void {
 #[no_mangle]
 pub extern "C" fn malloc_trim(_pad: usize) -> c_int {
     let before = nodalloc_core::stats().committed;
-    nodalloc_core::raw::purge(crate::heap());
+    nodalloc_core::raw::purge(crate::plain::heap());
     c_int::from(nodalloc_core::stats().committed < before)
 }
 
@@ -266,4 +268,34 @@ pub unsafe extern "C" fn free_aligned_sized(ptr: *mut c_void, _align: usize, siz
     }
     // SAFETY: forwarded contract.
     unsafe { crate::free(ptr) }
+}
+
+/// # Safety
+/// glibc's `reallocarray`.
+#[no_mangle]
+pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, count: usize, size: usize) -> *mut c_void {
+    // SAFETY: the stub passes its arguments on; a tail jump, so it reads our caller.
+    unsafe { nodalloc_reallocarray_entry(ptr, count, size) }
+}
+
+entry_stub!(fn nodalloc_reallocarray_entry(ptr: *mut c_void, count: usize, size: usize)
+    -> *mut c_void => reallocarray_at, site: "rcx", frame: "r8");
+
+/// # Safety
+/// glibc's `reallocarray`, called from `site`.
+unsafe extern "C" fn reallocarray_at(
+    ptr: *mut c_void,
+    count: usize,
+    size: usize,
+    site: usize,
+    frame: usize,
+) -> *mut c_void {
+    match count.checked_mul(size) {
+        // SAFETY: forwarded contract.
+        Some(total) => unsafe { crate::realloc_at(ptr, total, site, frame) },
+        None => {
+            set_errno(libc::ENOMEM);
+            null_mut()
+        }
+    }
 }

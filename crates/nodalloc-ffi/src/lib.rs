@@ -8,7 +8,14 @@
 //! load, no `__tls_get_addr` call. A thread without a heap points at a shared detached heap on
 //! which every fast path misses; the slow path then creates the thread's heap on its first
 //! call, or, once the thread has retired its heap at exit, serves later calls (from other
-//! thread-exit destructors) from the node heaps directly.
+//! thread-exit destructors) from the node heaps directly (see `plain.rs`).
+//!
+//! The library's shape: this file and its siblings (`aligned.rs`, `cxx.rs`, `glibc.rs`,
+//! `extras.rs`, `threads.rs`) hold the exported symbols, their fast paths and their call-site
+//! stubs; `plain.rs` is the path they share once a fast path misses (the thread's heap and its
+//! life, allocation and free through the core, errno); `secure/` is secure mode's layer, which
+//! the entries ask first and which calls only the plain path; `screen.rs` is the double-free
+//! screen of `free`, `foreign.rs` the pointers from before nodalloc started.
 #![deny(missing_docs)]
 
 mod aligned;
@@ -17,6 +24,7 @@ mod cxx;
 mod extras;
 mod foreign;
 mod glibc;
+mod plain;
 mod screen;
 mod secure;
 mod threads;
@@ -24,15 +32,13 @@ mod tls;
 
 use aligned::allocate_aligned;
 use callsite::entry_stub;
-use core::ffi::{c_int, c_void};
+use core::ffi::c_void;
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicUsize, Ordering};
 use nodalloc_core::raw::{self, class_of_malloc, ClassSlot, Pointer, ThreadHeap};
-
-/// malloc's alignment on x86_64 and aarch64 glibc (`MALLOC_ALIGNMENT`).
-const MALLOC_ALIGN: usize = 16;
-
-static EXIT_KEY: AtomicUsize = AtomicUsize::new(usize::MAX);
+use plain::{
+    allocate_at, current_heap, free_core, handed_out, heap, heap_or_create, live, malloc_at,
+    set_errno, usable, MALLOC_ALIGN,
+};
 
 /// Runs when the library is loaded, before the program's own constructors and `main`.
 #[used]
@@ -57,105 +63,6 @@ extern "C" fn on_load() {
     }
 }
 
-fn current_heap() -> *mut ThreadHeap {
-    heap().map_or(null_mut(), |heap| heap as *mut ThreadHeap)
-}
-
-/// The calling thread's heap, if it has a live one.
-#[inline(always)]
-fn heap() -> Option<&'static mut ThreadHeap> {
-    live(tls::get())
-}
-
-/// `heap` (the slot's value) as the thread's own heap, or `None` for the detached one.
-#[inline(always)]
-fn live(heap: *mut ThreadHeap) -> Option<&'static mut ThreadHeap> {
-    if tls::is_detached(heap) {
-        None
-    } else {
-        // SAFETY: a slot value other than the detached heap is this thread's pooled heap, used
-        // by no one else.
-        Some(unsafe { &mut *heap })
-    }
-}
-
-/// The heap for a slow path: creates the thread's heap on its first call.
-#[cold]
-#[inline(never)]
-fn heap_or_create() -> Option<&'static mut ThreadHeap> {
-    heap_or_create_with(raw::BindBase::Current)
-}
-
-/// As [`heap_or_create`]; `base` says what the thread's binding starts from: the process's
-/// start-up mask when its mask is known to be the one nodalloc set on its creator, none when
-/// the program chose it.
-fn heap_or_create_with(base: raw::BindBase) -> Option<&'static mut ThreadHeap> {
-    if let Some(heap) = heap() {
-        return Some(heap);
-    }
-    if tls::is_retired() {
-        return None;
-    }
-    foreign::remember_startup_mappings();
-    let heap = raw::take_heap()?;
-    heap.set_bind_base(base);
-    // Attaching may re-enter malloc (binding, the first instance creation registering hooks);
-    // those nested calls run without a heap, on the detached path.
-    heap.run_attach_hook();
-    if !tls::is_detached(tls::get()) {
-        // A nested call created a heap meanwhile: keep that one.
-        raw::recycle_heap(heap);
-        return heap_or_create();
-    }
-    tls::set(heap);
-    register_exit(heap);
-    Some(heap)
-}
-
-fn register_exit(heap: *mut ThreadHeap) {
-    let mut key = EXIT_KEY.load(Ordering::Acquire);
-    if key == usize::MAX {
-        let mut new_key: libc::pthread_key_t = 0;
-        // SAFETY: pthread_key_create writes a key; the destructor lives for the process.
-        if unsafe { libc::pthread_key_create(&mut new_key, Some(thread_exit)) } != 0 {
-            return;
-        }
-        key = match EXIT_KEY.compare_exchange(
-            usize::MAX,
-            new_key as usize,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => new_key as usize,
-            Err(existing) => {
-                // SAFETY: the key we made is unused.
-                unsafe { libc::pthread_key_delete(new_key) };
-                existing
-            }
-        };
-    }
-    // SAFETY: `key` is live; the value is this thread's heap.
-    unsafe { libc::pthread_setspecific(key as libc::pthread_key_t, heap as *const c_void) };
-}
-
-extern "C" fn thread_exit(heap: *mut c_void) {
-    if heap.is_null() || tls::get() != heap as *mut ThreadHeap {
-        return;
-    }
-    if secure::on() {
-        secure::flush_thread();
-    }
-    tls::retire();
-    // SAFETY: the slot held this heap, which only this (exiting) thread used; the thread is now
-    // retired, so it never touches the heap again.
-    raw::recycle_heap(unsafe { &mut *(heap as *mut ThreadHeap) });
-}
-
-fn set_errno(value: c_int) {
-    // SAFETY: __errno_location is the calling thread's errno slot.
-    unsafe { *libc::__errno_location() = value };
-}
-
 /// Allocation at `align` (a power of two, at least 16), with errno on failure. The slow paths
 /// the fast ones call are `extern "C"`: they cannot unwind, so `malloc` and `free` need no
 /// landing pad around the calls, keep no stack frame, and tail-call them.
@@ -164,44 +71,6 @@ extern "C" fn allocate(size: usize, align: usize) -> *mut c_void {
         return secure::alloc(size, align, secure::Kind::Malloc, 0, 0);
     }
     handed_out(raw::alloc(heap_or_create(), size, align))
-}
-
-/// [`allocate`] for a call from `site` (with the caller's `frame` pointer; see `callsite.rs`),
-/// without secure mode's trailer (its callers add it).
-fn allocate_at(size: usize, align: usize, site: usize, frame: usize) -> *mut c_void {
-    let mut heap = heap_or_create();
-    if let Some(heap) = heap.as_deref_mut() {
-        heap.enter_call_site(callsite::resolve(site, frame));
-    }
-    handed_out(raw::alloc(heap, size, align))
-}
-
-/// `malloc` for a call from `site`, for the entry points that allocate a block of their own
-/// (`realloc`, the aligned ones): the block goes to their caller's partition.
-fn malloc_at(size: usize, site: usize, frame: usize) -> *mut c_void {
-    match (class_of_malloc(size), heap_or_create()) {
-        (Some(class), Some(heap)) => {
-            heap.enter_call_site(callsite::resolve(site, frame));
-            let p = heap.alloc_cached(class);
-            handed_out(if p.is_null() {
-                heap.alloc_slow(class)
-            } else {
-                p
-            })
-        }
-        _ => allocate(size, MALLOC_ALIGN),
-    }
-}
-
-/// What every allocation path returns: ENOMEM for null, else the block with its double-free
-/// mark cleared.
-fn handed_out(p: *mut u8) -> *mut c_void {
-    if p.is_null() {
-        set_errno(libc::ENOMEM);
-    } else {
-        screen::clear_mark(p);
-    }
-    p as *mut c_void
 }
 
 /// `malloc`'s fast path for the entry points that allocate a block of `size` at the default
@@ -380,23 +249,6 @@ unsafe extern "C" fn free_general(ptr: *mut u8) {
     unsafe { free_core(ptr) }
 }
 
-/// `free` of a block as the core knows it: by its class, to the thread's cache or the node heap
-/// (secure mode's layer calls it for blocks leaving its quarantine).
-///
-/// # Safety
-/// C's `free`: `ptr` is not null.
-unsafe fn free_core(ptr: *mut u8) {
-    match raw::classify(ptr) {
-        Ok(Pointer::Foreign) => foreign::free(ptr),
-        // SAFETY: a live nodalloc block the caller gives up, of this class and node.
-        Ok(Pointer::Small { class, origin }) => unsafe {
-            screen::free_classified(heap_or_create(), ptr, class, origin)
-        },
-        Ok(Pointer::Large { .. }) => raw::free_large(heap_or_create(), ptr),
-        Err(misuse) => raw::report_misuse(ptr, misuse),
-    }
-}
-
 /// # Safety
 /// C's `calloc`.
 #[no_mangle]
@@ -442,16 +294,6 @@ extern "C" fn calloc_at(count: usize, size: usize, site: usize, frame: usize) ->
     p
 }
 
-/// Usable bytes of a live block, aborting on a pointer nodalloc did not hand out.
-fn usable(ptr: *mut u8) -> Option<usize> {
-    match raw::classify(ptr) {
-        Ok(Pointer::Small { class, .. }) => Some(class.size()),
-        Ok(Pointer::Large { bytes }) => Some(bytes),
-        Ok(Pointer::Foreign) => None,
-        Err(misuse) => raw::report_misuse(ptr, misuse),
-    }
-}
-
 /// # Safety
 /// C's `realloc`.
 #[no_mangle]
@@ -465,7 +307,7 @@ entry_stub!(fn nodalloc_realloc_entry(ptr: *mut c_void, size: usize) -> *mut c_v
 
 /// # Safety
 /// C's `realloc`, called from `site`.
-unsafe extern "C" fn realloc_at(
+pub(crate) unsafe extern "C" fn realloc_at(
     ptr: *mut c_void,
     size: usize,
     site: usize,
@@ -511,36 +353,6 @@ unsafe extern "C" fn realloc_at(
         free(ptr);
     }
     new
-}
-
-/// # Safety
-/// glibc's `reallocarray`.
-#[no_mangle]
-pub unsafe extern "C" fn reallocarray(ptr: *mut c_void, count: usize, size: usize) -> *mut c_void {
-    // SAFETY: as for `calloc`.
-    unsafe { nodalloc_reallocarray_entry(ptr, count, size) }
-}
-
-entry_stub!(fn nodalloc_reallocarray_entry(ptr: *mut c_void, count: usize, size: usize)
-    -> *mut c_void => reallocarray_at, site: "rcx", frame: "r8");
-
-/// # Safety
-/// glibc's `reallocarray`, called from `site`.
-unsafe extern "C" fn reallocarray_at(
-    ptr: *mut c_void,
-    count: usize,
-    size: usize,
-    site: usize,
-    frame: usize,
-) -> *mut c_void {
-    match count.checked_mul(size) {
-        // SAFETY: forwarded contract.
-        Some(total) => unsafe { realloc_at(ptr, total, site, frame) },
-        None => {
-            set_errno(libc::ENOMEM);
-            null_mut()
-        }
-    }
 }
 
 /// # Safety

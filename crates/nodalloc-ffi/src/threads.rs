@@ -47,7 +47,7 @@ fn binding_base(attributes: *const libc::pthread_attr_t) -> BindBase {
             return BindBase::Kept;
         }
     }
-    let Some(mask) = crate::heap().and_then(|heap| heap.bound_mask().copied()) else {
+    let Some(mask) = crate::plain::heap().and_then(|heap| heap.bound_mask().copied()) else {
         return BindBase::Current;
     };
     let mut current = CpuSet::new();
@@ -80,7 +80,7 @@ extern "C" fn trampoline(start: *mut c_void) -> *mut c_void {
         base,
     } = unsafe { (start as *mut Start).read() };
     // The heap first: the free below would otherwise create it, binding from the wrong base.
-    crate::heap_or_create_with(base);
+    crate::plain::heap_or_create_with(base);
     // SAFETY: the block came from our malloc and is no longer used.
     unsafe { crate::free(start) };
     routine(argument)

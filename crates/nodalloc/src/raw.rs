@@ -16,7 +16,7 @@ pub use crate::node::Misuse as PointerMisuse;
 pub use crate::node::{NodeId, Partition};
 pub use crate::os::cpuset::CpuSet;
 pub use crate::os::options::{parse_size, switch_in_env};
-pub use crate::os::{env, mapping_of, read_file, thread_affinity};
+pub use crate::os::{env, mapping_of, mix, process_secret, read_file, thread_affinity};
 pub use crate::size_class::{
     class_of_malloc, slot_of_small_malloc, ClassSlot, SizeClass, SlotTables,
 };

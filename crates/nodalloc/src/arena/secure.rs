@@ -48,12 +48,7 @@ pub enum Refusal {
     NotAllocated,
 }
 
-/// SplitMix64's finaliser: a bijection of `u64` that spreads every input bit over the output.
-pub fn mix(mut x: u64) -> u64 {
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
+pub use crate::os::mix;
 
 /// The object to carve `index`-th from a bag of `capacity` objects, in the order `seed` picks:
 /// a bijection of `0..capacity`. Four rounds of add-key, multiply by a fixed odd constant and

@@ -81,6 +81,31 @@ pub fn protect(address: *mut u8, size: usize) -> bool {
     unsafe { libc::mprotect(address as *mut libc::c_void, size, libc::PROT_NONE) == 0 }
 }
 
+/// SplitMix64's finaliser: a bijection of `u64` that spreads every input bit over the output.
+/// The library's one mixer (secure mode's keys and carving order, the C face's trailers).
+pub fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+static PROCESS_SECRET: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// The process's secret: 64 unpredictable bits (getrandom, else `AT_RANDOM`) mixed, odd
+/// (never 0), the same for every caller for the process's life. Computed at the first call; a race computes it twice and keeps one.
+pub fn process_secret() -> u64 {
+    use core::sync::atomic::Ordering;
+    let secret = PROCESS_SECRET.load(Ordering::Relaxed);
+    if secret != 0 {
+        return secret;
+    }
+    let fresh = mix(random_seed() ^ 0x6e6f_6461_6c6c_6f63) | 1;
+    match PROCESS_SECRET.compare_exchange(0, fresh, Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => fresh,
+        Err(first) => first,
+    }
+}
+
 /// 64 unpredictable bits for keys and seeds: `getrandom` (non-blocking), else the 16 bytes the
 /// kernel gave the process at `exec` (`AT_RANDOM`), else the clock and a stack address. No
 /// allocation, no file.
