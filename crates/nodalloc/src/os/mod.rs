@@ -92,7 +92,8 @@ pub fn mix(mut x: u64) -> u64 {
 static PROCESS_SECRET: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 
 /// The process's secret: 64 unpredictable bits (getrandom, else `AT_RANDOM`) mixed, odd
-/// (never 0), the same for every caller for the process's life. Computed at the first call; a race computes it twice and keeps one.
+/// (never 0), the same for every caller for the process's life. Computed at the first call;
+/// a race computes it twice and keeps one.
 pub fn process_secret() -> u64 {
     use core::sync::atomic::Ordering;
     let secret = PROCESS_SECRET.load(Ordering::Relaxed);
