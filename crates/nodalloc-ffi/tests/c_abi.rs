@@ -936,11 +936,11 @@ fn secure_mode_faults_on_the_guard_page_past_a_large_block() {
 /// bytes live within the last second plus the RSS at start. Release builds only: a debug library is too slow for the churn
 /// to mean anything (`cargo test --release -p nodalloc-ffi --test c_abi soak`).
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "the soak runs in the release pass of the test command"
+)]
 fn a_fifteen_second_soak_keeps_rss_within_1_3x_of_live_bytes() {
-    if cfg!(debug_assertions) {
-        eprintln!("the soak runs in release builds only; skipped");
-        return;
-    }
     let mode = Mode::Preloaded;
     let mut soak = command("soak", mode);
     soak.arg("15");
@@ -1026,10 +1026,11 @@ fn a_drained_heap_after_a_fragmenting_churn_goes_back() {
 /// 256 MiB of 64-byte objects: at least 90 % of them on huge pages where THP is available.
 #[test]
 fn dense_small_objects_sit_on_huge_pages() {
-    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
-    if !thp.is_ok_and(|mode| !mode.contains("[never]")) {
-        eprintln!("skipped: transparent huge pages are off on this machine");
-        return;
+    if !nodalloc_testkit::thp_available() {
+        return nodalloc_testkit::skip(
+            nodalloc_testkit::Need::OnCi,
+            "transparent huge pages are off on this machine",
+        );
     }
     let figures = sparse_figures("dense", Mode::Preloaded);
     // The pointer array (32 MiB) is a large block on base pages.

@@ -29,7 +29,7 @@ fn has_two_cpus() -> bool {
             && libc::CPU_COUNT(&set) >= 2
     };
     if !two {
-        eprintln!("needs two CPUs; skipped");
+        nodalloc_testkit::skip(nodalloc_testkit::Need::OnCi, "needs two CPUs");
     }
     two
 }

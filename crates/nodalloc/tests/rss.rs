@@ -298,12 +298,6 @@ fn huge_kib() -> Option<usize> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// True when the kernel can back the heap with transparent huge pages (`always` or `madvise`).
-fn thp_available() -> bool {
-    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-        .is_ok_and(|mode| !mode.contains("[never]"))
-}
-
 /// 256 MiB of 64-byte objects, every byte written: the bags sit on huge pages.
 fn dense_small_objects() {
     const SIZE: usize = 64;
@@ -460,9 +454,11 @@ fn a_heap_freed_at_random_keeps_only_the_survivors_pages() {
 
 #[test]
 fn dense_small_objects_sit_on_huge_pages() {
-    if !thp_available() {
-        eprintln!("skipped: transparent huge pages are off on this machine");
-        return;
+    if !nodalloc_testkit::thp_available() {
+        return nodalloc_testkit::skip(
+            nodalloc_testkit::Need::OnCi,
+            "transparent huge pages are off on this machine",
+        );
     }
     let stderr = expect_child("dense", &[], "dense: ");
     eprintln!("{}", stderr.trim());

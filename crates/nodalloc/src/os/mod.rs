@@ -612,10 +612,11 @@ mod tests {
     #[test]
     fn huge_mappings_are_found_where_the_kernel_reports_them() {
         const SIZE: usize = 4 << 20;
-        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
-        if !thp.is_ok_and(|mode| !mode.contains("[never]")) {
-            eprintln!("skipped: transparent huge pages are off on this machine");
-            return;
+        if !nodalloc_testkit::thp_available() {
+            return nodalloc_testkit::skip(
+                nodalloc_testkit::Need::OnCi,
+                "transparent huge pages are off on this machine",
+            );
         }
         let memory = reserve_aligned(SIZE, 2 << 20).expect("a 4 MiB mapping") as usize;
         assert!(advise(memory as *mut u8, SIZE, libc::MADV_HUGEPAGE));
