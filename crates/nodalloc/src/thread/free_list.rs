@@ -16,11 +16,12 @@
 //! arming (a refill larger than `behind`, or a lowered limit) finds its `nth` by walking from
 //! the head past the surplus, once, on the push that arms it.
 //!
-//! `mark` folds both thresholds into the one compare a push makes: it is `rest` while `nth` is
-//! unarmed and `limit` once it is armed. Only the owning thread touches a list.
+//! `threshold` folds both limits into the one compare a push makes: it is `rest` while `nth` is
+//! unarmed and `limit` once it is armed. Only the owning thread touches a list. (The C face's
+//! double-free *mark* is another thing: a word written into each freed block.)
 //!
-//! A list the thread has not refilled since its heap attached is **fresh** (`mark` is 0, which
-//! no other list has), so its first push takes the slow path: an object freed before the
+//! A list the thread has not refilled since its heap attached is **fresh** (`threshold` is 0,
+//! which no other list has), so its first push takes the slow path: an object freed before the
 //! thread took any of its class was allocated by another thread, and the thread heap puts it
 //! behind a batch of its own (see `ThreadHeap::first_free`).
 //!
@@ -45,7 +46,7 @@ pub(crate) struct FreeList {
     count: u32,
     /// The count at which a push must take the slow path: `rest` (arm `nth`) or the limit (0
     /// for a fresh list).
-    mark: u32,
+    threshold: u32,
     /// Objects behind `nth` once armed: what a cut moves (`limit` less the class's batch).
     behind: u32,
     /// The count at the last publication, plus what the slow paths moved in since, less what
@@ -55,7 +56,7 @@ pub(crate) struct FreeList {
     book: u32,
     /// Objects taken back since the counts were last published.
     frees: u32,
-    /// `mark` while `nth` is unarmed: `behind + 1`, or 1 for a class threads do not cache (its
+    /// `threshold` while `nth` is unarmed: `behind + 1`, or 1 for a class threads do not cache (its
     /// every free takes the slow path).
     rest: u16,
     limit: u16,
@@ -93,8 +94,8 @@ const MAX_GROWN_BYTES: usize = 256 << 10;
 /// classes keep more").
 const MAX_GROWN_SPARSE_BYTES: usize = 512 << 10;
 
-/// The `mark` of a fresh list (see the module's doc).
-const FRESH_MARK: u32 = 0;
+/// The `threshold` of a fresh list (see the module's doc).
+const FRESH_THRESHOLD: u32 = 0;
 
 // One cache line per class: the fast paths touch nothing else of the list.
 // A list's `ClassSlot` is its offset in the heap's array of lists.
@@ -107,7 +108,7 @@ impl FreeList {
         nth: null_mut(),
         start_magic: 0,
         count: 0,
-        mark: 0,
+        threshold: 0,
         rest: 0,
         behind: 0,
         limit: 0,
@@ -125,7 +126,7 @@ impl FreeList {
             self.limit = 0;
             self.behind = 0;
             self.rest = 1;
-            self.mark = 1;
+            self.threshold = 1;
         } else {
             self.set_limit(class, class.cache_limit());
         }
@@ -135,26 +136,26 @@ impl FreeList {
     /// takes the slow path. A list that holds objects, or of an uncached class, is left as is.
     pub(super) fn make_fresh(&mut self) {
         if self.count == 0 && self.limit != 0 {
-            self.mark = FRESH_MARK;
+            self.threshold = FRESH_THRESHOLD;
         }
     }
 
     /// True for a fresh list (see [`FreeList::make_fresh`]). An unconfigured list's `rest` is
     /// 0, an uncached class's 1; a cached class's `rest` is `behind + 1` with `behind` at least
-    /// its batch, and its `mark` is `rest` or `limit`.
+    /// its batch, and its `threshold` is `rest` or `limit`.
     pub(super) fn is_fresh(&self) -> bool {
-        self.mark == FRESH_MARK && self.rest > 1
+        self.threshold == FRESH_THRESHOLD && self.rest > 1
     }
 
     /// True while `nth` is unarmed.
     fn is_unarmed(&self) -> bool {
-        self.mark == u32::from(self.rest)
+        self.threshold == u32::from(self.rest)
     }
 
     /// Leaves `nth` unarmed.
     fn unarm(&mut self) {
         self.nth = null_mut();
-        self.mark = self.rest.into();
+        self.threshold = self.rest.into();
     }
 
     /// Sets the count to `count` for a slow path that moved objects in or out (see `book`).
@@ -234,7 +235,7 @@ impl FreeList {
     }
 
     /// Makes `object`, already linked to the old head, the list's head. True when the count
-    /// has reached `mark`: the caller must take [`FreeList::arm_or_cut`]'s slow path.
+    /// has reached `threshold`: the caller must take [`FreeList::arm_or_cut`]'s slow path.
     #[inline(always)]
     pub(super) fn push(&mut self, object: *mut u8) -> bool {
         if self.count == 0 {
@@ -257,10 +258,10 @@ impl FreeList {
     fn booked_push(&mut self) -> bool {
         self.count += 1;
         self.frees = self.frees.wrapping_add(1);
-        self.count >= self.mark
+        self.count >= self.threshold
     }
 
-    /// The slow half of a push that reached `mark`: arms `nth` at `behind + 1`, and at the limit
+    /// The slow half of a push that reached `threshold`: arms `nth` at `behind + 1`, and at the limit
     /// cuts the oldest `behind` objects off (returned). `read_link`/`write_link` read and write
     /// a link in the arena's encoding (checked in secure mode).
     pub(super) fn arm_or_cut(
@@ -274,7 +275,7 @@ impl FreeList {
         let limit = u32::from(self.limit);
         // What a cut keeps: the newest `limit - behind` objects (the class's batch).
         let keep = limit - self.behind;
-        if self.mark == u32::from(self.rest) {
+        if self.threshold == u32::from(self.rest) {
             // Unarmed. At `behind + 1` the head has exactly `behind` objects behind it. Past
             // that (a refill larger than `behind`, a lowered limit) the object at the head's
             // place then is found by walking the newer objects (fewer than `keep`); at or past
@@ -284,7 +285,7 @@ impl FreeList {
                 nth = read_link(nth);
             }
             self.nth = nth;
-            self.mark = limit;
+            self.threshold = limit;
         }
         if self.count < limit {
             return None;

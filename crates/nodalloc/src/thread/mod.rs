@@ -515,21 +515,21 @@ impl ThreadHeap {
             // The list, not the class, goes to the slow path: the class is then dead after the
             // list's address is known, which keeps a register free on the C face's `free`.
             let list: *const FreeList = list;
-            Self::free_mark_of(list, self);
+            Self::free_threshold_of(list, self);
         }
     }
 
-    /// [`Self::free_mark`] for the class whose list is `list` (one of `heap`'s lists).
+    /// [`Self::free_threshold`] for the class whose list is `list` (one of `heap`'s lists).
     /// `extern "C"`: it cannot unwind, so the C face's `free` (which must not unwind either)
     /// needs no landing pad around the call and keeps no stack frame. The list comes first:
     /// `free` then keeps the block in the first argument's register, where it arrived, and
     /// the heap in the second's.
     #[cold]
     #[inline(never)]
-    extern "C" fn free_mark_of(list: *const FreeList, heap: &mut ThreadHeap) {
+    extern "C" fn free_threshold_of(list: *const FreeList, heap: &mut ThreadHeap) {
         // SAFETY: `list` points into `heap.lists` (the caller took it from there).
         let index = unsafe { list.offset_from(heap.lists.as_ptr()) } as usize;
-        heap.free_mark(SizeClass(index as u8));
+        heap.free_threshold(SizeClass(index as u8));
     }
 
     /// True when `object` is in this thread's cache of `class` (a bounded walk: two batches);

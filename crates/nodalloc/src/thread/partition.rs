@@ -397,7 +397,7 @@ impl ThreadHeap {
         }
     }
 
-    /// A push reached slot `index`'s mark: arms its marker, or releases its oldest objects.
+    /// A push reached slot `index`'s threshold: arms its marker, or releases its oldest objects.
     #[cold]
     fn partition_mark(&mut self, heaps: &'static NodeHeaps, index: usize) {
         let secure = self.secure;

@@ -47,7 +47,7 @@ impl ThreadHeap {
         // SAFETY: the object is ours now and at least 8 bytes (every class is).
         unsafe { heaps.write_link(object, list.aux) };
         if list.push_secure(object) {
-            self.free_mark(class);
+            self.free_threshold(class);
         }
     }
 }

@@ -217,11 +217,11 @@ impl ThreadHeap {
         self.upkeep();
     }
 
-    /// A push reached its list's mark: arms `nth`, or drains the least recently used batch to
+    /// A push reached its list's threshold: arms `nth`, or drains the least recently used batch to
     /// the node heap.
     #[cold]
     #[inline(never)]
-    pub(super) fn free_mark(&mut self, class: SizeClass) {
+    pub(super) fn free_threshold(&mut self, class: SizeClass) {
         let Some(heaps) = self.heaps() else { return };
         let secure = self.secure;
         let list = &mut self.lists[class.index()];
@@ -301,7 +301,7 @@ impl ThreadHeap {
             self.publish(class);
             self.give_back(heaps, Partition::DEFAULT, class, batch, false);
         }
-        // Upkeep last, as in `free_mark`.
+        // Upkeep last, as in `free_threshold`.
         self.upkeep();
     }
 
