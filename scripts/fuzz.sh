@@ -2,7 +2,7 @@
 # Long differential fuzzing of libnodalloc.so's entry points (crates/nodalloc-ffi/tests/c/fuzz.c):
 # random seeds for DURATION seconds (default 600), 4 threads, OPS operations per thread each.
 # A failing seed is printed and the script exits 1; add it to FUZZ_REGRESSION_SEEDS in
-# crates/nodalloc-ffi/tests/c_abi.rs so every test run replays it.
+# crates/nodalloc-ffi/tests/c_abi/main.rs so every test run replays it.
 #   scripts/fuzz.sh [DURATION] [OPS]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -3,7 +3,7 @@
 //!
 //! Each scenario runs in a child process of this binary (`NODALLOC_TEST_CHILD`), so that a
 //! resource limit applies to it alone and thread counts are not disturbed by other tests.
-//! The C face's versions are in `nodalloc-ffi/tests/c_abi.rs` (`exit.c`, `rlimit.c`).
+//! The C face's versions are in `nodalloc-ffi/tests/c_abi/` (`exit.c`, `rlimit.c`).
 
 use nodalloc::NodAlloc;
 use std::alloc::{GlobalAlloc, Layout};

@@ -1,4 +1,4 @@
-// Included by nodalloc's `tests/rss.rs` (the crate) and nodalloc-ffi's `tests/c_abi.rs`
+// Included by nodalloc's `tests/rss.rs` (the crate) and nodalloc-ffi's `tests/c_abi/sparse.rs`
 // (`libnodalloc.so`), so both faces are held to one set of bounds.
 
 /// RSS growth bounds of the sparse patterns, in KiB: 1.2× the best of glibc, jemalloc, mimalloc

@@ -1,0 +1,90 @@
+//! Resident memory follows what the program touches (`tests/c/sparse.c`).
+
+use super::*;
+
+include!("../../../nodalloc/tests/common/sparse_bounds.rs");
+
+/// Runs `tests/c/sparse.c` on `pattern` and returns its report line's `key=N` figures.
+fn sparse_figures(pattern: &str, mode: Mode) -> HashMap<String, u64> {
+    let mut run = command("sparse", mode);
+    run.arg(pattern);
+    let finished = run_passing("sparse", mode, &mut run);
+    let line = finished
+        .stdout
+        .lines()
+        .find(|line| line.starts_with(&format!("{pattern} ")))
+        .unwrap_or_else(|| panic!("no report line: {}", finished.describe()));
+    eprintln!("{mode:?}: {line}");
+    line.split_whitespace()
+        .filter_map(|field| field.split_once('='))
+        .map(|(key, value)| (key.to_string(), value.parse().expect("a number")))
+        .collect()
+}
+
+#[test]
+fn sparse_patterns_cost_the_pages_they_touch() {
+    for mode in MODES {
+        for (pattern, bound) in SPARSE_BOUNDS_KIB {
+            let growth = sparse_figures(pattern, mode)["rss_growth_kib"];
+            assert!(
+                growth <= bound,
+                "{pattern} ({mode:?}): RSS grew by {growth} KiB, bound {bound} KiB"
+            );
+        }
+    }
+}
+
+/// Blocks of 16 KiB from fresh bags: `malloc` writes nothing into them (no link, no double-free
+/// mark), so no page of theirs is faulted in before the program touches it.
+#[test]
+fn big_blocks_are_handed_out_untouched() {
+    let resident = sparse_figures("untouched", Mode::Preloaded)["resident_after_malloc"];
+    assert_eq!(
+        resident, 0,
+        "first pages resident after malloc, before any write"
+    );
+}
+
+/// Blocks of 1-64 KiB written whole, 90 % freed at random: once the program has idled, only
+/// the survivors' pages stay (the sweep gives back the free pages inside bags still in use).
+#[test]
+fn a_heap_freed_at_random_keeps_only_the_survivors_pages() {
+    for mode in MODES {
+        let figures = sparse_figures("holes", mode);
+        let (kept, live) = (figures["kept_kib"], figures["live_kib"]);
+        assert!(
+            kept <= holes_bound_kib(live),
+            "holes ({mode:?}): {kept} KiB kept for {live} KiB live"
+        );
+    }
+}
+
+/// A fragmenting churn, then medium objects; once everything is freed and the program has
+/// idled 1.5 s, at most 32 MiB of the heap stays resident.
+#[test]
+fn a_drained_heap_after_a_fragmenting_churn_goes_back() {
+    let drained = sparse_figures("churn", Mode::Preloaded)["drained_kib"];
+    assert!(
+        drained <= 32 * 1024,
+        "churn: {drained} KiB left after the drain"
+    );
+}
+
+/// 256 MiB of 64-byte objects: at least 90 % of them on huge pages where THP is available.
+#[test]
+fn dense_small_objects_sit_on_huge_pages() {
+    if !nodalloc_testkit::thp_available() {
+        return nodalloc_testkit::skip(
+            nodalloc_testkit::Need::OnCi,
+            "transparent huge pages are off on this machine",
+        );
+    }
+    let figures = sparse_figures("dense", Mode::Preloaded);
+    // The pointer array (32 MiB) is a large block on base pages.
+    let small = figures["rss_growth_kib"].saturating_sub(32 * 1024);
+    let huge = figures["huge_kib"];
+    assert!(
+        huge * 10 >= small * 9,
+        "only {huge} of {small} KiB of small objects on huge pages"
+    );
+}
