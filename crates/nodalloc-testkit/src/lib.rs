@@ -10,11 +10,11 @@
 //!   ([`Need::OnCi`]): there a skip means the environment or the code regressed.
 //!
 //! ```
-//! use nodalloc_testkit::{skip, thp_available, Need};
+//! use nodalloc_testkit::{skip, Need};
 //!
-//! fn dense_objects_sit_on_huge_pages() {
-//!     if !thp_available() {
-//!         return skip(Need::OnCi, "transparent huge pages are off");
+//! fn two_threads_meet_on_two_cpus(cpus: usize) {
+//!     if cpus < 2 {
+//!         return skip(Need::OnCi, "needs two CPUs");
 //!     }
 //!     // ... the check itself
 //! }
@@ -52,6 +52,16 @@ pub fn skip(need: Need, reason: &str) {
             panic!("{test}: cannot record its skip in {path:?}: {error}");
         }
     }
+}
+
+/// For a test that needs transparent huge pages: true (after recording the skip, see [`skip`])
+/// when they are off, so the test returns; false when it can run. CI has them.
+pub fn skipped_without_thp() -> bool {
+    if thp_available() {
+        return false;
+    }
+    skip(Need::OnCi, "transparent huge pages are off on this machine");
+    true
 }
 
 /// True when the tests run under CI (`CI=true`, as CI services and `.ci/run` set it).

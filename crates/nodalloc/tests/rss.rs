@@ -454,11 +454,8 @@ fn a_heap_freed_at_random_keeps_only_the_survivors_pages() {
 
 #[test]
 fn dense_small_objects_sit_on_huge_pages() {
-    if !nodalloc_testkit::thp_available() {
-        return nodalloc_testkit::skip(
-            nodalloc_testkit::Need::OnCi,
-            "transparent huge pages are off on this machine",
-        );
+    if nodalloc_testkit::skipped_without_thp() {
+        return;
     }
     let stderr = expect_child("dense", &[], "dense: ");
     eprintln!("{}", stderr.trim());

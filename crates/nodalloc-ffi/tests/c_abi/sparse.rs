@@ -73,11 +73,8 @@ fn a_drained_heap_after_a_fragmenting_churn_goes_back() {
 /// 256 MiB of 64-byte objects: at least 90 % of them on huge pages where THP is available.
 #[test]
 fn dense_small_objects_sit_on_huge_pages() {
-    if !nodalloc_testkit::thp_available() {
-        return nodalloc_testkit::skip(
-            nodalloc_testkit::Need::OnCi,
-            "transparent huge pages are off on this machine",
-        );
+    if nodalloc_testkit::skipped_without_thp() {
+        return;
     }
     let figures = sparse_figures("dense", Mode::Preloaded);
     // The pointer array (32 MiB) is a large block on base pages.

@@ -150,11 +150,8 @@ fn vm_flags(address: usize) -> Vec<String> {
 fn a_partly_decommitted_chunk_leaves_huge_pages_until_it_is_wholly_free() {
     // The kernel's mode decides whether the test can run, not the flag it checks: a regression
     // of nodalloc's advice must fail it, not skip it.
-    if !nodalloc_testkit::thp_available() {
-        return nodalloc_testkit::skip(
-            nodalloc_testkit::Need::OnCi,
-            "transparent huge pages are off on this machine",
-        );
+    if nodalloc_testkit::skipped_without_thp() {
+        return;
     }
     let arena = test_arena_config(1, 64 << 20, 0, false, false, ThpChoice::On);
     let body = arena.pool(0, Pool::Sparse).start() + SMALL_PAGE_HEAD;

@@ -612,11 +612,8 @@ mod tests {
     #[test]
     fn huge_mappings_are_found_where_the_kernel_reports_them() {
         const SIZE: usize = 4 << 20;
-        if !nodalloc_testkit::thp_available() {
-            return nodalloc_testkit::skip(
-                nodalloc_testkit::Need::OnCi,
-                "transparent huge pages are off on this machine",
-            );
+        if nodalloc_testkit::skipped_without_thp() {
+            return;
         }
         let memory = reserve_aligned(SIZE, 2 << 20).expect("a 4 MiB mapping") as usize;
         assert!(advise(memory as *mut u8, SIZE, libc::MADV_HUGEPAGE));
