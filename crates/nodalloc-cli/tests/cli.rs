@@ -5,10 +5,8 @@
 //! directory: these tests build it there first with `cargo build -p nodalloc-ffi`, since
 //! `cargo test` does not build a cdylib by itself.
 
-use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
 fn nodalloc_binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_nodalloc"))
@@ -37,54 +35,10 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// The library beside the `nodalloc` binary, built for this profile and target directory.
-fn library() -> &'static Path {
-    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
-    LIBRARY.get_or_init(|| {
-        let dir = nodalloc_binary().parent().expect("the binary's directory");
-        let profile = dir
-            .file_name()
-            .and_then(OsStr::to_str)
-            .expect("the profile directory");
-        let mut cargo =
-            Command::new(std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into()));
-        cargo.current_dir(env!("CARGO_MANIFEST_DIR")).args([
-            "build",
-            "--quiet",
-            "-p",
-            "nodalloc-ffi",
-        ]);
-        match profile {
-            "debug" => {}
-            "release" => {
-                cargo.arg("--release");
-            }
-            other => {
-                cargo.args(["--profile", other]);
-            }
-        }
-        // `target/<profile>`, or `target/<triple>/<profile>` with `--target`; cargo marks the
-        // target directory itself with CACHEDIR.TAG.
-        let parent = dir.parent().expect("the target directory");
-        if parent.join("CACHEDIR.TAG").is_file() {
-            cargo.arg("--target-dir").arg(parent);
-        } else {
-            cargo
-                .arg("--target-dir")
-                .arg(parent.parent().expect("the target directory"))
-                .arg("--target")
-                .arg(parent.file_name().expect("the target triple"));
-        }
-        let built = output(&mut cargo);
-        let library = dir.join("libnodalloc.so");
-        assert!(
-            built.status.success() && library.is_file(),
-            "building libnodalloc.so for the `run` tests failed ({cargo:?}); run `cargo build \
-             -p nodalloc-ffi` from the workspace root to see why:\n{}",
-            text(&built.stderr)
-        );
-        library
-    })
+/// The library beside the `nodalloc` binary, built for this profile and target directory (see
+/// `nodalloc_testkit::library`).
+fn library() -> PathBuf {
+    nodalloc_testkit::library()
 }
 
 fn node_lines(report: &str) -> Vec<&str> {

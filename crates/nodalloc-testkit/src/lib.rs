@@ -1,5 +1,9 @@
 //! What nodalloc's tests share.
 //!
+//! **The C library, built for the test.** [`library`] builds `libnodalloc.so` for the calling
+//! test executable's profile and target directory (once per executable) and returns its path:
+//! every harness that runs programs on the library uses it.
+//!
 //! **Skips that CI can see.** A test whose precondition is missing (transparent huge pages
 //! off, one CPU) cannot check what it is for. libtest has no "skipped" outcome and hides a
 //! passing test's output, so an early `return` looks like a pass. [`skip`] instead:
@@ -20,7 +24,12 @@
 //! }
 //! ```
 
+use std::ffi::OsStr;
 use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// Whether the machines the project runs its tests on have a precondition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,6 +87,98 @@ pub fn thp_available() -> bool {
     }
     std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
         .is_ok_and(|mode| !mode.contains("[never]"))
+}
+
+/// `target/<profile>/` (or `target/<triple>/<profile>/`) of the calling test executable, where
+/// cargo puts the workspace's libraries and binaries for that profile.
+pub fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let deps = exe.parent().expect("the test executable's directory");
+    assert_eq!(
+        deps.file_name(),
+        Some(OsStr::new("deps")),
+        "the test executable {} is not in a cargo `deps` directory",
+        exe.display()
+    );
+    deps.parent().expect("target/<profile>").to_path_buf()
+}
+
+/// A build of the library from scratch (core crate included) takes well under a minute.
+const BUILD_TIME_LIMIT: Duration = Duration::from_secs(600);
+
+/// The absolute path of `libnodalloc.so` for the calling test executable's profile and target
+/// directory, built (or brought up to date) first, once per executable.
+///
+/// `cargo test` does not build a package's cdylib (a test cannot link to one), so a plain
+/// `cargo test` would find no library, or one left over from before the last change to its
+/// source; `cargo build -p nodalloc-ffi` for the same profile is a no-op when nothing changed.
+pub fn library() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| build_library(&profile_dir())).clone()
+}
+
+fn build_library(dir: &Path) -> PathBuf {
+    let profile = dir
+        .file_name()
+        .and_then(OsStr::to_str)
+        .expect("the profile directory's name")
+        .to_string();
+    let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cargo
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["build", "--quiet", "-p", "nodalloc-ffi"]);
+    let profile_flag = match profile.as_str() {
+        "debug" => String::new(),
+        "release" => "--release".to_string(),
+        other => format!("--profile={other}"),
+    };
+    if !profile_flag.is_empty() {
+        cargo.arg(&profile_flag);
+    }
+    // `target/<profile>`, or `target/<triple>/<profile>` when built with `--target`; cargo
+    // marks the target directory itself with CACHEDIR.TAG.
+    let parent = dir.parent().expect("the target directory");
+    if parent.join("CACHEDIR.TAG").is_file() {
+        cargo.arg("--target-dir").arg(parent);
+    } else {
+        cargo
+            .arg("--target-dir")
+            .arg(parent.parent().expect("the target directory"))
+            .arg("--target")
+            .arg(parent.file_name().expect("the target triple directory"));
+    }
+    let log = dir.join(format!("nodalloc-testkit-build-{}.log", std::process::id()));
+    let errors = std::fs::File::create(&log).expect("a build log beside the library");
+    let mut child = cargo
+        .stdout(Stdio::null())
+        .stderr(errors)
+        .spawn()
+        .unwrap_or_else(|error| panic!("cannot run {cargo:?}: {error}"));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("the build's status") {
+            break Some(status);
+        }
+        if started.elapsed() > BUILD_TIME_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let output = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    let library = dir.join("libnodalloc.so");
+    assert!(
+        status.is_some_and(|status| status.success()) && library.is_file(),
+        "building the library for these tests failed ({cargo:?}, {}); build it by hand with \
+         `cargo build {profile_flag} -p nodalloc-ffi` from the workspace root to see why:\n{output}",
+        match status {
+            Some(status) => format!("{status}"),
+            None => format!("killed after {} s", BUILD_TIME_LIMIT.as_secs()),
+        }
+    );
+    library
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, OnceLock};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// The first line of nodalloc's statistics report.
@@ -22,81 +22,10 @@ pub const STATS_LINE_PREFIX: &str = "nodalloc 0.1.0:";
 
 pub const SIGABRT: i32 = 6;
 
-/// A build of the library from scratch (core crate included) takes well under a minute.
-const BUILD_TIME_LIMIT: Duration = Duration::from_secs(600);
-
-/// `target/<profile>/`, where cargo puts this package's `libnodalloc.so`.
-pub fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test executable's path");
-    let deps = exe.parent().expect("the test executable's directory");
-    assert_eq!(
-        deps.file_name(),
-        Some(OsStr::new("deps")),
-        "the test executable {} is not in a cargo `deps` directory, so libnodalloc.so cannot be \
-         found next to it",
-        exe.display()
-    );
-    deps.parent().expect("target/<profile>").to_path_buf()
-}
-
-/// The absolute path of `libnodalloc.so`, built (or brought up to date) first.
-///
-/// `cargo test` does not build a package's cdylib (a test cannot link to one), so a plain
-/// `cargo test` would find no library, or worse, one left over from before the last change to
-/// the library's source. Hence the test runs `cargo build -p nodalloc-ffi` for its own profile
-/// and target directory, once per test executable (a no-op when nothing changed).
+/// The absolute path of `libnodalloc.so`, built for this test executable's profile first (see
+/// `nodalloc_testkit::library`).
 pub fn library() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(build_library).clone()
-}
-
-fn build_library() -> PathBuf {
-    let dir = profile_dir();
-    let profile = dir
-        .file_name()
-        .and_then(OsStr::to_str)
-        .expect("the profile directory's name")
-        .to_string();
-    let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into()));
-    cargo
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["build", "--quiet", "-p", "nodalloc-ffi"]);
-    match profile.as_str() {
-        "debug" => {}
-        "release" => {
-            cargo.arg("--release");
-        }
-        other => {
-            cargo.args(["--profile", other]);
-        }
-    }
-    // `target/<profile>`, or `target/<triple>/<profile>` when built with `--target`; cargo
-    // marks the target directory itself with CACHEDIR.TAG.
-    let parent = dir.parent().expect("the target directory");
-    if parent.join("CACHEDIR.TAG").is_file() {
-        cargo.arg("--target-dir").arg(parent);
-    } else {
-        let root = parent.parent().expect("the target directory");
-        cargo
-            .arg("--target-dir")
-            .arg(root)
-            .arg("--target")
-            .arg(parent.file_name().expect("the target triple directory"));
-    }
-    let built = run_bounded(&mut cargo, BUILD_TIME_LIMIT);
-    let library = dir.join("libnodalloc.so");
-    assert!(
-        built.succeeded() && library.is_file(),
-        "building the library for these tests failed ({cargo:?}); build it by hand with `cargo \
-         build{} -p nodalloc-ffi` from the workspace root to see why: {}",
-        match profile.as_str() {
-            "debug" => String::new(),
-            "release" => " --release".to_string(),
-            other => format!(" --profile {other}"),
-        },
-        built.describe()
-    );
-    library
+    nodalloc_testkit::library()
 }
 
 /// A command whose environment holds no `NODALLOC_*` variable and no `LD_PRELOAD`, whatever the
