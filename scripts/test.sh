@@ -56,8 +56,8 @@ summary() {
 }
 trap summary EXIT
 
-echo "== cargo test --workspace (debug: assertions on)"
-cargo_test cargo test --workspace
+echo "== cargo test --workspace (debug: assertions on; the soak runs in the release pass below)"
+cargo_test cargo test --workspace -- --skip a_fifteen_second_soak
 
 echo "== release-mode allocator tests (the optimised fast paths, 100 000 threads, secure mode)"
 cargo_test cargo test --release -p nodalloc --test global_allocator --test rss --test hostile \

@@ -322,7 +322,7 @@ pub fn slot_of_small_malloc(size: usize) -> Option<ClassSlot> {
 /// costs an add and a shift per lookup, four instructions per Rust pair (which looks the class
 /// up twice). `malloc`'s stays by `(size + 15) / 16` (130 bytes): by size, it saved two
 /// instructions per call but was 3–4 % slower on mixed sizes (`alloc-test`), its lines spread
-/// over 2 KiB of the L1 cache (BENCHMARKS "Lookups by the size itself").
+/// over 2 KiB of the L1 cache (docs/JOURNAL.md "Lookups by the size itself").
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct SlotTables {

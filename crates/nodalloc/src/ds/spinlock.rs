@@ -6,7 +6,7 @@
 //! a holder is often preempted inside its section, or sleeps in a syscall it makes there (a
 //! span's `madvise`). Waiters that `sched_yield` in a loop keep every core busy handing the CPU
 //! to one another while the holder waits for its turn: ~130 yields per contended acquisition on
-//! average, ~600 on the worst lock (`docs/BENCHMARKS.md`, "Threads that outnumber the cores").
+//! average, ~600 on the worst lock (`docs/JOURNAL.md`, "Threads that outnumber the cores").
 //! A parked waiter takes no CPU until the holder releases and wakes it.
 //!
 //! The protocol is the classic three-state futex mutex: `UNLOCKED`, `LOCKED` (no waiter

@@ -204,7 +204,7 @@ impl NodeHeaps {
                     // Linked in the order taken, so a thread hands a fresh bag's objects out
                     // in address order: a program that fills what it allocates, then walks it,
                     // streams forwards through memory (descending, the prefetchers missed
-                    // the start of every object; see BENCHMARKS "Carve order").
+                    // the start of every object; see docs/JOURNAL.md "Carve order").
                     arena.write_link(object, null_mut());
                     if batch.tail.is_null() {
                         batch.head = object;

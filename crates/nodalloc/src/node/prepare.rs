@@ -18,7 +18,7 @@
 //! a bag a thread starts from committed free memory (a bag that fell empty, a freed large
 //! block) faults nothing in, so preparing one saves nothing. Without that rule the thread
 //! prepared 1 700–2 700 bags per run of the latency and churn cases (bags of big classes hold
-//! few objects and fall empty all the time), most of its CPU (BENCHMARKS "Prepared bags only
+//! few objects and fall empty all the time), most of its CPU (docs/JOURNAL.md "Prepared bags only
 //! where a bag would fault").
 //!
 //! A prepared bag is the only bag on a partial list with no object out (`live == 0`): any other

@@ -90,7 +90,7 @@ const MAX_GROWN_BYTES: usize = 256 << 10;
 /// case, a quarter of its mallocs above 4 KiB) went to the bags on 1.3 % of its mallocs, each
 /// a refill that walks the links of objects freed long ago (cold misses; their cuts are too big
 /// for the transfer ring), which set its p99 (150 ns). With 512 KiB, p99 53–62 ns; the thread's
-/// and the node's budgets for grown limits (`adapt.rs`) still bound the sum (BENCHMARKS "Big
+/// and the node's budgets for grown limits (`adapt.rs`) still bound the sum (docs/JOURNAL.md "Big
 /// classes keep more").
 const MAX_GROWN_SPARSE_BYTES: usize = 512 << 10;
 
@@ -199,7 +199,7 @@ impl FreeList {
     /// Objects a refill from the bags should bring: half the limit (a batch at the base
     /// limit of two batches; 0 for an uncached class). A list whose limit grew is used both
     /// ways; taking one batch at a time, it went to the class lock every few operations of a
-    /// class with small batches (BENCHMARKS "malloc latency p99"). A refill from the ring
+    /// class with small batches (docs/JOURNAL.md "malloc latency p99"). A refill from the ring
     /// takes the ring's batch as it is.
     pub(super) fn refill_size(&self) -> usize {
         usize::from(self.limit) / 2

@@ -112,7 +112,7 @@ const KEPT_PER_CPU: usize = 4;
 /// run on do: a few threads' worth per CPU, as per-CPU caches would hold them for threads that
 /// outnumber the cores. Without a bound, the 32 threads of each wave of mimalloc's stress
 /// test kept a fifth more memory; with one heap per CPU, waves of 8 threads on 2 CPUs lost half
-/// of what keeping gained (BENCHMARKS, issue 32).
+/// of what keeping gained (docs/JOURNAL.md, issue 32).
 fn reserve_kept(heap: &ThreadHeap) -> bool {
     let cpus = heap
         .heaps()

@@ -2,7 +2,7 @@
 // (`libnodalloc.so`), so both faces are held to one set of bounds.
 
 /// RSS growth bounds of the sparse patterns, in KiB: 1.2× the best of glibc, jemalloc, mimalloc
-/// and tcmalloc on the same pattern (docs/BENCHMARKS.md), with a floor of 4 MiB where they are
+/// and tcmalloc on the same pattern (docs/JOURNAL.md), with a floor of 4 MiB where they are
 /// near zero.
 const SPARSE_BOUNDS_KIB: [(&str, u64); 5] = [
     ("buffer", 4096),
@@ -14,7 +14,7 @@ const SPARSE_BOUNDS_KIB: [(&str, u64); 5] = [
 
 /// The `holes` pattern (blocks of 1-64 KiB written whole, 90 % freed at random, then an idle
 /// second): what may stay resident for `live_kib` of survivors. Peers keep the whole heap,
-/// ten times the survivors (docs/BENCHMARKS.md).
+/// ten times the survivors (docs/JOURNAL.md).
 fn holes_bound_kib(live_kib: u64) -> u64 {
     live_kib * 3 / 2 + 4096
 }
