@@ -62,8 +62,9 @@ echo "== release-mode allocator tests (the optimised fast paths, 100 000 threads
 cargo_test cargo test --release -p nodalloc --test global_allocator --test rss --test hostile \
     --test secure
 
-echo "== release-mode C ABI tests (includes the 15-second soak with its RSS bound)"
-cargo_test cargo test --release -p nodalloc-ffi --test c_abi
+echo "== release-mode C ABI tests (the 15-second soak with its RSS bound; the misuse suite against"
+echo "   the library as shipped, where a debug check's panic cannot stand in for nodalloc's abort)"
+cargo_test cargo test --release -p nodalloc-ffi --test c_abi --test misuse_suite
 
 echo "== loom models of the lock-free structures and of the lock"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo_test cargo test -p nodalloc \
