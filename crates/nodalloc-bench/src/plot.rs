@@ -117,6 +117,30 @@ pub fn line_plot(dir: &Path, spec: &PlotSpec) -> Result<PathBuf, String> {
 }
 
 /// The data's range on one axis, padded, positive for log axes.
+/// Every allocator the showdown knows, in the order of their colours: an allocator keeps its
+/// colour in every plot, whichever lines the plot has.
+const KNOWN: &[&str] = &[
+    "nodalloc",
+    "glibc",
+    "mimalloc",
+    "jemalloc",
+    "snmalloc",
+    "numalloc",
+    "tcmalloc",
+    "nodalloc-secure",
+    "nodalloc-callsite",
+    "nodalloc-background",
+];
+
+/// The palette index of the line `name`, the `i`-th of its plot: a known allocator's own
+/// index, any other line one past them.
+fn colour_index(name: &str, i: usize) -> usize {
+    KNOWN
+        .iter()
+        .position(|known| *known == name)
+        .unwrap_or(KNOWN.len() + i)
+}
+
 fn bounds(values: impl Iterator<Item = f64>, log: bool) -> Range<f64> {
     let (mut lo, mut hi) = values
         .filter(|v| v.is_finite() && (!log || *v > 0.0))
@@ -193,7 +217,7 @@ where
         .draw()
         .map_err(err)?;
     for (i, (name, points)) in spec.lines.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
+        let color = Palette99::pick(colour_index(name, i)).to_rgba();
         let width = if name == crate::report::SUBJECT { 3 } else { 2 };
         let style = color.stroke_width(width);
         let points: Vec<(f64, f64)> = points
@@ -222,4 +246,19 @@ where
         .draw()
         .map_err(err)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod colour_tests {
+    use super::colour_index;
+
+    #[test]
+    fn an_allocator_keeps_its_colour_whatever_the_lines_of_the_plot() {
+        // nodalloc first in one plot, third in another: the same colour.
+        assert_eq!(colour_index("nodalloc", 0), colour_index("nodalloc", 2));
+        assert_eq!(colour_index("tcmalloc", 6), colour_index("tcmalloc", 1));
+        assert_ne!(colour_index("nodalloc", 0), colour_index("glibc", 0));
+        // Lines that are no allocator never take a known allocator's colour.
+        assert!(colour_index("P = 64", 0) >= super::KNOWN.len());
+    }
 }
