@@ -7,15 +7,9 @@
 
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
-use nodalloc_core::raw::{self, BindBase, CpuSet};
+use nodalloc_core::raw::{self, BindBase, CpuSet, PthreadCreate};
 
 type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
-type PthreadCreate = unsafe extern "C" fn(
-    *mut libc::pthread_t,
-    *const libc::pthread_attr_t,
-    StartRoutine,
-    *mut c_void,
-) -> c_int;
 
 static REAL: AtomicUsize = AtomicUsize::new(0);
 

@@ -16,10 +16,8 @@ pub use crate::node::Misuse as PointerMisuse;
 pub use crate::node::{NodeId, Partition};
 pub use crate::os::cpuset::CpuSet;
 pub use crate::os::options::{parse_size, switch_in_env};
-pub use crate::os::{env, mapping_of, mix, process_secret, read_file, thread_affinity};
-pub use crate::size_class::{
-    class_of_malloc, slot_of_small_malloc, ClassSlot, SizeClass, SlotTables,
-};
+pub use crate::os::{mapping_of, mix, process_secret, read_file, thread_affinity};
+pub use crate::size_class::{class_of_malloc, ClassSlot, SizeClass};
 pub use crate::thread::ThreadHeap;
 
 /// A fresh pooled thread heap (it binds its thread and attaches at its first slow path).
