@@ -185,13 +185,9 @@ extern "C" fn malloc_miss(
     }
     match (live(heap as *mut ThreadHeap), class_of_malloc(size)) {
         (Some(heap), Some(class)) => {
-            let site = callsite::resolve(site, frame);
-            let p = heap.partition_pop(class, site);
-            if !p.is_null() {
-                screen::clear_mark(p);
-                return p as *mut c_void;
-            }
-            heap.enter_call_site(site);
+            // The core's slow path pops the entered call site's partition list before it
+            // refills (`ThreadHeap::alloc_slow`): this path does not pop it a second time.
+            heap.enter_call_site(callsite::resolve(site, frame));
             let p = heap.alloc_slow(class);
             if heap.took_untouched() {
                 // Never written since its span was carved: no mark to clear, and a write
