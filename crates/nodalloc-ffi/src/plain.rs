@@ -182,9 +182,15 @@ pub(crate) unsafe fn free_core(ptr: *mut u8) {
 
 /// Usable bytes of a live block, aborting on a pointer nodalloc did not hand out.
 pub(crate) fn usable(ptr: *mut u8) -> Option<usize> {
+    usable_and_size_kind(ptr).map(|(bytes, _)| bytes)
+}
+
+/// [`usable`], and whether the block is a large one (whole pages of a span of its own) rather
+/// than an object of a size class; `None` for a block from before nodalloc started.
+pub(crate) fn usable_and_size_kind(ptr: *mut u8) -> Option<(usize, bool)> {
     match raw::classify(ptr) {
-        Ok(Pointer::Small { class, .. }) => Some(class.size()),
-        Ok(Pointer::Large { bytes }) => Some(bytes),
+        Ok(Pointer::Small { class, .. }) => Some((class.size(), false)),
+        Ok(Pointer::Large { bytes }) => Some((bytes, true)),
         Ok(Pointer::Foreign) => None,
         Err(misuse) => raw::report_misuse(ptr, misuse),
     }

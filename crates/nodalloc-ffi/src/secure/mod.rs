@@ -38,7 +38,7 @@ use crate::{foreign, plain};
 use core::ffi::c_void;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicU8, Ordering};
-use nodalloc_core::raw::{self, Pointer, PointerMisuse};
+use nodalloc_core::raw::{self, PointerMisuse};
 use quarantine::{
     check_recent, in_quarantine, quarantine, report_write_after_free, QUARANTINE_BYTES,
 };
@@ -106,12 +106,7 @@ fn decide() -> bool {
 /// whole pages), or `None` for a block from before nodalloc started; aborts for a pointer that
 /// is no block.
 pub(super) fn core_usable(p: *mut u8) -> Option<usize> {
-    match raw::classify(p) {
-        Ok(Pointer::Small { class, .. }) => Some(class.size()),
-        Ok(Pointer::Large { bytes }) => Some(bytes | LARGE),
-        Ok(Pointer::Foreign) => None,
-        Err(misuse) => raw::report_misuse(p, misuse),
-    }
+    plain::usable_and_size_kind(p).map(|(bytes, large)| if large { bytes | LARGE } else { bytes })
 }
 
 // ---- Allocation ----
