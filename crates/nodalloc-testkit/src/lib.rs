@@ -2,7 +2,8 @@
 //!
 //! **The C library, built for the test.** [`library`] builds `libnodalloc.so` for the calling
 //! test executable's profile and target directory (once per executable) and returns its path:
-//! every harness that runs programs on the library uses it.
+//! every harness that runs programs on the library uses it. [`run_bounded`] runs a child to its
+//! end or kills its process group past a time limit (the library's build is one such child).
 //!
 //! **Skips that CI can see.** A test whose precondition is missing (transparent huge pages
 //! off, one CPU) cannot check what it is for. libtest has no "skipped" outcome and hides a
@@ -24,12 +25,16 @@
 //! }
 //! ```
 
+mod process;
+
+pub use process::{describe_status, run_bounded, Finished};
+
 use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Whether the machines the project runs its tests on have a precondition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,36 +152,13 @@ fn build_library(dir: &Path) -> PathBuf {
             .arg("--target")
             .arg(parent.file_name().expect("the target triple directory"));
     }
-    let log = dir.join(format!("nodalloc-testkit-build-{}.log", std::process::id()));
-    let errors = std::fs::File::create(&log).expect("a build log beside the library");
-    let mut child = cargo
-        .stdout(Stdio::null())
-        .stderr(errors)
-        .spawn()
-        .unwrap_or_else(|error| panic!("cannot run {cargo:?}: {error}"));
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("the build's status") {
-            break Some(status);
-        }
-        if started.elapsed() > BUILD_TIME_LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let output = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_file(&log);
+    let built = run_bounded(&mut cargo, BUILD_TIME_LIMIT);
     let library = dir.join("libnodalloc.so");
     assert!(
-        status.is_some_and(|status| status.success()) && library.is_file(),
-        "building the library for these tests failed ({cargo:?}, {}); build it by hand with \
-         `cargo build {profile_flag} -p nodalloc-ffi` from the workspace root to see why:\n{output}",
-        match status {
-            Some(status) => format!("{status}"),
-            None => format!("killed after {} s", BUILD_TIME_LIMIT.as_secs()),
-        }
+        built.succeeded() && library.is_file(),
+        "building the library for these tests failed ({cargo:?}); build it by hand with \
+         `cargo build {profile_flag} -p nodalloc-ffi` from the workspace root to see why: {}",
+        built.describe()
     );
     library
 }
