@@ -63,7 +63,7 @@ pub(crate) use entry_stub;
 static DEPTH: AtomicUsize = AtomicUsize::new(0);
 
 /// True when the call site is the return address itself (depth 1, once the allocator
-/// started): the partition cache's fast pop may use it as it is.
+/// started): the partition hit may use it as it is, with no walk that could call out.
 #[inline(always)]
 pub(crate) fn is_direct() -> bool {
     DEPTH.load(Ordering::Relaxed) == 1

@@ -15,7 +15,7 @@ use crate::callsite::entry_stub;
 use crate::secure::{self, Kind};
 use core::ffi::{c_void, CStr};
 use core::sync::atomic::{AtomicUsize, Ordering};
-use nodalloc_core::raw::class_of_malloc;
+use nodalloc_core::raw::{class_of_malloc, ThreadHeap};
 
 /// The next library's definition of one operator, looked up on first use.
 struct Next {
@@ -224,7 +224,14 @@ pub(crate) unsafe fn free_sized(ptr: *mut c_void, size: usize, kind: Kind) {
     };
     // SAFETY: the slot holds this thread's heap or the detached one; the caller gives the
     // block up.
-    if !unsafe { crate::screen::free_home_checked(crate::tls::get(), ptr as *mut u8, check) } {
+    if !unsafe {
+        ThreadHeap::free_hit_checked(
+            crate::tls::get(),
+            ptr as *mut u8,
+            crate::screen::SCREEN,
+            check,
+        )
+    } {
         // SAFETY: forwarded contract.
         unsafe { crate::free_slow(ptr as *mut u8) }
     }

@@ -11,8 +11,9 @@
 //! thread-exit destructors) from the node heaps directly (see `plain.rs`).
 //!
 //! The library's shape: this file and its siblings (`aligned.rs`, `cxx.rs`, `glibc.rs`,
-//! `extras.rs`, `threads.rs`) hold the exported symbols, their fast paths and their call-site
-//! stubs; `plain.rs` is the path they share once a fast path misses (the thread's heap and its
+//! `extras.rs`, `threads.rs`) hold the exported symbols and their call-site stubs; their hits
+//! are one call each into the core's thread cache (`ThreadHeap::malloc_hit`, `free_hit`), which
+//! applies this library's double-free screen; `plain.rs` is the path they share once a fast path misses (the thread's heap and its
 //! life, allocation and free through the core, errno); `secure/` is secure mode's layer, which
 //! the entries ask first and which calls only the plain path; `screen.rs` is the double-free
 //! screen of `free`, `foreign.rs` the pointers from before nodalloc started.
@@ -34,10 +35,10 @@ use aligned::allocate_aligned;
 use callsite::entry_stub;
 use core::ffi::c_void;
 use core::ptr::null_mut;
-use nodalloc_core::raw::{self, class_of_malloc, ClassSlot, Pointer, ThreadHeap};
+use nodalloc_core::raw::{self, class_of_malloc, Pointer, ThreadHeap};
 use plain::{
-    allocate_at, current_heap, free_core, handed_out, heap, heap_or_create, live, malloc_at,
-    set_errno, usable, MALLOC_ALIGN,
+    allocate_at, current_heap, free_core, handed_out, heap, live, malloc_at, set_errno, usable,
+    MALLOC_ALIGN,
 };
 
 /// Runs when the library is loaded, before the program's own constructors and `main`.
@@ -63,115 +64,53 @@ extern "C" fn on_load() {
     }
 }
 
-/// Allocation at `align` (a power of two, at least 16), with errno on failure. The slow paths
-/// the fast ones call are `extern "C"`: they cannot unwind, so `malloc` and `free` need no
-/// landing pad around the calls, keep no stack frame, and tail-call them.
-extern "C" fn allocate(size: usize, align: usize) -> *mut c_void {
-    if secure::on() {
-        return secure::alloc(size, align, secure::Kind::Malloc, 0, 0);
-    }
-    handed_out(raw::alloc(heap_or_create(), size, align))
-}
-
-/// `malloc`'s fast path for the entry points that allocate a block of `size` at the default
-/// alignment (`calloc`, the aligned ones at 16 or less, C++'s plain `new`): a block of the
-/// thread's cache with its double-free mark cleared, or null for them to take their call-site
-/// stub (a miss, a size above the one-load lookup, secure mode and call-site partitions, whose
-/// caches stay empty).
+/// The cache's hit for the entry points that allocate a block of `size` at the default
+/// alignment (`calloc`, the aligned ones at 16 or less, C++'s plain `new`): a block with its
+/// screen word cleared, or null for them to take their call-site stub (a miss, a size above
+/// 1 KiB, secure mode and call-site partitions, whose caches stay empty).
 #[inline(always)]
 pub(crate) fn pop_small(size: usize) -> *mut u8 {
-    let heap = tls::get();
-    // SAFETY: the slot holds this thread's heap or the detached one, both readable; the
-    // reference ends with the lookup.
-    match unsafe { &*heap }.slots().slot_of_small_malloc(size) {
-        // SAFETY: the slot holds this thread's heap or the detached one.
-        Some(class) => unsafe { pop_class(heap, class) },
-        None => null_mut(),
-    }
-}
-
-/// A block of `class` from the cache of `heap` with its double-free mark cleared, or null:
-/// the pop of every allocation fast path of this face.
-///
-/// # Safety
-/// `heap` is the thread's slot's value (its own heap or the detached one).
-#[inline(always)]
-unsafe fn pop_class(heap: *mut ThreadHeap, class: ClassSlot) -> *mut u8 {
     // SAFETY: the slot holds this thread's heap or the detached one.
-    let p = unsafe { ThreadHeap::pop_cached(heap, class) };
-    if !p.is_null() {
-        screen::clear_mark(p);
-    }
-    p
+    unsafe { ThreadHeap::small_hit(tls::get(), size) }
 }
 
 /// # Safety
 /// C's `malloc`.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-    let heap = tls::get();
-    // SAFETY: the slot holds this thread's heap or the detached one, both readable; the
-    // reference ends with the lookup.
-    match unsafe { &*heap }.slots().slot_of_small_malloc(size) {
-        // SAFETY: forwarded contract.
-        Some(class) => unsafe { malloc_class(heap, size, class) },
-        None => malloc_medium(size),
-    }
+    // SAFETY: the slot holds this thread's heap or the detached one; the miss stub passes its
+    // arguments on, reached by tail jumps, so it reads `malloc`'s caller.
+    unsafe { ThreadHeap::malloc_hit(tls::get(), size, nodalloc_malloc_miss) as *mut c_void }
 }
 
-/// `malloc` of a size that is not small enough for the one-load class lookup: the same fast
-/// path out of line, so `malloc` of small sizes has no branch to join.
-#[inline(never)]
-extern "C" fn malloc_medium(size: usize) -> *mut c_void {
-    match class_of_malloc(size) {
-        // SAFETY: `malloc`'s contract.
-        Some(class) => unsafe { malloc_class(tls::get(), size, class.slot()) },
-        None => allocate(size, MALLOC_ALIGN),
-    }
-}
-
-/// The fast path of a `malloc` of `size`, whose class is `class`, on `heap` (the slot's value).
-///
-/// # Safety
-/// C's `malloc`; `heap` is the thread's slot's value.
-#[inline(always)]
-unsafe fn malloc_class(heap: *mut ThreadHeap, size: usize, class: ClassSlot) -> *mut c_void {
-    // SAFETY: forwarded contract.
-    let p = unsafe { pop_class(heap, class) };
-    if !p.is_null() {
-        return p as *mut c_void;
-    }
-    // SAFETY: the stub passes its arguments on; a tail jump, so it reads `malloc`'s caller.
-    unsafe { nodalloc_malloc_miss(size, heap as *mut c_void) }
-}
-
-entry_stub!(fn nodalloc_malloc_miss(size: usize, heap: *mut c_void) -> *mut c_void
+entry_stub!(fn nodalloc_malloc_miss(size: usize, heap: *mut c_void) -> *mut u8
     => malloc_slow, site: "rdx", frame: "rcx");
 
-/// A `malloc` of `size` (a small class) that missed the cache of `heap` (the slot's value,
-/// maybe detached), called from `site`. The class is looked up again rather than passed: the
-/// fast path then keeps no register for it. With call-site partitions, the partition cache's
-/// pop is tried first; everything else goes on to [`malloc_miss`] (a tail call, so this part
-/// keeps no stack frame).
+/// A `malloc` of `size` that the cache's hit did not serve (`heap` is the slot's value, maybe
+/// detached), called from `site`. The class is looked up again rather than passed: the hit
+/// then keeps no register for it. With call-site partitions and the return address as the
+/// call site, the core's partition hit is tried here (it pops the site's list once);
+/// everything else goes on to [`malloc_miss`] (a tail call, so this part keeps no stack
+/// frame).
 #[inline(never)]
-extern "C" fn malloc_slow(
-    size: usize,
-    heap: *mut c_void,
-    site: usize,
-    frame: usize,
-) -> *mut c_void {
-    if callsite::is_direct() {
+extern "C" fn malloc_slow(size: usize, heap: *mut c_void, site: usize, frame: usize) -> *mut u8 {
+    let direct = callsite::is_direct();
+    if direct {
         if let (Some(heap), Some(class)) = (live(heap as *mut ThreadHeap), class_of_malloc(size)) {
-            let p = heap.partition_pop(class, site);
+            let p = heap.partition_hit(class, site);
             if !p.is_null() {
                 screen::clear_mark(p);
-                return p as *mut c_void;
+                return p;
             }
         }
     }
-    malloc_miss(size, heap, site, frame)
+    malloc_miss(size, heap, site, frame, direct)
 }
 
+/// [`malloc_slow`] past the partition hit (`tried`: it was tried there): secure mode to its
+/// layer, a small class to the core's partition hit (with a call site found by a walk) and
+/// then its miss path (which refills without popping the partition again), the rest (large
+/// sizes, a thread without a heap) to [`allocate_at`].
 #[cold]
 #[inline(never)]
 extern "C" fn malloc_miss(
@@ -179,25 +118,27 @@ extern "C" fn malloc_miss(
     heap: *mut c_void,
     site: usize,
     frame: usize,
-) -> *mut c_void {
+    tried: bool,
+) -> *mut u8 {
     if secure::on() {
-        return secure::alloc(size, MALLOC_ALIGN, secure::Kind::Malloc, site, frame);
+        return secure::alloc(size, MALLOC_ALIGN, secure::Kind::Malloc, site, frame) as *mut u8;
     }
-    match (live(heap as *mut ThreadHeap), class_of_malloc(size)) {
-        (Some(heap), Some(class)) => {
-            // The core's slow path pops the entered call site's partition list before it
-            // refills (`ThreadHeap::alloc_slow`): this path does not pop it a second time.
-            heap.enter_call_site(callsite::resolve(site, frame));
-            let p = heap.alloc_slow(class);
-            if heap.took_untouched() {
-                // Never written since its span was carved: no mark to clear, and a write
-                // would fault its page in here rather than where the program touches it.
-                return p as *mut c_void;
+    if let (Some(heap), Some(class)) = (live(heap as *mut ThreadHeap), class_of_malloc(size)) {
+        if !tried {
+            let p = heap.partition_hit(class, callsite::resolve(site, frame));
+            if !p.is_null() {
+                return handed_out(p) as *mut u8;
             }
-            handed_out(p)
         }
-        _ => allocate_at(size, MALLOC_ALIGN, site, frame),
+        let p = heap.alloc_after_partition_hit(class);
+        if heap.took_untouched() {
+            // Never written since its span was carved: no mark to clear, and a write would
+            // fault its page in here rather than where the program touches it.
+            return p;
+        }
+        return handed_out(p) as *mut u8;
     }
+    allocate_at(size, MALLOC_ALIGN, site, frame) as *mut u8
 }
 
 /// # Safety
@@ -208,7 +149,7 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     // sorts it out, and the fast path has no test of its own for it.
     // SAFETY: the slot holds this thread's heap or the detached one; the caller gives the
     // block up.
-    if unsafe { screen::free_home(tls::get(), ptr as *mut u8) } {
+    if unsafe { ThreadHeap::free_hit(tls::get(), ptr as *mut u8, screen::SCREEN) } {
         return;
     }
     // SAFETY: forwarded contract.

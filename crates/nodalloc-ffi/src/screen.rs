@@ -4,12 +4,12 @@
 //! that finds the mark suspects a double free and confirms it with a bounded walk of the cache
 //! (the mark alone may be program data). Every allocation clears the mark on the way out.
 //!
-//! The screen costs one load, one compare and one store on the free fast path, and one store on
-//! the malloc fast path.
+//! The core's hit paths apply the screen ([`SCREEN`], handed to `ThreadHeap::free_hit`, whose
+//! pops clear the mark): one load, one compare and one store on the free hit, one store on the
+//! malloc hit. This file keeps the screen's judgement ([`free_marked`]) and its slow-path
+//! forms (classified frees, call-site partitions' lists, the slow paths' allocations).
 
-use nodalloc_core::raw::{
-    self, ClassSlot, NodeId, Partition, PointerMisuse, SizeClass, ThreadHeap,
-};
+use nodalloc_core::raw::{self, NodeId, Partition, PointerMisuse, Screen, SizeClass, ThreadHeap};
 
 /// Written into the second word of a block this face frees. Any value works (a match is
 /// confirmed before anything is reported); this one is unlikely as program data, and
@@ -24,43 +24,11 @@ pub(crate) fn clear_mark(p: *mut u8) {
     unsafe { (p.add(8) as *mut usize).write(0) };
 }
 
-/// The free fast path: a small block of the thread's node goes to its cache, screened.
-/// False, touching nothing, for anything else (the slow path sorts it out).
-///
-/// # Safety
-/// `heap` is the calling thread's own heap or the detached one (which matches no block). If
-/// `ptr` is a small block of this thread's node, the caller owns it and gives it up.
-#[inline(always)]
-pub(crate) unsafe fn free_home(heap: *mut ThreadHeap, ptr: *mut u8) -> bool {
-    // SAFETY: forwarded contract.
-    unsafe { free_home_checked(heap, ptr, |_| {}) }
-}
-
-/// [`free_home`], with `check` run on the block's class first (a sized `delete` checks its
-/// size there, with the class the fast path finds anyway).
-///
-/// # Safety
-/// As for [`free_home`].
-#[inline(always)]
-pub(crate) unsafe fn free_home_checked(
-    heap: *mut ThreadHeap,
-    ptr: *mut u8,
-    check: impl FnOnce(SizeClass),
-) -> bool {
-    // SAFETY: either heap may be read (contract above).
-    let view = unsafe { &*heap };
-    let Some(class) = view.home_class_of(ptr) else {
-        return false;
-    };
-    check(class.class());
-    // A thread that moved to another node still caches its old home's objects here: its next
-    // allocation follows the move and sends them home first (`ThreadHeap::alloc_cached`).
-    // SAFETY: the block matched the heap's home region, so the heap is the thread's own (the
-    // detached heap matches nothing); a small block of this node at an object boundary, given
-    // up by the caller.
-    unsafe { screen_and_push(&mut *heap, ptr, class) };
-    true
-}
+/// The screen as the core's hit paths apply it ([`ThreadHeap::free_hit`]).
+pub(crate) const SCREEN: Screen = Screen {
+    mark: FREED_MARK,
+    on_marked: free_marked,
+};
 
 /// A small block of `origin` that the slow path classified: screened and cached when the heap
 /// caches that node's blocks, else freed through the core (other nodes, secure mode, a heap
@@ -77,7 +45,7 @@ pub(crate) unsafe fn free_classified(
     match heap {
         // SAFETY: forwarded contract; a block of this heap's node.
         Some(heap) if heap.caches_node(origin) => unsafe {
-            screen_and_push(heap, ptr, class.slot())
+            heap.free_screened(ptr, class.slot(), SCREEN)
         },
         // SAFETY: forwarded contract.
         Some(heap) if heap.partitions_node(origin) => unsafe {
@@ -88,28 +56,11 @@ pub(crate) unsafe fn free_classified(
     }
 }
 
-/// # Safety
-/// `ptr` is a live small block of `class` and of the heap's node, at least 16 bytes, that the
-/// caller gives up.
-#[inline(always)]
-unsafe fn screen_and_push(heap: &mut ThreadHeap, ptr: *mut u8, class: ClassSlot) {
-    let mark = ptr.wrapping_add(8) as *mut usize;
-    // SAFETY: blocks of every C-face class are at least 16 bytes, 8-aligned, and ours.
-    if unsafe { *mark } == FREED_MARK {
-        // SAFETY: forwarded contract (a tail call: the fast path keeps no registers).
-        return unsafe { free_marked(ptr, heap) };
-    }
-    // SAFETY: as above.
-    unsafe { *mark = FREED_MARK };
-    // SAFETY: forwarded contract.
-    unsafe { heap.free_local(ptr, class) };
-}
-
-/// [`screen_and_push`] for a heap with call-site partitions, whose lists the core keeps (the
+/// The screen for a heap with call-site partitions, whose lists the core keeps (the
 /// block goes to the list of its partition).
 ///
 /// # Safety
-/// As for [`screen_and_push`].
+/// As for [`ThreadHeap::free_screened`].
 #[cold]
 unsafe fn screen_partitioned(heap: &mut ThreadHeap, ptr: *mut u8, class: SizeClass) {
     // SAFETY: forwarded contract.
@@ -123,7 +74,7 @@ unsafe fn screen_partitioned(heap: &mut ThreadHeap, ptr: *mut u8, class: SizeCla
 /// its partition's list.
 ///
 /// # Safety
-/// As for [`screen_and_push`], and `part` is the block's partition.
+/// As for [`ThreadHeap::free_screened`], and `part` is the block's partition.
 #[inline(always)]
 pub(crate) unsafe fn free_partitioned(
     heap: &mut ThreadHeap,
@@ -185,7 +136,7 @@ unsafe fn screen(heap: &ThreadHeap, ptr: *mut u8, class: SizeClass) {
 /// the register it arrived in at `free`.
 ///
 /// # Safety
-/// As for [`screen_and_push`].
+/// As for [`ThreadHeap::free_screened`].
 #[cold]
 #[inline(never)]
 unsafe extern "C" fn free_marked(ptr: *mut u8, heap: &mut ThreadHeap) {

@@ -18,7 +18,7 @@ pub use crate::os::cpuset::CpuSet;
 pub use crate::os::options::{parse_size, switch_in_env};
 pub use crate::os::{mapping_of, mix, process_secret, read_file, thread_affinity};
 pub use crate::size_class::{class_of_malloc, ClassSlot, SizeClass};
-pub use crate::thread::ThreadHeap;
+pub use crate::thread::{MallocMiss, Screen, ThreadHeap};
 
 /// A fresh pooled thread heap (it binds its thread and attaches at its first slow path).
 pub fn take_heap() -> Option<&'static mut ThreadHeap> {

@@ -13,7 +13,7 @@
 //! without its flush (the other threads of a forked parent) keeps its share of the node's budget
 //! counted.
 
-use super::free_list::{cache_limit_max, FreeList};
+use super::cache::{cache_limit_max, FreeList};
 use super::ThreadHeap;
 use crate::node::{NodeHeaps, NodeId};
 use crate::size_class::SizeClass;

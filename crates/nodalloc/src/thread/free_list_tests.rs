@@ -1,6 +1,6 @@
-//! Tests of a thread list alone (`free_list.rs`), on words of the test's own as objects.
+//! Tests of a thread list alone (`cache.rs`), on words of the test's own as objects.
 
-use super::free_list::FreeList;
+use super::cache::FreeList;
 use crate::ds::{next_of, set_next};
 use crate::node::Batch;
 use crate::size_class::{class_of, SizeClass};

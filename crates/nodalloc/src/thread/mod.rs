@@ -1,10 +1,11 @@
 //! The front: a **thread heap** per thread, touched by its thread only, so its fast paths use no
 //! atomic and no lock.
 //!
-//! Per size class a [`FreeList`] (`free_list.rs`: the LRU drain's bookkeeping). The fast paths
-//! are here: [`ThreadHeap::alloc_cached`] pops, [`ThreadHeap::free`] pushes an object of the
-//! home node, and [`ThreadHeap::home_class_of`] finds the class of an unsized pointer of the
-//! home node through the page map (the C face's `free`). Everything else is a named slow path:
+//! Per size class a [`FreeList`]; the lists and the fast paths over them are in `cache.rs`
+//! ([`ThreadHeap::alloc_cached`] pops, [`ThreadHeap::free`] pushes an object of the home node,
+//! [`ThreadHeap::malloc_hit`] and [`ThreadHeap::free_hit`] are the C face's, which find the
+//! class of an unsized pointer of the home node through the page map and apply the face's
+//! double-free screen). Everything else is a named slow path:
 //! `slow.rs` (refills, drains, parking, remote frees through the per-node [`Outbox`]es),
 //! `secure.rs` (secure mode), `partition.rs` (call-site partitions: lists per (partition,
 //! class)), `adapt.rs` (limits that follow the traffic), `upkeep.rs` (the periodic pass,
@@ -24,7 +25,7 @@
 //! faces.
 
 mod adapt;
-mod free_list;
+mod cache;
 mod outbox;
 mod partition;
 pub(crate) mod pool;
@@ -48,9 +49,10 @@ use crate::ds::next_of;
 use crate::node::{HomeView, Misuse, NodeHeaps, NodeId, Partition, PartitionView};
 use crate::os::cpuset::CpuSet;
 use crate::os::topology::MAX_NODES;
-use crate::size_class::{ClassSlot, SizeClass, SlotTables, NUM_CLASSES};
+use crate::size_class::{SizeClass, SlotTables, NUM_CLASSES};
+use cache::FreeList;
+pub use cache::{MallocMiss, Screen};
 use core::ptr::null_mut;
-use free_list::FreeList;
 use outbox::Outbox;
 use partition::PartitionCache;
 
@@ -305,131 +307,6 @@ impl ThreadHeap {
         unsafe { self.heaps.as_ref() }
     }
 
-    /// The tables of the one-load class lookups (sizes up to 1 KiB), at the heap's address.
-    #[inline(always)]
-    pub fn slots(&self) -> &SlotTables {
-        &self.slots
-    }
-
-    /// The class's free list, without a bounds check or a shift on the fast paths.
-    #[inline(always)]
-    fn list(&mut self, class: impl Into<ClassSlot>) -> &mut FreeList {
-        let slot = class.into();
-        debug_assert!(slot.class().index() < NUM_CLASSES);
-        // SAFETY: a slot's offset is its class's index (below NUM_CLASSES, the array's length)
-        // times SLOT_BYTES, the size of a FreeList: the start of one of the lists.
-        unsafe { &mut *self.lists.as_mut_ptr().byte_add(slot.offset()) }
-    }
-
-    /// [`Self::list`], to read.
-    #[inline(always)]
-    fn list_ref(&self, class: impl Into<ClassSlot>) -> &FreeList {
-        let slot = class.into();
-        debug_assert!(slot.class().index() < NUM_CLASSES);
-        // SAFETY: as in `list`.
-        unsafe { &*self.lists.as_ptr().byte_add(slot.offset()) }
-    }
-
-    /// Pops a cached object, or null when the list is empty or the thread moved to another
-    /// CPU since the heap last looked (then call [`Self::alloc_slow`], which follows the move
-    /// first: a thread that now runs on another node never hands out its old node's objects).
-    #[inline(always)]
-    pub fn alloc_cached(&mut self, class: impl Into<ClassSlot>) -> *mut u8 {
-        let class = class.into();
-        // The move is checked after the head: a heap not attached has an empty range (and no
-        // CPU word yet).
-        if !self.head_is_object(class) || self.moved() {
-            return null_mut();
-        }
-        // SAFETY: the list's head, an object of the arena (checked above).
-        unsafe { self.pop_head(class) }
-    }
-
-    /// True when the class's list holds an object: its head is in the arena and 8-aligned.
-    /// One compare for both an empty list (null is outside the arena) and a head that is no
-    /// object of the arena (outside it, or not 8-aligned: a link some write replaced).
-    #[inline(always)]
-    fn head_is_object(&self, class: ClassSlot) -> bool {
-        let head = self.list_ref(class).head;
-        (head as usize)
-            .wrapping_sub(self.arena_base)
-            .rotate_right(3)
-            < self.arena_words
-    }
-
-    /// [`Self::alloc_cached`] for a slow path that already followed any move: pops the head if
-    /// the list holds an object.
-    pub(super) fn pop_if_any(&mut self, class: SizeClass) -> *mut u8 {
-        if !self.head_is_object(class.slot()) {
-            return null_mut();
-        }
-        // SAFETY: the list's head, an object of the arena (checked above).
-        unsafe { self.pop_head(class.slot()) }
-    }
-
-    /// Pops the head of the class's list.
-    ///
-    /// # Safety
-    /// The list's head is an object of the arena (so the list is not empty).
-    #[inline(always)]
-    unsafe fn pop_head(&mut self, class: ClassSlot) -> *mut u8 {
-        let key = self.link_key;
-        let list = self.list(class);
-        let object = list.head;
-        // SAFETY: cached objects are free, ours, and linked through their first word (stored
-        // as `next_of` reads them: XOR the key).
-        list.head = (unsafe { *(object as *const usize) } ^ key) as *mut u8;
-        list.aux = object;
-        list.popped(object);
-        object
-    }
-
-    /// [`Self::alloc_cached`] through a pointer that may be a shared [`Self::detached`] heap:
-    /// that heap's lists are empty, so it is only read, and null comes back.
-    ///
-    /// # Safety
-    /// `heap` points to the calling thread's own heap, or to a detached heap that nothing
-    /// writes.
-    #[inline(always)]
-    pub unsafe fn pop_cached(heap: *mut ThreadHeap, class: ClassSlot) -> *mut u8 {
-        // SAFETY: a read of either kind of heap (contract above): nothing writes it meanwhile.
-        // The detached heap's range is empty, so the move is never checked on it.
-        if unsafe { !(*heap).head_is_object(class) || (*heap).moved() } {
-            return null_mut();
-        }
-        // SAFETY: a detached heap's lists are empty, so this is the thread's own heap, and its
-        // list's head is an object of the arena (checked above).
-        unsafe { (*heap).pop_head(class) }
-    }
-
-    /// Pushes an object of `class` freed by this thread. Objects of other nodes (and anything
-    /// outside the home region) take the slow path. A thread that moved to another node still
-    /// caches objects of its old home here: its next allocation follows the move and sends
-    /// them home before it hands anything out.
-    ///
-    /// # Safety
-    /// `object` must be a live object of `class` that the caller gives up.
-    #[inline(always)]
-    pub unsafe fn free(&mut self, object: *mut u8, class: impl Into<ClassSlot>) {
-        let class = class.into();
-        if (object as usize).wrapping_sub(self.home.region_base) >= self.home.region_bytes {
-            // SAFETY: forwarded contract.
-            return unsafe { self.free_slow(object, class.class()) };
-        }
-        // SAFETY: forwarded contract.
-        unsafe { self.free_local(object, class) }
-    }
-
-    /// True when the thread runs on another CPU than the heap last saw (see `cpu_word`): then
-    /// an allocation must take the slow path, whose [`Self::follow_move`] re-homes the heap if
-    /// need be. Only for an attached heap (whose list held an object).
-    #[inline(always)]
-    pub fn moved(&self) -> bool {
-        // SAFETY: an attached heap's word is the thread's rseq `cpu_id` (live while the thread
-        // runs, which it does: this is its heap) or NO_CPU; volatile, as the kernel writes it.
-        unsafe { self.cpu_word.read_volatile() != self.cpu_seen }
-    }
-
     /// After [`Self::moved`]: notes the CPU and re-homes the heap if the thread's node changed.
     #[cold]
     #[inline(never)]
@@ -454,21 +331,6 @@ impl ThreadHeap {
         };
         // SAFETY: as in `moved`.
         self.cpu_seen = unsafe { self.cpu_word.read_volatile() };
-    }
-
-    /// The class of `object` if it is a small object of this thread's node at an object
-    /// boundary, found through the page map; `None`, touching nothing, for anything else
-    /// (other nodes, large objects, foreign or invalid pointers, a heap not attached, secure
-    /// mode), which the caller's slow path sorts out. Two loads besides the heap's own fields:
-    /// the unit's tag and the class's magic in the line of its list.
-    #[inline(always)]
-    pub fn home_class_of(&self, object: *const u8) -> Option<ClassSlot> {
-        self.home
-            .bag_object(object, |class| {
-                // The list's copy of the class's magic: the line the push will write anyway.
-                self.list_ref(class).start_magic
-            })
-            .map(|(class, _)| class.slot())
     }
 
     /// True when the object the last [`Self::alloc_slow`] returned was carved for the first
@@ -497,39 +359,6 @@ impl ThreadHeap {
             && !self.secure
             && self.partitions != 0
             && origin == self.node
-    }
-
-    /// Pushes an object of this thread's node onto its class's list.
-    ///
-    /// # Safety
-    /// `object` is a live object of `class` that the caller gives up, and of this heap's node
-    /// ([`Self::home_class_of`] found it, or [`Self::caches_node`] holds for its origin).
-    #[inline(always)]
-    pub unsafe fn free_local(&mut self, object: *mut u8, class: impl Into<ClassSlot>) {
-        let key = self.link_key;
-        let list = self.list(class);
-        // SAFETY: the object is ours now and at least 8 bytes (every class is); its link is
-        // stored as `set_next` stores it (XOR the key).
-        unsafe { *(object as *mut usize) = list.head as usize ^ key };
-        if list.push(object) {
-            // The list, not the class, goes to the slow path: the class is then dead after the
-            // list's address is known, which keeps a register free on the C face's `free`.
-            let list: *const FreeList = list;
-            Self::free_threshold_of(list, self);
-        }
-    }
-
-    /// [`Self::free_threshold`] for the class whose list is `list` (one of `heap`'s lists).
-    /// `extern "C"`: it cannot unwind, so the C face's `free` (which must not unwind either)
-    /// needs no landing pad around the call and keeps no stack frame. The list comes first:
-    /// `free` then keeps the block in the first argument's register, where it arrived, and
-    /// the heap in the second's.
-    #[cold]
-    #[inline(never)]
-    extern "C" fn free_threshold_of(list: *const FreeList, heap: &mut ThreadHeap) {
-        // SAFETY: `list` points into `heap.lists` (the caller took it from there).
-        let index = unsafe { list.offset_from(heap.lists.as_ptr()) } as usize;
-        heap.free_threshold(SizeClass(index as u8));
     }
 
     /// True when `object` is in this thread's cache of `class` (a bounded walk: two batches);

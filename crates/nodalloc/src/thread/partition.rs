@@ -18,7 +18,7 @@
 //! allocation bitmap while the program holds it.
 
 use super::adapt::{resize_list, want_after_cut, want_after_refill};
-use super::free_list::FreeList;
+use super::cache::FreeList;
 use super::ThreadHeap;
 use crate::ds::{next_of, set_next};
 use crate::node::{partition_of_site, report, NodeHeaps, NodeId, Partition};
@@ -88,20 +88,24 @@ impl ThreadHeap {
         self.partitions != 0
     }
 
-    /// The partition cache's pop for a call from `site`: the object at the head of the list of
-    /// (`site`'s partition, `class`), or null when that list is not in the cache or is empty,
-    /// or the fast paths are closed (then take [`ThreadHeap::alloc_slow`] after
-    /// [`ThreadHeap::enter_call_site`]). No lock, no atomic.
-    #[inline]
-    pub fn partition_pop(&mut self, class: SizeClass, site: usize) -> *mut u8 {
-        if !self.part_fast || self.parts.is_null() {
+    /// The C face's hit in the partition cache, after its thread cache missed: enters `site`
+    /// (the allocation's call site) and, with partitions on and the thread where the heap last
+    /// saw it, pops the list of (`site`'s partition, `class`): once per miss, the pop
+    /// [`Self::alloc_after_partition_hit`] then does not repeat. Null when the list is empty,
+    /// not in the cache, or the pop could not be tried. No lock, no atomic.
+    #[inline(always)]
+    pub fn partition_hit(&mut self, class: SizeClass, site: usize) -> *mut u8 {
+        self.enter_call_site(site);
+        if !self.part_fast || self.parts.is_null() || self.moved() {
             return null_mut();
         }
-        self.pop_in(partition_of_site(site, self.partitions), class)
+        self.pop_in(self.current_partition(), class)
     }
 
-    /// [`ThreadHeap::partition_pop`] in the current partition (the last call site entered, or
-    /// the scope).
+    /// The partition cache's pop in the current partition (the last call site entered, or the
+    /// scope): the object at the head of the list of (that partition, `class`), or null when
+    /// that list is not in the cache or is empty, or the fast paths are closed. No lock, no
+    /// atomic; once per miss, from [`ThreadHeap::alloc_slow`].
     #[inline(always)]
     pub(super) fn partition_pop_current(&mut self, class: SizeClass) -> *mut u8 {
         if !self.part_fast || self.parts.is_null() {

@@ -287,3 +287,46 @@ fn partition_lists_grow_like_class_lists_and_give_their_growth_back() {
     assert_eq!(heap.grown_bytes, 0);
     assert_eq!(budget.load(Ordering::Relaxed), 0);
 }
+
+/// The C face's miss order: the partition hit pops the call site's list (nothing yet), the
+/// miss path refills into that site's partition without a second pop, and the next hit of the
+/// site takes from the refilled list; a freed object comes back to the same site first.
+#[test]
+fn a_call_site_miss_pops_its_partition_once_and_refills_it() {
+    let heaps = partitioned(1, 64);
+    let mut heap = attached(heaps, NodeId(0));
+    let class = class_of(64, 8).unwrap();
+    let site = 0x5555_1234_5678usize;
+    let part = crate::node::partition_of_site(site, heaps.partitions());
+    assert!(
+        heap.partition_hit(class, site).is_null(),
+        "an empty cache has nothing"
+    );
+    let first = heap.alloc_after_partition_hit(class);
+    assert!(!first.is_null());
+    assert_eq!(heaps.partition_of(first as usize), part);
+    let second = heap.partition_hit(class, site);
+    assert!(
+        !second.is_null(),
+        "the refill leaves the rest of its batch in the list"
+    );
+    assert_ne!(first, second);
+    assert_eq!(heaps.partition_of(second as usize), part);
+    // SAFETY: allocated above, freed once.
+    unsafe { heap.free(second, class) };
+    assert_eq!(
+        heap.partition_hit(class, site),
+        second,
+        "last freed, first out"
+    );
+    let other = (1..)
+        .map(|i| site + i * 4096)
+        .find(|s| crate::node::partition_of_site(*s, heaps.partitions()) != part)
+        .unwrap();
+    let elsewhere = heap.partition_hit(class, other);
+    assert!(elsewhere.is_null() || heaps.partition_of(elsewhere as usize) != part);
+    for p in [first, second] {
+        // SAFETY: allocated above, freed once.
+        unsafe { heap.free(p, class) };
+    }
+}

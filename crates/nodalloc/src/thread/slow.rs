@@ -42,6 +42,20 @@ impl ThreadHeap {
         object
     }
 
+    /// The C face's miss path after [`Self::partition_hit`] missed for the same `class` (the
+    /// call site entered there): when that hit could pop (partitions on, the thread where the
+    /// heap last saw it), the site's list was empty and this refills without popping it again;
+    /// otherwise [`Self::alloc_slow`] (which follows a move first, then pops the partition).
+    pub fn alloc_after_partition_hit(&mut self, class: SizeClass) -> *mut u8 {
+        if self.part_fast && !self.moved() {
+            self.untouched = false;
+            // The class lists stay empty with partitions on (frees go to the partitions'
+            // lists): nothing else to pop.
+            return self.alloc_refill(class);
+        }
+        self.alloc_slow(class)
+    }
+
     /// The refill path: a batch from the node heap (or a direct allocation once retired).
     /// First a move of the thread is followed (the fast path refused to pop after one; the
     /// list keeps its objects if the thread's node is the same), then, with call-site

@@ -3,7 +3,7 @@
 //! `upkeep_tests.rs`).
 
 use super::adapt::THREAD_GROWN_BYTES;
-use super::free_list::cache_limit_max;
+use super::cache::cache_limit_max;
 use super::*;
 use crate::arena::tests::test_arena;
 use crate::node::Partition;
@@ -679,4 +679,54 @@ fn no_caches_are_kept_in_secure_mode_or_under_a_limit() {
     let mut heap = attached(secure, NodeId(0));
     assert!(!super::pool::park(&mut heap));
     heap.retire();
+}
+
+/// The block a screen's `on_marked` was last handed (0: none), for the test below.
+static MARKED: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// A screen's `on_marked` that notes the block (and keeps it out of the cache).
+unsafe extern "C" fn note_marked(block: *mut u8, _heap: &mut ThreadHeap) {
+    MARKED.store(block as usize, Ordering::Relaxed);
+}
+
+/// A `miss` for [`ThreadHeap::malloc_hit`] that serves nothing.
+unsafe extern "C" fn no_miss(_size: usize, _heap: *mut core::ffi::c_void) -> *mut u8 {
+    core::ptr::null_mut()
+}
+
+/// The C face's hits: a free of a home block writes the screen's mark and caches the block,
+/// the next `malloc` of its size hands it back with the mark's word cleared, a second free of
+/// a cached block goes to `on_marked` (and is not linked in twice), and what is no home block
+/// is refused untouched.
+#[test]
+fn the_c_hits_apply_the_screen_both_ways() {
+    let heaps = heaps(1);
+    let mut heap = attached(heaps, NodeId(0));
+    let screen = Screen {
+        mark: 0xFFFF_FFFF_1234_5678,
+        on_marked: note_marked,
+    };
+    let class = crate::size_class::class_of_malloc(64).unwrap();
+    let block = allocate(&mut heap, class);
+    let heap_ptr: *mut ThreadHeap = &mut *heap;
+    // SAFETY: `heap_ptr` is the test's own heap; `block` is a live home block given up once.
+    assert!(unsafe { ThreadHeap::free_hit(heap_ptr, block, screen) });
+    // SAFETY: a cached block of at least 16 bytes.
+    assert_eq!(unsafe { *(block.add(8) as *const usize) }, screen.mark);
+    // SAFETY: as above; the block is cached, so its second free is the misuse under test.
+    assert!(unsafe { ThreadHeap::free_hit(heap_ptr, block, screen) });
+    assert_eq!(MARKED.swap(0, Ordering::Relaxed), block as usize);
+    // SAFETY: the test's own heap.
+    let again = unsafe { ThreadHeap::malloc_hit(heap_ptr, 64, no_miss) };
+    assert_eq!(again, block, "cached once, handed out once");
+    // SAFETY: handed out just now, at least 16 bytes.
+    assert_eq!(unsafe { *(again.add(8) as *const usize) }, 0);
+    let mut word = 0usize;
+    // SAFETY: a stack word is no home block: refused, untouched.
+    assert!(!unsafe { ThreadHeap::free_hit(heap_ptr, &mut word as *mut usize as *mut u8, screen) });
+    // SAFETY: null is no block either.
+    assert!(!unsafe { ThreadHeap::free_hit(heap_ptr, core::ptr::null_mut(), screen) });
+    assert_eq!(MARKED.load(Ordering::Relaxed), 0);
+    // SAFETY: handed out above, freed once.
+    unsafe { heap.free(again, class) };
 }
