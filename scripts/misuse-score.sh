@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The heap-misuse suite's score: every case of crates/nodalloc-ffi/tests/c/misuse_suite.cpp
-# (category × size 8, 4096, 262144) under glibc, nodalloc, nodalloc in secure mode and the peers
+# (category × size 8, 4096, 262144; the categories are the rows of tests/c/misuse_cases.def, as
+# `misuse_suite list` prints them) under glibc, nodalloc, nodalloc in secure mode and the peers
 # that are installed (mimalloc, tcmalloc, jemalloc), as a table of caught (x) / not caught (.).
 # glibc-warm is glibc past its start (see below).
 #
@@ -21,7 +22,7 @@ while [ $# -gt 0 ]; do
         --tsv) tsv="$2"; shift 2 ;;
         --jobs) jobs="$2"; shift 2 ;;
         --no-build) build=0; shift ;;
-        -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -61,6 +62,7 @@ for peer in mimalloc:/usr/lib/x86_64-linux-gnu/libmimalloc.so.2 \
 done
 
 sizes=(8 4096 262144)
+# The program's categories come from the table it includes (misuse_cases.def).
 mapfile -t categories < <("$program" list)
 
 results="$out/results"

@@ -1,7 +1,8 @@
 //! The heap-misuse suite (`tests/c/misuse_suite.cpp`: one bad operation per case, each category
 //! at 8, 4096 and 262144 bytes) against `libnodalloc.so` under `LD_PRELOAD`, in default and in
-//! secure mode. Every case runs; the cases of [`CAUGHT_DEFAULT`] and [`CAUGHT_SECURE`] (what
-//! nodalloc caught every time when the tables were filled) must be caught, and an abort must
+//! secure mode. Every case runs; the cases of the table `tests/c/misuse_cases.def` (per category
+//! and mode, the sizes at which nodalloc caught it every time when the table was filled; the
+//! program includes the same file for its categories) must be caught, and an abort must
 //! name the pointer the program announced (or a block it announced as nearby: an overflow is
 //! found in the neighbour it reached). A fault (SIGSEGV, SIGBUS: a guard page, or a link
 //! followed into unmapped memory) is accepted without a message, and so is, against the debug
@@ -20,7 +21,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Per case; a case takes milliseconds against the release library.
@@ -34,215 +35,108 @@ const SIZES: [usize; 3] = [8, 4096, 262144];
 const SIGBUS: i32 = 7;
 const SIGSEGV: i32 = 11;
 
-/// Caught in default mode, every run of 10 when measured, each by an abort naming the pointer
-/// (or a block announced nearby), a fault, or an outcome avoided. At 262144 bytes a block is a
-/// span of its own, and a freed span's first and last words hold canaries: overflows and
-/// underflows into a freed neighbour are found when it merges with the block's span. Not
-/// here: what needs a header or a canary beside a block of a class (underflows, overflows a
-/// damaged neighbour never reveals), what glibc catches at 262144 bytes only because it maps
-/// blocks that large on their own (reads past them, accesses after their free), zero-size
-/// blocks, immediate reuse, and the C++ forms a block came from (secure mode records them).
-const CAUGHT_DEFAULT: &[&str] = &[
-    "double-free 8",
-    "double-free 4096",
-    "double-free 262144",
-    "double-free-interleaved 8",
-    "double-free-interleaved 4096",
-    "double-free-interleaved 262144",
-    "double-free-after-100 8",
-    "double-free-after-100 4096",
-    "double-free-after-100 262144",
-    "double-free-other-thread 8",
-    "double-free-other-thread 4096",
-    "double-free-other-thread 262144",
-    "double-free-after-realloc 8",
-    "double-free-after-realloc 4096",
-    "double-free-after-realloc 262144",
-    "double-free-duplicates 8",
-    "double-free-duplicates 4096",
-    "double-free-duplicates 262144",
-    "free-interior 8",
-    "free-interior 4096",
-    "free-interior 262144",
-    "free-plus-4096 4096",
-    "free-plus-4096 262144",
-    "free-minus-16 8",
-    "free-minus-16 4096",
-    "free-minus-16 262144",
-    "free-stack 8",
-    "free-stack 4096",
-    "free-stack 262144",
-    "free-global 8",
-    "free-global 4096",
-    "free-global 262144",
-    "free-wild 8",
-    "free-wild 4096",
-    "free-wild 262144",
-    "free-mmap 8",
-    "free-mmap 4096",
-    "free-mmap 262144",
-    "free-fake-chunk 8",
-    "free-fake-chunk 4096",
-    "free-fake-chunk 262144",
-    "realloc-freed 8",
-    "realloc-freed 4096",
-    "realloc-freed 262144",
-    "realloc-interior 8",
-    "realloc-interior 4096",
-    "realloc-interior 262144",
-    "overflow-1 4096",
-    "overflow-1 262144",
-    "overflow-usable-1 8",
-    "overflow-usable-1 4096",
-    "overflow-usable-1 262144",
-    "overflow-memcpy-32 8",
-    "overflow-memcpy-32 4096",
-    "overflow-memcpy-32 262144",
-    "overflow-4096 8",
-    "overflow-4096 4096",
-    "overflow-4096 262144",
-    "overflow-far-1m 262144",
-    "overflow-after-shrink 4096",
-    "underflow-1 262144",
-    "underflow-16 8",
-    "underflow-16 262144",
-    "uaf-write-first 8",
-    "uaf-write-first 4096",
-    "uaf-write-first 262144",
-    "uaf-write-middle 8",
-    "uaf-memset 8",
-    "uaf-memset 4096",
-    "uaf-memset 262144",
-    "uaf-write-then-malloc 8",
-    "freelist-poison 8",
-    "freelist-poison 4096",
-    "freelist-poison 262144",
-    "new-array-delete 8",
-    "new-array-delete 4096",
-    "new-array-delete 262144",
-    "new-delete-array 8",
-    "new-delete-array 4096",
-    "new-delete-array 262144",
-    "delete-wrong-size 8",
-    "delete-wrong-size 4096",
-    "delete-wrong-size 262144",
-];
+/// The table of categories (`MISUSE_CASE(...)` rows; its header says why cases are or are not
+/// caught). `misuse_suite.cpp` includes the same file as an X-macro for its categories.
+const TABLE: &str = include_str!("c/misuse_cases.def");
 
-/// Caught in secure mode (`NODALLOC_SECURE=1`), every run of 10 when measured. Not here: a write
-/// 1 MiB past a block and a read 4 KiB past one (they land in other memory of the heap, past
-/// any canary), reads after free of a block of a class (zeroed, still readable), and underflows
-/// of a block carved first in its bag (nothing before it to check), which random carving makes
-/// occasional at 4096 bytes; and `delete[]` of a plain `new` object at 4096 bytes, whose count
-/// comes from the word before the object (a neighbour's trailer, random bits, when the neighbour
-/// was carved: 2 of 30 runs then ran over 2^24 destructors before nodalloc was called).
-const CAUGHT_SECURE: &[&str] = &[
-    "double-free 8",
-    "double-free 4096",
-    "double-free 262144",
-    "double-free-interleaved 8",
-    "double-free-interleaved 4096",
-    "double-free-interleaved 262144",
-    "double-free-after-100 8",
-    "double-free-after-100 4096",
-    "double-free-after-100 262144",
-    "double-free-other-thread 8",
-    "double-free-other-thread 4096",
-    "double-free-other-thread 262144",
-    "double-free-after-realloc 8",
-    "double-free-after-realloc 4096",
-    "double-free-after-realloc 262144",
-    "double-free-duplicates 8",
-    "double-free-duplicates 4096",
-    "double-free-duplicates 262144",
-    "free-interior 8",
-    "free-interior 4096",
-    "free-interior 262144",
-    "free-plus-4096 8",
-    "free-plus-4096 4096",
-    "free-plus-4096 262144",
-    "free-minus-16 8",
-    "free-minus-16 4096",
-    "free-minus-16 262144",
-    "free-stack 8",
-    "free-stack 4096",
-    "free-stack 262144",
-    "free-global 8",
-    "free-global 4096",
-    "free-global 262144",
-    "free-wild 8",
-    "free-wild 4096",
-    "free-wild 262144",
-    "free-mmap 8",
-    "free-mmap 4096",
-    "free-mmap 262144",
-    "free-fake-chunk 8",
-    "free-fake-chunk 4096",
-    "free-fake-chunk 262144",
-    "realloc-freed 8",
-    "realloc-freed 4096",
-    "realloc-freed 262144",
-    "realloc-interior 8",
-    "realloc-interior 4096",
-    "realloc-interior 262144",
-    "overflow-1 8",
-    "overflow-1 4096",
-    "overflow-1 262144",
-    "overflow-usable-1 8",
-    "overflow-usable-1 4096",
-    "overflow-usable-1 262144",
-    "overflow-memcpy-32 8",
-    "overflow-memcpy-32 4096",
-    "overflow-memcpy-32 262144",
-    "overflow-4096 8",
-    "overflow-4096 4096",
-    "overflow-4096 262144",
-    "overflow-after-shrink 8",
-    "overflow-after-shrink 4096",
-    "overflow-after-shrink 262144",
-    "underflow-1 8",
-    "underflow-1 262144",
-    "underflow-16 8",
-    "underflow-16 262144",
-    "uaf-write-first 8",
-    "uaf-write-first 4096",
-    "uaf-write-first 262144",
-    "uaf-write-middle 8",
-    "uaf-write-middle 4096",
-    "uaf-write-middle 262144",
-    "uaf-memset 8",
-    "uaf-memset 4096",
-    "uaf-memset 262144",
-    "uaf-read 262144",
-    "uaf-write-then-malloc 8",
-    "uaf-write-then-malloc 4096",
-    "uaf-write-then-malloc 262144",
-    "freelist-poison 8",
-    "freelist-poison 4096",
-    "freelist-poison 262144",
-    "zero-write 8",
-    "zero-write 4096",
-    "zero-write 262144",
-    "zero-read 8",
-    "zero-read 4096",
-    "zero-read 262144",
-    "reuse-immediate 8",
-    "reuse-immediate 4096",
-    "reuse-immediate 262144",
-    "new-array-delete 8",
-    "new-array-delete 4096",
-    "new-array-delete 262144",
-    "new-delete-array 8",
-    "new-delete-array 262144",
-    "delete-wrong-size 8",
-    "delete-wrong-size 4096",
-    "delete-wrong-size 262144",
-    "malloc-delete 8",
-    "malloc-delete 4096",
-    "malloc-delete 262144",
-    "new-free 8",
-    "new-free 4096",
-    "new-free 262144",
-];
+/// One row of the table: a category and, per mode, the sizes at which nodalloc must catch it.
+#[derive(Debug, PartialEq)]
+struct Row<'a> {
+    category: &'a str,
+    caught_default: Vec<usize>,
+    caught_secure: Vec<usize>,
+}
+
+/// The rows of `text` (the table's format), or what is wrong with the first line that is not a
+/// blank line, a `//` comment or a row on one line.
+fn parse_table(text: &str) -> Result<Vec<Row<'_>>, String> {
+    let mut rows: Vec<Row> = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with("//") {
+            continue;
+        }
+        let row = parse_row(line).map_err(|why| format!("line {}: {why}: {line}", index + 1))?;
+        if rows.iter().any(|earlier| earlier.category == row.category) {
+            return Err(format!(
+                "line {}: category {} has a row already",
+                index + 1,
+                row.category
+            ));
+        }
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// `MISUSE_CASE("category", function, "default sizes", "secure sizes")`.
+fn parse_row(line: &str) -> Result<Row<'_>, String> {
+    let arguments = line
+        .strip_prefix("MISUSE_CASE(")
+        .and_then(|rest| rest.strip_suffix(')'))
+        .ok_or("not a MISUSE_CASE(...) row on one line")?;
+    let fields: Vec<&str> = arguments.split(',').map(str::trim).collect();
+    let [category, function, caught_default, caught_secure] = fields[..] else {
+        return Err(format!("{} fields, not 4", fields.len()));
+    };
+    let category = quoted(category)?;
+    if category.is_empty()
+        || !category
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    {
+        return Err(format!(
+            "category {category:?} is not lower-case words joined by '-'"
+        ));
+    }
+    let identifier = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    if function.is_empty()
+        || function.starts_with(|c: char| c.is_ascii_digit())
+        || !function.chars().all(identifier)
+    {
+        return Err(format!("function {function:?} is not a C++ identifier"));
+    }
+    Ok(Row {
+        category,
+        caught_default: sizes(quoted(caught_default)?)?,
+        caught_secure: sizes(quoted(caught_secure)?)?,
+    })
+}
+
+fn quoted(field: &str) -> Result<&str, String> {
+    field
+        .strip_prefix('"')
+        .and_then(|rest| rest.strip_suffix('"'))
+        .ok_or_else(|| format!("{field} is not a quoted string"))
+}
+
+/// A size column: sizes of [`SIZES`] separated by spaces, each once, or `-` for none.
+fn sizes(column: &str) -> Result<Vec<usize>, String> {
+    if column == "-" {
+        return Ok(Vec::new());
+    }
+    let mut sizes = Vec::new();
+    for word in column.split(' ') {
+        let size: usize = word
+            .parse()
+            .map_err(|_| format!("size column {column:?}: {word:?} is not a number"))?;
+        if !SIZES.contains(&size) {
+            return Err(format!(
+                "size column {column:?}: {size} is not one of {SIZES:?}"
+            ));
+        }
+        if sizes.contains(&size) {
+            return Err(format!("size column {column:?}: {size} twice"));
+        }
+        sizes.push(size);
+    }
+    Ok(sizes)
+}
+
+/// The table's rows; a test fails here if it does not parse.
+fn table() -> Vec<Row<'static>> {
+    parse_table(TABLE).unwrap_or_else(|why| panic!("tests/c/misuse_cases.def, {why}"))
+}
 
 #[derive(Clone, Copy, Debug)]
 enum Mode {
@@ -258,11 +152,17 @@ impl Mode {
         }
     }
 
-    fn caught(self) -> &'static [&'static str] {
-        match self {
-            Mode::Default => CAUGHT_DEFAULT,
-            Mode::Secure => CAUGHT_SECURE,
-        }
+    /// The cases of `rows` nodalloc must catch in this mode, as `CATEGORY SIZE`.
+    fn caught(self, rows: &[Row]) -> Vec<String> {
+        rows.iter()
+            .flat_map(|row| {
+                let sizes = match self {
+                    Mode::Default => &row.caught_default,
+                    Mode::Secure => &row.caught_secure,
+                };
+                sizes.iter().map(|size| format!("{} {size}", row.category))
+            })
+            .collect()
     }
 }
 
@@ -301,17 +201,47 @@ fn compile() -> PathBuf {
     output
 }
 
-/// Every case, as `CATEGORY SIZE`.
-fn cases(program: &Path) -> Vec<String> {
+/// The program, built once for the tests of this file.
+fn program() -> &'static Path {
+    static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
+    PROGRAM.get_or_init(compile)
+}
+
+/// The categories `misuse_suite list` prints, in its order.
+fn listed_categories(program: &Path) -> Vec<String> {
     let listed = run_bounded(clean_command(program).arg("list"), TIME_LIMIT);
     assert!(
         listed.succeeded(),
         "misuse_suite list: {}",
         listed.describe()
     );
-    let cases: Vec<String> = listed
-        .stdout
-        .lines()
+    listed.stdout.lines().map(str::to_string).collect()
+}
+
+/// Panics unless the table's rows are the categories the program lists, each once, in its order
+/// (the program takes them from the table: a difference means the two read it differently).
+fn assert_table_is_the_programs_list(rows: &[Row], listed: &[String]) {
+    let in_table: Vec<&str> = rows.iter().map(|row| row.category).collect();
+    let missing: Vec<&String> = listed
+        .iter()
+        .filter(|category| !in_table.contains(&category.as_str()))
+        .collect();
+    let extra: Vec<&&str> = in_table
+        .iter()
+        .filter(|category| !listed.iter().any(|listed| listed == *category))
+        .collect();
+    assert!(
+        in_table == listed,
+        "tests/c/misuse_cases.def and `misuse_suite list` differ: listed, not in the table: \
+         {missing:?}; in the table, not listed: {extra:?}; table order {in_table:?}, listed \
+         order {listed:?}"
+    );
+}
+
+/// Every case of `categories`, as `CATEGORY SIZE`.
+fn cases(categories: &[String]) -> Vec<String> {
+    let cases: Vec<String> = categories
+        .iter()
         .flat_map(|category| SIZES.iter().map(move |size| format!("{category} {size}")))
         .collect();
     assert!(cases.len() >= 100, "only {} cases", cases.len());
@@ -418,32 +348,28 @@ fn run_all(program: &Path, mode: Mode, cases: &[String]) -> Vec<Outcome> {
     outcomes.into_iter().map(|(_, outcome)| outcome).collect()
 }
 
-/// Every case of the tables is caught (with nodalloc's message naming the pointer when it
+/// Every case of the table is caught (with nodalloc's message naming the pointer when it
 /// aborts), in default and in secure mode; prints each mode's score.
 #[test]
 fn the_misuse_cases_nodalloc_catches_stay_caught() {
     let started = Instant::now();
-    let program = compile();
-    let cases = cases(&program);
-    for table in [CAUGHT_DEFAULT, CAUGHT_SECURE] {
-        for entry in table {
-            assert!(
-                cases.iter().any(|case| case == entry),
-                "`{entry}` in a table is not a case of misuse_suite"
-            );
-        }
-    }
+    let program = program();
+    let rows = table();
+    let categories = listed_categories(program);
+    assert_table_is_the_programs_list(&rows, &categories);
+    let cases = cases(&categories);
     let mut failures = Vec::new();
     for mode in [Mode::Default, Mode::Secure] {
-        let outcomes = run_all(&program, mode, &cases);
+        let required = mode.caught(&rows);
+        let outcomes = run_all(program, mode, &cases);
         let caught = outcomes.iter().filter(|outcome| outcome.caught()).count();
         println!(
             "misuse suite, nodalloc {mode:?} mode: {caught} of {} cases caught ({} required)",
             outcomes.len(),
-            mode.caught().len()
+            required.len()
         );
         for outcome in &outcomes {
-            let listed = mode.caught().contains(&outcome.case.as_str());
+            let listed = required.contains(&outcome.case);
             if listed {
                 if let Some(why) = outcome.failure() {
                     failures.push(format!(
@@ -468,4 +394,44 @@ fn the_misuse_cases_nodalloc_catches_stay_caught() {
         failures.len(),
         failures.join("\n\n")
     );
+}
+
+/// The table (`tests/c/misuse_cases.def`) parses, size columns included, and names exactly the
+/// categories `misuse_suite list` prints: none missing, none extra, none twice.
+#[test]
+fn the_case_table_parses_and_names_exactly_the_programs_categories() {
+    let rows = table();
+    let categories = listed_categories(program());
+    assert_table_is_the_programs_list(&rows, &categories);
+}
+
+/// What the table's parser refuses, so that a row it misreads fails the tests instead of
+/// changing what they hold nodalloc to.
+#[test]
+fn the_case_table_parser_refuses_malformed_rows() {
+    let good = r#"MISUSE_CASE("double-free", double_free, "8 4096 262144", "-")"#;
+    assert_eq!(
+        parse_table(good),
+        Ok(vec![Row {
+            category: "double-free",
+            caught_default: vec![8, 4096, 262144],
+            caught_secure: vec![],
+        }])
+    );
+    for bad in [
+        r#"MISUSE_CASE("double-free", double_free, "8 4096 262144", "")"#,
+        r#"MISUSE_CASE("double-free", double_free, "8 4096 262144", "16")"#,
+        r#"MISUSE_CASE("double-free", double_free, "8 8", "-")"#,
+        r#"MISUSE_CASE("double-free", double_free, "8  4096", "-")"#,
+        r#"MISUSE_CASE("double-free", double_free, "8 4096")"#,
+        r#"MISUSE_CASE(double-free, double_free, "8", "8")"#,
+        r#"MISUSE_CASE("double-free", double-free, "8", "8")"#,
+        "MISUSE_CASE(\"double-free\", double_free,\n    \"8\", \"8\")",
+        "/* MISUSE_CASE(\"double-free\", double_free, \"8\", \"8\") */",
+        "#if 0",
+    ] {
+        assert!(parse_table(bad).is_err(), "parsed: {bad}");
+    }
+    let twice = format!("{good}\n{good}");
+    assert!(parse_table(&twice).is_err(), "parsed a category twice");
 }

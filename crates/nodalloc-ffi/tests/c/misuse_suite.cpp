@@ -2,7 +2,9 @@
  * scripts/misuse-score.sh and checked for nodalloc by tests/misuse_suite.rs).
  *
  * Usage: misuse_suite CATEGORY SIZE (SIZE is 8, 4096 or 262144), or misuse_suite list (every
- * category, one per line).
+ * category, one per line). The categories are the rows of misuse_cases.def, the table that also
+ * holds, per mode, the sizes at which nodalloc must catch each: a new case is a function here
+ * and a row there.
  *
  * A case allocates, prints "pointer 0x…" (the pointer the misuse concerns, as %p prints it) and
  * possibly "nearby 0x…" lines (blocks the damage may reach, which an allocator's report may name
@@ -726,46 +728,12 @@ struct Category {
     int (*run)(size_t size);
 };
 
+/* Every category, in the order of the table (misuse_cases.def), which also says at which sizes
+ * nodalloc must catch it; this program ignores those columns. */
 static const Category CATEGORIES[] = {
-    {"double-free", double_free},
-    {"double-free-interleaved", double_free_interleaved},
-    {"double-free-after-100", double_free_after_100},
-    {"double-free-other-thread", double_free_other_thread},
-    {"double-free-after-realloc", double_free_after_realloc},
-    {"double-free-duplicates", double_free_duplicates},
-    {"free-interior", free_interior},
-    {"free-plus-4096", free_plus_4096},
-    {"free-minus-16", free_minus_16},
-    {"free-stack", free_stack},
-    {"free-global", free_global},
-    {"free-wild", free_wild},
-    {"free-mmap", free_mmap},
-    {"free-fake-chunk", free_fake_chunk},
-    {"realloc-freed", realloc_freed},
-    {"realloc-interior", realloc_interior},
-    {"overflow-1", overflow_1},
-    {"overflow-usable-1", overflow_usable_1},
-    {"overflow-memcpy-32", overflow_memcpy_32},
-    {"overflow-4096", overflow_4096},
-    {"overflow-far-1m", overflow_far},
-    {"overread-4096", overread_4096},
-    {"overflow-after-shrink", overflow_after_shrink},
-    {"underflow-1", underflow_1},
-    {"underflow-16", underflow_16},
-    {"uaf-write-first", uaf_write_first},
-    {"uaf-write-middle", uaf_write_middle},
-    {"uaf-memset", uaf_memset},
-    {"uaf-read", uaf_read},
-    {"uaf-write-then-malloc", uaf_write_then_malloc},
-    {"freelist-poison", freelist_poison},
-    {"zero-write", zero_write},
-    {"zero-read", zero_read},
-    {"reuse-immediate", reuse_immediate},
-    {"new-array-delete", new_array_delete_},
-    {"new-delete-array", new_delete_array_},
-    {"delete-wrong-size", delete_wrong_size},
-    {"malloc-delete", malloc_delete_},
-    {"new-free", new_free_},
+#define MISUSE_CASE(name, function, caught_default, caught_secure) {name, function},
+#include "misuse_cases.def"
+#undef MISUSE_CASE
 };
 
 int main(int argc, char **argv) {
