@@ -12,7 +12,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use nodalloc::raw::CpuSet;
-use nodalloc::{OvercommitMode, ThpMode, Topology};
+use nodalloc::{OvercommitMode, ThpMode, TierSource, Topology};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -307,6 +307,35 @@ fn describe(topology: &Topology, bind: Option<String>) -> String {
         }
     );
     out += &format!("binding: {}\n", describe_binding(bind.as_deref(), count));
+    out += &describe_tiers(topology);
+    out
+}
+
+/// The memory tiers part of the report: how the far nodes were chosen, and per node whether it
+/// is near or far, its kernel tier and where its far memory comes from.
+fn describe_tiers(topology: &Topology) -> String {
+    let source = match topology.tier_source() {
+        TierSource::None => "one tier, no far memory (far requests are served near)",
+        TierSource::Kernel => "from the kernel's memory tiers",
+        TierSource::CpuLess => "one kernel tier: the nodes without CPUs are far",
+        TierSource::Option => "from NODALLOC_TIERS",
+    };
+    let mut out = format!("memory tiers: {source}\n");
+    for node in 0..topology.node_count() {
+        let tier = topology.kernel_tier_of(node).map_or_else(
+            || "no kernel tier".to_string(),
+            |id| format!("kernel tier {id}"),
+        );
+        let role = if topology.is_far(node) {
+            "far".to_string()
+        } else {
+            match topology.far_node_of(node) {
+                Some(far) => format!("near, far memory on node {far}"),
+                None => "near".to_string(),
+            }
+        };
+        out += &format!("  node {node}: {role} ({tier})\n");
+    }
     out
 }
 

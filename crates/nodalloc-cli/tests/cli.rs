@@ -128,6 +128,53 @@ fn topology_shows_four_simulated_nodes_and_their_distances() {
 }
 
 #[test]
+fn topology_shows_the_far_nodes_and_each_nodes_far_node() {
+    let result = output(
+        nodalloc_command(nodalloc_binary())
+            .arg("topology")
+            .env("NODALLOC_SIMULATE_NODES", "3")
+            .env("NODALLOC_TIERS", "near:0,1;far:2"),
+    );
+    let report = text(&result.stdout);
+    assert!(result.status.success(), "{}", text(&result.stderr));
+    let tiers: Vec<&str> = report
+        .lines()
+        .skip_while(|line| !line.starts_with("memory tiers: "))
+        .take(4)
+        .collect();
+    assert_eq!(
+        tiers,
+        [
+            "memory tiers: from NODALLOC_TIERS",
+            "  node 0: near, far memory on node 2 (no kernel tier)",
+            "  node 1: near, far memory on node 2 (no kernel tier)",
+            "  node 2: far (no kernel tier)",
+        ],
+        "report:\n{report}"
+    );
+    // This machine's own view: one kernel tier or none, and no far node on one node.
+    let result = output(nodalloc_command(nodalloc_binary()).arg("topology"));
+    let report = text(&result.stdout);
+    assert!(
+        report.contains("\nmemory tiers: one tier, no far memory"),
+        "report:\n{report}"
+    );
+    // A list naming no usable node is refused with a warning, and the detected choice stands.
+    let result = output(
+        nodalloc_command(nodalloc_binary())
+            .arg("topology")
+            .env("NODALLOC_TIERS", "far:9"),
+    );
+    assert!(result.status.success());
+    let warnings = text(&result.stderr);
+    assert!(
+        warnings.contains("NODALLOC_TIERS names node 9, which is not a usable node"),
+        "stderr:\n{warnings}"
+    );
+    assert!(text(&result.stdout).contains("\nmemory tiers: one tier, no far memory"));
+}
+
+#[test]
 fn run_without_a_library_names_every_place_it_looked() {
     // A copy of the binary in a directory with no libnodalloc.so beside it or in ../lib.
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))

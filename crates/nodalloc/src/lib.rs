@@ -73,7 +73,7 @@ mod face {
     use core::ptr::null_mut;
 
     pub use crate::os::options::{OptionSpec, OPTIONS};
-    pub use crate::os::topology::{NodeInfo, OvercommitMode, ThpMode, Topology};
+    pub use crate::os::topology::{NodeInfo, OvercommitMode, ThpMode, TierSource, Topology};
     pub use crate::stats::{
         ClassStats, NodeStats, PartitionStats, SharedOpCounts, Stats, TOP_PARTITIONS,
     };

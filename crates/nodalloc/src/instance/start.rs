@@ -56,6 +56,9 @@ pub(super) fn create() -> Option<&'static NodeHeaps> {
     // Topology (integers, bools, `None`, and enums whose first variant is 0).
     let topology = unsafe { &mut *scratch };
     topology.detect_into(options.simulate_nodes);
+    if options.tiers_far.is_some() {
+        topology.choose_far_nodes(options.tiers_far);
+    }
     let config = ArenaConfig {
         region_bytes: options.region_bytes,
         strict_binding: options.strict_binding,

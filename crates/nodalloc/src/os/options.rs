@@ -156,6 +156,16 @@ pub const OPTIONS: &[OptionSpec] = &[
                   deepest frame it could verify",
         apply: apply_callsite_depth,
     },
+    OptionSpec {
+        name: "NODALLOC_TIERS",
+        default: "auto",
+        meaning: "which nodes are far memory: auto (the kernel's memory tiers: nodes of a slower \
+                  tier than the CPUs' nodes; with one tier, the nodes without CPUs), or \
+                  near:LIST;far:LIST (or far:LIST alone) with the kernel's node numbers, e.g. \
+                  near:0,1;far:2. Each node's cold memory goes to its nearest far node; with no \
+                  far node it stays near",
+        apply: apply_tiers,
+    },
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,6 +216,8 @@ pub struct Options {
     pub callsite_partitions: usize,
     /// Frames from `malloc` to the call site (1: its caller).
     pub callsite_depth: usize,
+    /// The far nodes `NODALLOC_TIERS` names (kernel numbers, as a mask); `None`: auto.
+    pub tiers_far: Option<u64>,
 }
 
 /// What the maintenance thread does (`NODALLOC_BACKGROUND`; see `instance/background.rs`).
@@ -254,6 +266,7 @@ impl Default for Options {
             ring_shards: 0,
             callsite_partitions: 0,
             callsite_depth: 1,
+            tiers_far: None,
         }
     }
 }
@@ -337,6 +350,16 @@ fn apply_policy(options: &mut Options, value: &[u8]) -> Result<(), &'static str>
         b"bind" => true,
         _ => return Err("preferred or bind"),
     };
+    Ok(())
+}
+
+fn apply_tiers(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    const TAKES: &str = "auto, or near:LIST;far:LIST with node numbers 0-63 in one list each";
+    if trim(value) == b"auto" {
+        options.tiers_far = None;
+        return Ok(());
+    }
+    options.tiers_far = Some(super::topology::parse_tiers(value).ok_or(TAKES)?);
     Ok(())
 }
 
@@ -634,5 +657,9 @@ mod tests {
         assert_eq!(set("NODALLOC_CALLSITE", b"64").callsite_partitions, 64);
         assert_eq!(set("NODALLOC_CALLSITE_DEPTH", b"3").callsite_depth, 3);
         assert_eq!(set("NODALLOC_BIND", b"saturate").bind, BindPolicy::Saturate);
+        assert_eq!(
+            set("NODALLOC_TIERS", b"near:0;far:1-2").tiers_far,
+            Some(0b110)
+        );
     }
 }

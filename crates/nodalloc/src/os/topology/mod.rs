@@ -6,8 +6,13 @@
 //! is one node holding every CPU the process may use, which is always a correct (if NUMA-blind)
 //! answer. With `NODALLOC_SIMULATE_NODES=N` the CPUs are split into N fake nodes so that every
 //! multi-node path runs on a one-node machine; a simulated topology never issues `mbind`.
+//!
+//! Memory tiers (`tiers.rs`): which nodes are far memory, and each node's far node.
 
 mod sysfs;
+mod tiers;
+
+pub use tiers::{parse_tiers, TierSource};
 
 use super::cpuset::{for_each_in_list, parse_decimal, trim, CpuSet, MAX_CPUS};
 use super::{read_file, thread_affinity, PathBuffer};
@@ -69,6 +74,13 @@ pub struct Topology {
     /// RAM plus swap (`/proc/meminfo`), 0 if unknown: under heuristic overcommit the kernel
     /// refuses single requests larger than this, and so does nodalloc.
     memory_total: u64,
+    /// The far nodes (bit per usable node; see `tiers.rs`).
+    far: u32,
+    /// Each usable node's nearest far node, `u8::MAX` for none.
+    far_of: [u8; MAX_NODES],
+    /// Each usable node's kernel memory tier id plus one (0: none known).
+    kernel_tier: [u16; MAX_NODES],
+    tier_source: TierSource,
 }
 
 const EMPTY_NODE: NodeInfo = NodeInfo {
@@ -95,6 +107,10 @@ impl Topology {
             overcommit: OvercommitMode::Heuristic,
             address_space_limit: None,
             memory_total: 0,
+            far: 0,
+            far_of: [u8::MAX; MAX_NODES],
+            kernel_tier: [0; MAX_NODES],
+            tier_source: TierSource::None,
         }
     }
 
@@ -118,6 +134,7 @@ impl Topology {
             self.collapse_to_one_node(&cpus);
         }
         self.fit_address_space(&cpus);
+        self.read_tiers();
     }
 
     /// Makes `self` one node holding `cpus`, keeping the kernel modes already read.
@@ -174,6 +191,10 @@ impl Topology {
         self.overcommit = OvercommitMode::Heuristic;
         self.address_space_limit = None;
         self.memory_total = 0;
+        self.far = 0;
+        self.far_of.fill(u8::MAX);
+        self.kernel_tier.fill(0);
+        self.tier_source = TierSource::None;
     }
 
     /// Splits the process's CPUs into `count` fake nodes: contiguous blocks when there are enough
