@@ -41,6 +41,23 @@ int nodalloc_node_of(const void *ptr);
  * out). NULL with errno EINVAL for a node that does not exist, ENOMEM when memory runs out. */
 void *nodalloc_malloc_on_node(size_t size, int node);
 
+/* Memory tiers (README "Memory tiers"): near memory is the calling thread's node's, far memory
+ * the nearest far node's (CXL, a memory-only node; see `nodalloc topology`). */
+#define NODALLOC_TIER_NEAR 0
+#define NODALLOC_TIER_FAR 1
+
+/* Allocates `size` bytes of far memory, for cold data: on the far node of the calling thread's
+ * node, from that node's own bags (nodalloc_node_of names it); free it with free(). On a machine
+ * without far memory, or when the far node's memory runs out, the block is near, as malloc's.
+ * NULL with errno ENOMEM when memory runs out. C++: the hot/cold `operator new(size_t,
+ * __hot_cold_t)` forms (tcmalloc's, which LLVM's -optimize-hot-cold-new emits) do the same for
+ * hints below 128. */
+void *nodalloc_malloc_cold(size_t size);
+
+/* Allocates `size` bytes in tier NODALLOC_TIER_NEAR (as malloc) or NODALLOC_TIER_FAR (as
+ * nodalloc_malloc_cold). NULL with errno EINVAL for another tier. */
+void *nodalloc_malloc_tier(size_t size, int tier);
+
 /* Sets a hard limit on the bytes nodalloc commits (0 removes it). Returns 0, or -1 with errno. */
 int nodalloc_set_limit(size_t bytes);
 

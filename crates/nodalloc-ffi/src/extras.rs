@@ -1,5 +1,5 @@
 //! The `nodalloc_*` extras of `include/nodalloc.h`: statistics, the node of a block, allocation
-//! on a given node, the memory limit and call-site partitions.
+//! on a given node, the memory limit and call-site partitions (memory tiers: `tiers.rs`).
 
 use crate::plain::{handed_out, set_errno, MALLOC_ALIGN};
 use crate::secure;
@@ -29,16 +29,22 @@ pub extern "C" fn nodalloc_malloc_on_node(size: usize, node: c_int) -> *mut c_vo
         set_errno(libc::EINVAL);
         return null_mut();
     }
+    malloc_on(size, MALLOC_ALIGN, node as usize, secure::Kind::Malloc)
+}
+
+/// `size` bytes at `align` on usable node `node`, through secure mode's layer when it is on
+/// (which records `kind`).
+pub(crate) fn malloc_on(size: usize, align: usize, node: usize, kind: secure::Kind) -> *mut c_void {
     if secure::on() {
         let Some(total) = size.max(1).checked_add(secure::OVERHEAD) else {
             set_errno(libc::ENOMEM);
             return null_mut();
         };
-        let p = handed_out(raw::alloc_on_node(total, MALLOC_ALIGN, node as usize));
+        let p = handed_out(raw::alloc_on_node(total, align, node));
         // SAFETY: null, or a block of at least `total` bytes just handed out.
-        return unsafe { secure::finish(p, size, secure::Kind::Malloc) };
+        return unsafe { secure::finish(p, size, kind) };
     }
-    handed_out(raw::alloc_on_node(size, MALLOC_ALIGN, node as usize))
+    handed_out(raw::alloc_on_node(size, align, node))
 }
 
 /// Sets the hard limit on committed bytes (0: none). 0 on success, -1 + ENOMEM if the heap

@@ -29,6 +29,7 @@ mod plain;
 mod screen;
 mod secure;
 mod threads;
+mod tiers;
 mod tls;
 
 use aligned::allocate_aligned;

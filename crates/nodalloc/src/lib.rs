@@ -117,6 +117,57 @@ mod face {
         }
     }
 
+    impl NodAlloc {
+        /// Allocates in memory tier `tier`: [`Tier::Near`] as any allocation, [`Tier::Far`] on
+        /// the far node of the calling thread's node (see [`far_node`]; served near on a machine
+        /// without far memory). Far blocks come from the far node's own bags and spans, so
+        /// [`node_of`] names the far node, and they go back there when freed, through any
+        /// path. Cold data (rarely read caches, history, logs) belongs there. Free it like any
+        /// other allocation.
+        ///
+        /// ```
+        /// use std::alloc::{GlobalAlloc, Layout};
+        /// let allocator = nodalloc::NodAlloc::new();
+        /// let layout = Layout::from_size_align(256, 8).unwrap();
+        /// let block = allocator.alloc_in_tier(layout, nodalloc::Tier::Far);
+        /// assert!(!block.is_null());
+        /// // On a machine without far memory the block is near.
+        /// assert_eq!(nodalloc::far_node().is_some(), nodalloc::far_node() == nodalloc::node_of(block));
+        /// // SAFETY: allocated above with this layout, freed once.
+        /// unsafe { allocator.dealloc(block, layout) };
+        /// ```
+        pub fn alloc_in_tier(&self, layout: Layout, tier: Tier) -> *mut u8 {
+            match (tier, far_node()) {
+                (Tier::Far, Some(node)) => self.alloc_on_node(layout, node),
+                // SAFETY: `alloc` requires a non-zero size; a zero-size layout gets a one-byte
+                // block instead (as `alloc_on_node` gives one).
+                _ => unsafe {
+                    self.alloc(Layout::from_size_align_unchecked(
+                        layout.size().max(1),
+                        layout.align(),
+                    ))
+                },
+            }
+        }
+    }
+
+    /// A memory tier (see [`NodAlloc::alloc_in_tier`] and the README's "Memory tiers").
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Tier {
+        /// The memory of the calling thread's node (as every allocation).
+        Near,
+        /// Far memory (CXL, a memory-only node): the far node of the calling thread's node.
+        Far,
+    }
+
+    /// The node (an index into [`topology`]'s usable nodes) that far-memory requests of the
+    /// calling thread go to: the nearest far node of its node; `None` on a machine without
+    /// far memory, where they are served near.
+    pub fn far_node() -> Option<usize> {
+        let instance = Instance::get()?;
+        with_heap(|heap| instance.far_node_for(Some(heap))).map(|node| node.index())
+    }
+
     impl Default for NodAlloc {
         fn default() -> Self {
             Self::new()

@@ -125,6 +125,14 @@ pub fn alloc_on_node(size: usize, align: usize, node: usize) -> *mut u8 {
     }
 }
 
+/// The node far-memory requests of the thread owning `heap` go to (see
+/// [`crate::far_node`]); `None` without far memory or before the allocator started.
+pub fn far_node(heap: Option<&ThreadHeap>) -> Option<usize> {
+    Instance::existing()?
+        .far_node_for(heap)
+        .map(|node| node.index())
+}
+
 /// Tells `stats()` how to find the calling thread's heap (the face's own thread-local), so the
 /// caller's counters are published before a snapshot. `hook` returns null when it has none.
 pub fn set_current_heap_hook(hook: fn() -> *mut ThreadHeap) {

@@ -68,6 +68,7 @@ fn child_entry() {
         "small-address-space" => scenarios::small_address_space(),
         "fork" => scenarios::fork(),
         "limit" => scenarios::limit(),
+        "tiers" => scenarios::tiers(),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -215,6 +216,18 @@ fn simulated_four_nodes_stress_sends_frees_home() {
         "stress",
         &[("NODALLOC_SIMULATE_NODES", "4")],
         "stress ok: 4 nodes",
+    );
+}
+
+#[test]
+fn far_requests_land_on_the_far_node_the_option_names() {
+    expect_child(
+        "tiers",
+        &[
+            ("NODALLOC_SIMULATE_NODES", "3"),
+            ("NODALLOC_TIERS", "near:0,1;far:2"),
+        ],
+        "tiers ok",
     );
 }
 

@@ -12,6 +12,7 @@ mod hostile;
 mod misuse;
 mod partitions;
 mod sparse;
+mod tiers;
 
 use common::{
     clean_command, describe_status, library, run_bounded, Finished, SIGABRT, STATS_LINE_PREFIX,

@@ -159,6 +159,16 @@ impl Instance {
             .unwrap_or_default()
     }
 
+    /// Where a far-memory request of the thread owning `heap` goes: the far node of its home
+    /// node (of the node it runs on without an attached heap); `None` without far memory.
+    pub(crate) fn far_node_for(self, heap: Option<&ThreadHeap>) -> Option<NodeId> {
+        let node = match heap {
+            Some(heap) if heap.is_attached() => heap.node(),
+            _ => self.current_node(),
+        };
+        self.topology().far_node_of(node.index()).map(NodeId)
+    }
+
     /// A small object straight from `node`'s bags, bypassing every cache (a thread without a
     /// heap, or an allocation on a chosen node). Null when no memory is left.
     pub(crate) fn alloc_single(self, node: Option<NodeId>, class: SizeClass) -> *mut u8 {

@@ -288,6 +288,11 @@ impl ThreadHeap {
         self.grown_bytes = 0;
     }
 
+    /// True once the heap is attached to a node (and until it is retired).
+    pub fn is_attached(&self) -> bool {
+        self.state == HeapState::Active
+    }
+
     /// The home node.
     pub fn node(&self) -> NodeId {
         self.node

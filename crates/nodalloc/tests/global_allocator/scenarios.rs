@@ -363,3 +363,41 @@ pub fn stress(threads: usize, ops: usize) {
         after.remote_frees
     );
 }
+
+/// The `tiers` scenario (three simulated nodes, `NODALLOC_TIERS=near:0,1;far:2`): far blocks
+/// of every size land on node 2 and near ones on the thread's node; a thread homed on the far
+/// node itself has no far node, and its far requests stay on its node.
+pub fn tiers() {
+    let probe = Layout::from_size_align(64, 8).unwrap();
+    // SAFETY: a valid non-zero layout; freed below.
+    let home_block = unsafe { GLOBAL.alloc(probe) };
+    let home = nodalloc::node_of(home_block).expect("a block of nodalloc");
+    let far = nodalloc::far_node();
+    assert_eq!(far, if home == 2 { None } else { Some(2) }, "home {home}");
+    for size in [0, 24, 4096, 300_000, 3 << 20] {
+        for align in [8, 64, 4096] {
+            let layout = Layout::from_size_align(size, align).unwrap();
+            for (tier, expected) in [
+                (nodalloc::Tier::Near, home),
+                (nodalloc::Tier::Far, far.unwrap_or(home)),
+            ] {
+                let block = GLOBAL.alloc_in_tier(layout, tier);
+                assert!(!block.is_null(), "{size} bytes at {align} in {tier:?}");
+                assert_eq!(block as usize % align, 0);
+                assert_eq!(
+                    nodalloc::node_of(block),
+                    Some(expected),
+                    "{size} bytes at {align} in {tier:?}"
+                );
+                // SAFETY: the block holds `size` bytes; freed once with its layout.
+                unsafe {
+                    block.write_bytes(0xa5, size);
+                    GLOBAL.dealloc(block, layout);
+                }
+            }
+        }
+    }
+    // SAFETY: allocated above with `probe`.
+    unsafe { GLOBAL.dealloc(home_block, probe) };
+    eprintln!("tiers ok: home {home}, far {far:?}");
+}

@@ -1,0 +1,58 @@
+//! Memory tiers from C and C++ (`tests/c/tiers.cpp`): cold requests on the far node, hot and
+//! plain ones near, on simulated nodes with `NODALLOC_TIERS` naming the far one (where pages
+//! land is the NUMA guest's to prove; here the placement logic and the entry points), and near
+//! on this machine, which has no far memory.
+
+use super::*;
+
+/// `tiers` for `mode`, started on CPU 0 alone (so the main thread's node is node 0 on every
+/// simulated topology), expecting far blocks on `far` (-1: near).
+fn tiers(mode: Mode, far: i32, env: &[(&str, &str)]) {
+    let mut program = command("tiers", mode);
+    program.arg(far.to_string()).envs(env.iter().copied());
+    // SAFETY: sched_setaffinity is async-signal-safe and touches only the child.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut program, || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
+            Ok(())
+        });
+    }
+    run_passing("tiers", mode, &mut program);
+}
+
+#[test]
+fn cold_requests_land_on_the_far_node_and_hot_ones_near() {
+    for mode in MODES {
+        for secure in ["0", "1"] {
+            tiers(
+                mode,
+                2,
+                &[
+                    ("NODALLOC_SIMULATE_NODES", "3"),
+                    ("NODALLOC_TIERS", "near:0,1;far:2"),
+                    ("NODALLOC_SECURE", secure),
+                ],
+            );
+        }
+    }
+}
+
+#[test]
+fn without_far_memory_cold_requests_are_served_near() {
+    for mode in MODES {
+        tiers(mode, -1, &[]);
+        // Simulated nodes all have CPUs: no far node unless the option names one.
+        tiers(mode, -1, &[("NODALLOC_SIMULATE_NODES", "2")]);
+        // A list naming no usable node is refused (with a warning): still near.
+        tiers(
+            mode,
+            -1,
+            &[
+                ("NODALLOC_SIMULATE_NODES", "2"),
+                ("NODALLOC_TIERS", "far:7"),
+            ],
+        );
+    }
+}
