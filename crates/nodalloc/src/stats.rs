@@ -5,6 +5,12 @@
 //! their node heap on slow paths and at thread exit, so a snapshot lags each running thread by
 //! at most one batch per class; `stats()` publishes the calling thread's counters first, and
 //! after threads have exited the figures are exact.
+//!
+//! The figures each node keeps and the whole allocator sums are declared once, in two tables
+//! (`node_summed_fields` and `shared_op_fields`, after mimalloc's `MI_STAT_FIELDS`): the
+//! fields of [`NodeStats`], [`Stats`] and [`SharedOpCounts`], the sums and the report's lines
+//! for them are generated from the tables' rows. The other figures are hand-written fields.
+//! `node/stats.rs` fills a snapshot in.
 
 use crate::os::options::MAX_RING_SHARDS;
 use crate::os::topology::MAX_NODES;
@@ -31,97 +37,309 @@ pub struct ClassStats {
     pub in_rings: usize,
 }
 
-/// One node's figures.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NodeStats {
-    /// Bytes of live objects allocated by this node's threads (class sizes; large spans whole).
-    pub allocated: usize,
-    /// Bytes of bags and large spans handed out from this node's region.
-    pub active: usize,
-    /// Bytes of this region that may be resident: active plus free-but-not-yet-decommitted.
-    pub committed: usize,
-    /// Bytes of address space the region's frontier has passed.
-    pub mapped: usize,
-    /// Bytes returned to the OS so far.
-    pub decommitted: usize,
-    /// Bytes of whole free pages inside bags still in use that are given back to the OS now
-    /// (part of `active` and `committed`, but not resident).
-    pub released_in_bags: usize,
-    /// Objects of this node freed by threads of other nodes (returned through the inbox).
-    pub remote_frees: u64,
-    /// Times this node's threads took objects or spans from another node.
-    pub steals: u64,
-    /// Large objects allocated from this node's region so far.
-    pub large_allocs: u64,
-    /// Large objects of this node's region freed so far.
-    pub large_frees: u64,
-    /// Bytes of bags in the node's dense pool (objects up to 4 KiB), the memory that may sit on
-    /// transparent huge pages.
-    pub dense_bags: usize,
-    /// Bytes of the node's region backed by transparent huge pages (`AnonHugePages` of the
-    /// region's mappings in /proc/self/smaps; 0 where /proc cannot be read).
-    pub huge_pages: usize,
-    /// Objects (small and large) this node's threads allocated so far (lags as
-    /// [`Stats::allocs`]): the base of the shared-operation rates below.
-    pub allocs: u64,
-    /// Shared-structure operations of this node's heap, so far ([`Stats::write_to`] prints
-    /// them per 1 000 allocations).
-    pub shared: SharedOpCounts,
-    /// Transfer rings per size class on this node (`NODALLOC_RING_SHARDS`).
-    pub ring_shards: usize,
-    /// Batches pushed and popped through each ring shard so far (the first `ring_shards`
-    /// entries): how the node's CPUs share the ring traffic.
-    pub shard_ring_operations: [u64; MAX_RING_SHARDS],
+/// The statistics every node keeps and [`Stats`] sums over the nodes, one row each: the only
+/// place such a statistic is declared. Each row generates the [`NodeStats`] field (documented
+/// by the row's doc comment), the same-named [`Stats`] field (documented by the row's
+/// description of the total, "summed over the nodes"), its zero in `Stats::empty`, its term in
+/// `Stats::sum_nodes` and its place in the report ([`Stats::write_to`]). Adding such a
+/// statistic is one row here, plus the line of `collect_stats` (`node/stats.rs`) that fills in
+/// each node's value.
+///
+/// A row: the doc comment (per node); `name: type` (`usize` or `u64`); the description of the
+/// total; how the report writes the value (a [`Shown`] variant), its label, and the report
+/// lines it is printed on (a list of [`ReportLine`]s, `[]` for none). A line prints its fields
+/// in table order, so `huge_pages` stays the last one on `Node`: the hand-written text after it
+/// (`(P% of … in bags of objects up to 4 KiB)`) qualifies it.
+///
+/// What goes elsewhere: the shared-structure operations, summed too, in `shared_op_fields`;
+/// per-node figures that are not summed (`large_allocs`, `dense_bags`, `ring_shards`, …) as
+/// hand-written fields of [`NodeStats`]; whole-allocator figures that are not the nodes' sums
+/// (`allocs` and `frees`, counted per class; `threads`, `limit`, `peak_committed`,
+/// `background_*`, the partitions' figures) as hand-written fields of [`Stats`].
+///
+/// `node_summed_fields! { generator! { input } }` expands to `generator! { [rows] input }`;
+/// the generators follow, and the unit tests read the rows the same way, so they cover a new
+/// row without being told.
+macro_rules! node_summed_fields {
+    ($generator:ident ! { $($input:tt)* }) => {
+        $generator! {
+            [
+                /// Bytes of live objects allocated by this node's threads (class sizes; large
+                /// spans whole).
+                allocated: usize, "Bytes of live objects",
+                    Bytes "allocated" [TotalBytes, Node];
+                /// Bytes of bags and large spans handed out from this node's region.
+                active: usize, "Bytes of bags and large spans handed out",
+                    Bytes "active" [TotalBytes, Node];
+                /// Bytes of this region that may be resident: active plus
+                /// free-but-not-yet-decommitted.
+                committed: usize, "Bytes committed (in use or free but still resident)",
+                    Bytes "committed" [TotalBytes, Node];
+                /// Bytes of address space the region's frontier has passed.
+                mapped: usize, "Bytes of address space the regions' frontiers have passed",
+                    Bytes "mapped" [TotalBytes];
+                /// Bytes returned to the OS so far.
+                decommitted: usize, "Bytes given back to the OS so far",
+                    Bytes "decommitted" [TotalBytes];
+                /// Bytes of whole free pages inside bags still in use that are given back to the
+                /// OS now (part of `active` and `committed`, but not resident).
+                released_in_bags: usize,
+                    "Bytes of whole free pages inside bags still in use that are given back to \
+                     the OS now (part of `active` and `committed`, but not resident)",
+                    Bytes "released in bags" [TotalBytes];
+                /// Objects of this node freed by threads of other nodes (returned through the
+                /// inbox).
+                remote_frees: u64,
+                    "Objects freed by a thread of another node than theirs (sent home)",
+                    Count "remote frees" [TotalObjects, Node];
+                /// Times this node's threads took objects or spans from another node.
+                steals: u64, "Batches or objects threads took from other nodes' heaps",
+                    Count "steals" [TotalObjects, Node];
+                /// Bytes of the node's region backed by transparent huge pages (`AnonHugePages`
+                /// of the region's mappings in /proc/self/smaps; 0 where /proc cannot be read).
+                huge_pages: usize, "Bytes of the heap on transparent huge pages",
+                    Bytes "huge pages" [Node];
+            ]
+            $($input)*
+        }
+    };
 }
 
-/// Operations on structures a node's threads share, so far: how often a design makes the
-/// node's threads meet, comparable between designs even where few CPUs make the waits
-/// themselves rare. Per node in [`NodeStats::shared`], summed over the nodes in
-/// [`Stats::shared`].
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SharedOpCounts {
-    /// Times a class lock (one per class, the central bag list's) was taken.
-    pub class_locks: u64,
-    /// Of [`SharedOpCounts::class_locks`], the times the first try failed and the taker waited.
-    pub contended_locks: u64,
-    /// Times a span lock of the node's region (its dense and sparse pools) was taken.
-    pub span_locks: u64,
-    /// Batches pushed to the node's transfer rings.
-    pub ring_pushes: u64,
-    /// Batches popped from the node's transfer rings (by its threads, and by steals).
-    pub ring_pops: u64,
-    /// Ring pushes' and pops' compare-and-swap passes that had to start over (another thread
-    /// moved the ring's position first).
-    pub ring_retries: u64,
-    /// Chains of remote frees pushed to the node's inbox (one per outbox hand-over).
-    pub inbox_pushes: u64,
-    /// Times a thread of the node took its inbox's chains to sort them into bags.
-    pub inbox_takes: u64,
-    /// Objects taken out of the node's bags one by one (carved or off a bag's free list).
-    pub bag_objects_taken: u64,
-    /// Objects put back into the node's bags one by one.
-    pub bag_objects_returned: u64,
-    /// Thread heaps homed on the node at their thread's start.
-    pub heaps_attached: u64,
-    /// Thread heaps of the node retired at their thread's exit.
-    pub heaps_retired: u64,
+/// The operations on shared structures each node counts, one row each: the only place such a
+/// count is declared. Each row generates the [`SharedOpCounts`] field (documented by the row's
+/// doc comment), its term in `SharedOpCounts::add` (so in [`Stats::shared`], the nodes' sum)
+/// and its place on each node's `shared operations` line of the report. Adding such a count is
+/// one row here, plus the line of `SharedOps::counts` (`node/mod.rs`) that reads it.
+///
+/// A row: the doc comment; the name; how the report writes the value (a [`Shown`] variant,
+/// rates per 1 000 of the node's allocations) and the text before it on the line, its
+/// punctuation included. All counts are `u64`.
+///
+/// `shared_op_fields! { generator! { input } }` expands to `generator! { [rows] input }`, as
+/// `node_summed_fields` does.
+macro_rules! shared_op_fields {
+    ($generator:ident ! { $($input:tt)* }) => {
+        $generator! {
+            [
+                /// Times a class lock (one per class, the central bag list's) was taken.
+                class_locks: PerThousand "class locks ";
+                /// Of [`SharedOpCounts::class_locks`], the times the first try failed and the
+                /// taker waited.
+                contended_locks: PerThousand " (contended ";
+                /// Times a span lock of the node's region (its dense and sparse pools) was taken.
+                span_locks: PerThousand "), span locks ";
+                /// Batches pushed to the node's transfer rings.
+                ring_pushes: PerThousand ", ring pushes ";
+                /// Batches popped from the node's transfer rings (by its threads, and by steals).
+                ring_pops: PerThousand ", ring pops ";
+                /// Ring pushes' and pops' compare-and-swap passes that had to start over (another
+                /// thread moved the ring's position first).
+                ring_retries: PerThousand ", ring retries ";
+                /// Chains of remote frees pushed to the node's inbox (one per outbox hand-over).
+                inbox_pushes: PerThousand ", inbox pushes ";
+                /// Times a thread of the node took its inbox's chains to sort them into bags.
+                inbox_takes: PerThousand ", inbox takes ";
+                /// Objects taken out of the node's bags one by one (carved or off a bag's free
+                /// list).
+                bag_objects_taken: PerThousand ", objects from bags ";
+                /// Objects put back into the node's bags one by one.
+                bag_objects_returned: PerThousand ", objects to bags ";
+                /// Thread heaps homed on the node at their thread's start.
+                heaps_attached: Count ", heaps attached ";
+                /// Thread heaps of the node retired at their thread's exit.
+                heaps_retired: Count ", retired ";
+            ]
+            $($input)*
+        }
+    };
 }
 
-impl SharedOpCounts {
-    /// Adds another node's counts to these.
-    pub(crate) fn add(&mut self, other: &SharedOpCounts) {
-        self.class_locks += other.class_locks;
-        self.contended_locks += other.contended_locks;
-        self.span_locks += other.span_locks;
-        self.ring_pushes += other.ring_pushes;
-        self.ring_pops += other.ring_pops;
-        self.ring_retries += other.ring_retries;
-        self.inbox_pushes += other.inbox_pushes;
-        self.inbox_takes += other.inbox_takes;
-        self.bag_objects_taken += other.bag_objects_taken;
-        self.bag_objects_returned += other.bag_objects_returned;
-        self.heaps_attached += other.heaps_attached;
-        self.heaps_retired += other.heaps_retired;
+/// Generates [`NodeStats`]: the rows of `node_summed_fields`, then the hand-written fields;
+/// with the report's description of the summed fields, `SUMMED_FIELDS`.
+macro_rules! node_stats_struct {
+    (
+        [$(
+            $(#[$doc:meta])*
+            $name:ident: $ty:ty, $total:literal, $shown:ident $label:literal [$($line:ident),*];
+        )*]
+        $(#[$attribute:meta])*
+        pub struct NodeStats { $($fields:tt)* }
+    ) => {
+        $(#[$attribute])*
+        pub struct NodeStats {
+            $($(#[$doc])* pub $name: $ty,)*
+            $($fields)*
+        }
+
+        impl NodeStats {
+            /// The summed fields' values, in table order (that of `SUMMED_FIELDS`).
+            fn summed_values(&self) -> [u64; SUMMED_FIELDS.len()] {
+                [$(self.$name as u64),*]
+            }
+        }
+
+        /// How the report prints each summed field, in table order.
+        const SUMMED_FIELDS: [SummedField; [$(stringify!($name)),*].len()] = [$(
+            SummedField { label: $label, shown: Shown::$shown, lines: &[$(ReportLine::$line),*] },
+        )*];
+    };
+}
+
+/// Generates [`Stats`]: the rows of `node_summed_fields` (each the sum of the nodes'), then the
+/// hand-written fields, each with its value in an empty snapshot after `=`; with
+/// `Stats::empty` and `Stats::sum_nodes`.
+macro_rules! stats_struct {
+    (
+        [$(
+            $(#[$doc:meta])*
+            $name:ident: $ty:ty, $total:literal, $shown:ident $label:literal [$($line:ident),*];
+        )*]
+        $(#[$attribute:meta])*
+        pub struct Stats {
+            $($(#[$field_doc:meta])* $vis:vis $field:ident: $field_ty:ty = $empty:expr,)*
+        }
+    ) => {
+        $(#[$attribute])*
+        pub struct Stats {
+            $(
+                #[doc = concat!(
+                    $total, ", summed over the nodes (see [`NodeStats::", stringify!($name), "`])."
+                )]
+                pub $name: $ty,
+            )*
+            $($(#[$field_doc])* $vis $field: $field_ty,)*
+        }
+
+        impl Stats {
+            /// A snapshot of nothing: no nodes, every figure zero.
+            pub(crate) fn empty() -> Stats {
+                Stats {
+                    $($name: 0,)*
+                    $($field: $empty,)*
+                }
+            }
+
+            /// Sets each summed field, and [`Stats::shared`], to its sum over [`Stats::nodes`].
+            pub(crate) fn sum_nodes(&mut self) {
+                $(self.$name = 0;)*
+                self.shared = SharedOpCounts::default();
+                for node in &self.nodes[..self.node_count] {
+                    $(self.$name += node.$name;)*
+                    self.shared.add(&node.shared);
+                }
+            }
+
+            /// The summed fields' values, in table order (that of `SUMMED_FIELDS`).
+            fn summed_values(&self) -> [u64; SUMMED_FIELDS.len()] {
+                [$(self.$name as u64),*]
+            }
+        }
+    };
+}
+
+/// Generates [`SharedOpCounts`] from the rows of `shared_op_fields`, with its `add` and the
+/// report's description of its fields, `SHARED_OP_FIELDS`.
+macro_rules! shared_op_counts_struct {
+    (
+        [$($(#[$doc:meta])* $name:ident: $shown:ident $before:literal;)*]
+        $(#[$attribute:meta])*
+        pub struct SharedOpCounts;
+    ) => {
+        $(#[$attribute])*
+        pub struct SharedOpCounts {
+            $($(#[$doc])* pub $name: u64,)*
+        }
+
+        impl SharedOpCounts {
+            /// Adds another node's counts to these.
+            pub(crate) fn add(&mut self, other: &SharedOpCounts) {
+                $(self.$name += other.$name;)*
+            }
+
+            /// The counts, in table order (that of `SHARED_OP_FIELDS`).
+            fn values(&self) -> [u64; SHARED_OP_FIELDS.len()] {
+                [$(self.$name),*]
+            }
+        }
+
+        /// How the report prints each count, in table order.
+        const SHARED_OP_FIELDS: [SharedOpField; [$(stringify!($name)),*].len()] = [$(
+            SharedOpField { before: $before, shown: Shown::$shown },
+        )*];
+    };
+}
+
+/// How the report writes a value.
+#[derive(Clone, Copy)]
+enum Shown {
+    /// Bytes, with a binary unit (`12.5 MiB`).
+    Bytes,
+    /// The number as it is.
+    Count,
+    /// Per 1 000 allocations of the same node (or of all nodes), with one decimal.
+    PerThousand,
+}
+
+/// The report's lines that print summed fields (the rows of `node_summed_fields` name them).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum ReportLine {
+    /// The totals' bytes: `  allocated …, peak committed …`.
+    TotalBytes,
+    /// The totals' objects: `  allocs …, frees …, remote frees …`.
+    TotalObjects,
+    /// Each node's first line: `  node N: allocated …`.
+    Node,
+}
+
+/// How the report prints a summed field: `label value`, on each of `lines`.
+struct SummedField {
+    label: &'static str,
+    shown: Shown,
+    lines: &'static [ReportLine],
+}
+
+/// How the report prints a shared-operation count: `before` then the value.
+struct SharedOpField {
+    before: &'static str,
+    shown: Shown,
+}
+
+node_summed_fields! {
+    node_stats_struct! {
+        /// One node's figures. The ones [`Stats`] sums over the nodes, into its fields of the
+        /// same names, come first.
+        #[derive(Clone, Copy, Debug, Default)]
+        pub struct NodeStats {
+            /// Large objects allocated from this node's region so far.
+            pub large_allocs: u64,
+            /// Large objects of this node's region freed so far.
+            pub large_frees: u64,
+            /// Bytes of bags in the node's dense pool (objects up to 4 KiB), the memory that may
+            /// sit on transparent huge pages.
+            pub dense_bags: usize,
+            /// Objects (small and large) this node's threads allocated so far (lags as
+            /// [`Stats::allocs`]): the base of the shared-operation rates below.
+            pub allocs: u64,
+            /// Shared-structure operations of this node's heap, so far ([`Stats::write_to`]
+            /// prints them per 1 000 allocations).
+            pub shared: SharedOpCounts,
+            /// Transfer rings per size class on this node (`NODALLOC_RING_SHARDS`).
+            pub ring_shards: usize,
+            /// Batches pushed and popped through each ring shard so far (the first
+            /// `ring_shards` entries): how the node's CPUs share the ring traffic.
+            pub shard_ring_operations: [u64; MAX_RING_SHARDS],
+        }
+    }
+}
+
+shared_op_fields! {
+    shared_op_counts_struct! {
+        /// Operations on structures a node's threads share, so far: how often a design makes the
+        /// node's threads meet, comparable between designs even where few CPUs make the waits
+        /// themselves rare. Per node in [`NodeStats::shared`], summed over the nodes in
+        /// [`Stats::shared`].
+        #[derive(Clone, Copy, Debug, Default)]
+        pub struct SharedOpCounts;
     }
 }
 
@@ -165,102 +383,55 @@ impl PartitionStats {
     }
 }
 
-/// A snapshot of the whole allocator.
-#[derive(Clone, Copy, Debug)]
-pub struct Stats {
-    /// Bytes of live objects (see [`NodeStats::allocated`]), all nodes.
-    pub allocated: usize,
-    /// Bytes of bags and large spans handed out, all nodes.
-    pub active: usize,
-    /// Bytes committed (in use or free but still resident), all nodes.
-    pub committed: usize,
-    /// Bytes of address space the regions' frontiers have passed, all nodes.
-    pub mapped: usize,
-    /// Bytes given back to the OS so far, all nodes.
-    pub decommitted: usize,
-    /// See [`NodeStats::released_in_bags`].
-    pub released_in_bags: usize,
-    /// Bytes of the heap on transparent huge pages (see [`NodeStats::huge_pages`]).
-    pub huge_pages: usize,
-    /// Objects freed by a thread of another node than theirs (sent home), all nodes.
-    pub remote_frees: u64,
-    /// Batches or objects threads took from other nodes' heaps, all nodes.
-    pub steals: u64,
-    /// Shared-structure operations, all nodes (see [`NodeStats::shared`]).
-    pub shared: SharedOpCounts,
-    /// Objects (small and large) allocated so far.
-    pub allocs: u64,
-    /// Objects (small and large) freed so far.
-    pub frees: u64,
-    /// Threads with a live heap.
-    pub threads: usize,
-    /// The hard limit on committed bytes (0: none).
-    pub limit: usize,
-    /// The most ever committed at once.
-    pub peak_committed: usize,
-    /// Upkeep passes the maintenance thread made (`NODALLOC_BACKGROUND`; 0 without one).
-    pub background_passes: u64,
-    /// The maintenance thread's CPU time in ns, as of its last pass or step that prepared
-    /// something.
-    pub background_cpu_ns: u64,
-    /// Chunks (2 MiB) the maintenance thread populated ahead of demand.
-    pub background_prepared: usize,
-    /// Bags of big classes the maintenance thread carved ahead of demand.
-    pub background_bags: u64,
-    /// Bytes of free spans the maintenance thread decommitted.
-    pub background_decommitted: u64,
-    /// Call-site partitions, P (0: the mode is off).
-    pub partitions: usize,
-    /// Partitions that ever had a bag.
-    pub partitions_used: usize,
-    /// Bags reclaimed whole, over all partitions (see [`PartitionStats::reclaimed`]).
-    pub bags_reclaimed: u64,
-    /// Bags picked apart, over all partitions (see [`PartitionStats::picked`]).
-    pub bags_picked: u64,
-    pub(crate) node_count: usize,
-    pub(crate) simulated: bool,
-    pub(crate) nodes: [NodeStats; MAX_NODES],
-    pub(crate) classes: [ClassStats; NUM_CLASSES],
-    pub(crate) top: [PartitionStats; TOP_PARTITIONS],
-    pub(crate) top_len: usize,
+node_summed_fields! {
+    stats_struct! {
+        /// A snapshot of the whole allocator. The sums of the nodes' figures (the [`NodeStats`]
+        /// fields of the same names) come first.
+        #[derive(Clone, Copy, Debug)]
+        pub struct Stats {
+            /// Shared-structure operations, summed over the nodes (see [`NodeStats::shared`]).
+            pub shared: SharedOpCounts = SharedOpCounts::default(),
+            /// Objects (small and large) allocated so far.
+            pub allocs: u64 = 0,
+            /// Objects (small and large) freed so far.
+            pub frees: u64 = 0,
+            /// Threads with a live heap.
+            pub threads: usize = 0,
+            /// The hard limit on committed bytes (0: none).
+            pub limit: usize = 0,
+            /// The most ever committed at once.
+            pub peak_committed: usize = 0,
+            /// Upkeep passes the maintenance thread made (`NODALLOC_BACKGROUND`; 0 without one).
+            pub background_passes: u64 = 0,
+            /// The maintenance thread's CPU time in ns, as of its last pass or step that
+            /// prepared something.
+            pub background_cpu_ns: u64 = 0,
+            /// Chunks (2 MiB) the maintenance thread populated ahead of demand.
+            pub background_prepared: usize = 0,
+            /// Bags of big classes the maintenance thread carved ahead of demand.
+            pub background_bags: u64 = 0,
+            /// Bytes of free spans the maintenance thread decommitted.
+            pub background_decommitted: u64 = 0,
+            /// Call-site partitions, P (0: the mode is off).
+            pub partitions: usize = 0,
+            /// Partitions that ever had a bag.
+            pub partitions_used: usize = 0,
+            /// Bags reclaimed whole, over all partitions (see [`PartitionStats::reclaimed`]).
+            pub bags_reclaimed: u64 = 0,
+            /// Bags picked apart, over all partitions (see [`PartitionStats::picked`]).
+            pub bags_picked: u64 = 0,
+            pub(crate) node_count: usize = 0,
+            pub(crate) simulated: bool = false,
+            pub(crate) nodes: [NodeStats; MAX_NODES] = [NodeStats::default(); MAX_NODES],
+            pub(crate) classes: [ClassStats; NUM_CLASSES] = [ClassStats::default(); NUM_CLASSES],
+            pub(crate) top: [PartitionStats; TOP_PARTITIONS] =
+                [PartitionStats::default(); TOP_PARTITIONS],
+            pub(crate) top_len: usize = 0,
+        }
+    }
 }
 
 impl Stats {
-    pub(crate) fn empty() -> Stats {
-        Stats {
-            allocated: 0,
-            active: 0,
-            committed: 0,
-            mapped: 0,
-            decommitted: 0,
-            released_in_bags: 0,
-            huge_pages: 0,
-            remote_frees: 0,
-            steals: 0,
-            shared: SharedOpCounts::default(),
-            allocs: 0,
-            frees: 0,
-            threads: 0,
-            limit: 0,
-            peak_committed: 0,
-            background_passes: 0,
-            background_cpu_ns: 0,
-            background_prepared: 0,
-            background_bags: 0,
-            background_decommitted: 0,
-            partitions: 0,
-            partitions_used: 0,
-            bags_reclaimed: 0,
-            bags_picked: 0,
-            node_count: 0,
-            simulated: false,
-            nodes: [NodeStats::default(); MAX_NODES],
-            classes: [ClassStats::default(); NUM_CLASSES],
-            top: [PartitionStats::default(); TOP_PARTITIONS],
-            top_len: 0,
-        }
-    }
-
     /// The partitions with the most live bytes, most first (at most [`TOP_PARTITIONS`]; none
     /// with the mode off).
     pub fn top_partitions(&self) -> &[PartitionStats] {
@@ -315,50 +486,27 @@ impl Stats {
             .str(" thread(s)\n");
         w.write_to(fd);
         w.clear();
-        w.str("  allocated ")
-            .size(self.allocated as u64)
-            .str(", active ")
-            .size(self.active as u64)
-            .str(", committed ")
-            .size(self.committed as u64)
-            .str(", mapped ")
-            .size(self.mapped as u64)
-            .str(", decommitted ")
-            .size(self.decommitted as u64)
-            .str(", released in bags ")
-            .size(self.released_in_bags as u64)
-            .str(", peak committed ")
-            .size(self.peak_committed as u64);
+        let totals = self.summed_values();
+        w.str("  ");
+        write_summed(&mut w, ReportLine::TotalBytes, &totals, self.allocs, "");
+        w.str(", peak committed ").size(self.peak_committed as u64);
         if self.limit != 0 {
             w.str(" (limit ").size(self.limit as u64).str(")");
         }
         w.str("\n  allocs ")
             .decimal(self.allocs)
             .str(", frees ")
-            .decimal(self.frees)
-            .str(", remote frees ")
-            .decimal(self.remote_frees)
-            .str(", steals ")
-            .decimal(self.steals)
-            .str("\n");
+            .decimal(self.frees);
+        write_summed(&mut w, ReportLine::TotalObjects, &totals, self.allocs, ", ");
+        w.str("\n");
         w.write_to(fd);
         for (node, stats) in self.nodes().iter().enumerate() {
             w.clear();
-            w.str("  node ")
-                .decimal(node as u64)
-                .str(": allocated ")
-                .size(stats.allocated as u64)
-                .str(", active ")
-                .size(stats.active as u64)
-                .str(", committed ")
-                .size(stats.committed as u64)
-                .str(", remote frees ")
-                .decimal(stats.remote_frees)
-                .str(", steals ")
-                .decimal(stats.steals)
-                .str(", huge pages ")
-                .size(stats.huge_pages as u64)
-                .str(" (")
+            w.str("  node ").decimal(node as u64).str(": ");
+            let values = stats.summed_values();
+            write_summed(&mut w, ReportLine::Node, &values, stats.allocs, "");
+            // After huge pages, the last of the line's summed fields.
+            w.str(" (")
                 .decimal(stats.huge_page_percent())
                 .str("% of ")
                 .size(stats.dense_bags as u64)
@@ -456,31 +604,11 @@ impl Stats {
 /// A node's shared-structure operations per 1 000 of its allocations, one line.
 fn write_shared_ops(w: &mut Writer, node: &NodeStats) {
     let allocs = node.allocs;
-    let stats = &node.shared;
-    w.str("    shared operations per 1000 allocations: class locks ");
-    write_per_thousand(w, stats.class_locks, allocs);
-    w.str(" (contended ");
-    write_per_thousand(w, stats.contended_locks, allocs);
-    w.str("), span locks ");
-    write_per_thousand(w, stats.span_locks, allocs);
-    w.str(", ring pushes ");
-    write_per_thousand(w, stats.ring_pushes, allocs);
-    w.str(", ring pops ");
-    write_per_thousand(w, stats.ring_pops, allocs);
-    w.str(", ring retries ");
-    write_per_thousand(w, stats.ring_retries, allocs);
-    w.str(", inbox pushes ");
-    write_per_thousand(w, stats.inbox_pushes, allocs);
-    w.str(", inbox takes ");
-    write_per_thousand(w, stats.inbox_takes, allocs);
-    w.str(", objects from bags ");
-    write_per_thousand(w, stats.bag_objects_taken, allocs);
-    w.str(", objects to bags ");
-    write_per_thousand(w, stats.bag_objects_returned, allocs);
-    w.str(", heaps attached ")
-        .decimal(stats.heaps_attached)
-        .str(", retired ")
-        .decimal(stats.heaps_retired);
+    w.str("    shared operations per 1000 allocations: ");
+    for (field, count) in SHARED_OP_FIELDS.iter().zip(node.shared.values()) {
+        w.str(field.before);
+        write_value(w, field.shown, count, allocs);
+    }
     if node.ring_shards > 1 {
         w.str(", ring shards ")
             .decimal(node.ring_shards as u64)
@@ -495,6 +623,37 @@ fn write_shared_ops(w: &mut Writer, node: &NodeStats) {
         w.str(")");
     }
     w.str("\n");
+}
+
+/// The summed fields `line` prints, `label value` each, the first after `separator` and the
+/// others after `, `; `values` in table order, `allocs` the base of rates.
+fn write_summed(
+    w: &mut Writer,
+    line: ReportLine,
+    values: &[u64; SUMMED_FIELDS.len()],
+    allocs: u64,
+    mut separator: &str,
+) {
+    for (field, value) in SUMMED_FIELDS.iter().zip(values) {
+        if field.lines.contains(&line) {
+            w.str(separator).str(field.label).str(" ");
+            write_value(w, field.shown, *value, allocs);
+            separator = ", ";
+        }
+    }
+}
+
+/// `value` as `shown` says; `allocs` is the base of a rate.
+fn write_value(w: &mut Writer, shown: Shown, value: u64, allocs: u64) {
+    match shown {
+        Shown::Bytes => {
+            w.size(value);
+        }
+        Shown::Count => {
+            w.decimal(value);
+        }
+        Shown::PerThousand => write_per_thousand(w, value, allocs),
+    }
 }
 
 /// `count` per 1 000 `allocs`, with one decimal, rounded down (`-` with no allocation).
@@ -532,6 +691,7 @@ fn reclaim_percent(reclaimed: u64, picked: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[test]
     fn the_top_partitions_keep_the_most_live_bytes_in_order() {
@@ -558,5 +718,153 @@ mod tests {
         assert_eq!(tenths_per_thousand(1, 3), Some(3333));
         assert_eq!(tenths_per_thousand(5, 0), None);
         assert_eq!(reclaim_percent(0, 0), 0);
+    }
+
+    /// The report `stats` writes, as text, read back through a temporary file.
+    fn report(stats: &Stats) -> String {
+        use std::os::fd::AsRawFd;
+        static REPORTS: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "nodalloc-report-{}-{}",
+            std::process::id(),
+            REPORTS.fetch_add(1, Ordering::Relaxed)
+        ));
+        let file = std::fs::File::create(&path).unwrap();
+        stats.write_to(file.as_raw_fd());
+        drop(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        text
+    }
+
+    /// `value` as the report writes it.
+    fn shown(shown: Shown, value: u64, allocs: u64) -> String {
+        let mut w = Writer::new();
+        write_value(&mut w, shown, value, allocs);
+        String::from_utf8(w.as_bytes().to_vec()).unwrap()
+    }
+
+    /// Gives the `field`-th row (from 1, in table order) of `node_summed_fields` the value
+    /// `field` on node 0, `100 field` on node 1 and `10 000 field` on node 2, which lies past
+    /// `node_count` and must not count; then checks each total and the report's lines.
+    macro_rules! check_summed_fields {
+        ([$(
+            $(#[$doc:meta])*
+            $name:ident: $ty:ty, $total:literal, $shown:ident $label:literal [$($line:ident),*];
+        )*]) => {{
+            let mut stats = Stats::empty();
+            stats.node_count = 2;
+            let mut field: u64 = 0;
+            $(
+                field += 1;
+                stats.nodes[0].$name = field as $ty;
+                stats.nodes[1].$name = (100 * field) as $ty;
+                stats.nodes[2].$name = (10_000 * field) as $ty;
+            )*
+            stats.sum_nodes();
+            stats.sum_nodes();
+            let mut field: u64 = 0;
+            $(
+                field += 1;
+                assert_eq!(stats.$name as u64, 101 * field, stringify!($name));
+            )*
+            let rows = field as usize;
+            assert_eq!(rows, SUMMED_FIELDS.len());
+            for (index, (total, (node_0, node_1))) in stats
+                .summed_values()
+                .iter()
+                .zip(stats.nodes[0].summed_values().iter().zip(stats.nodes[1].summed_values()))
+                .enumerate()
+            {
+                let field = index as u64 + 1;
+                assert_eq!((*total, *node_0, node_1), (101 * field, field, 100 * field));
+            }
+
+            // The report: the totals' two lines, then each node's two.
+            let text = report(&stats);
+            let lines: Vec<&str> = text.lines().collect();
+            assert!(lines[1].starts_with("  ") && lines[1].contains(", peak committed "));
+            assert!(lines[2].starts_with("  allocs 0, frees 0"));
+            assert!(lines[3].starts_with("  node 0: ") && lines[5].starts_with("  node 1: "));
+            // The text after the node's summed fields qualifies huge pages: they stay last.
+            let huge_pages = shown(Shown::Bytes, stats.nodes[0].huge_pages as u64, 0);
+            let huge_pages = format!("huge pages {huge_pages} (0% of 0 B");
+            assert!(lines[3].contains(&huge_pages), "{}", lines[3]);
+            let mut field: u64 = 0;
+            $(
+                field += 1;
+                let printed_on = [$(ReportLine::$line),*];
+                for (line, at, value) in [
+                    (ReportLine::TotalBytes, 1, 101 * field),
+                    (ReportLine::TotalObjects, 2, 101 * field),
+                    (ReportLine::Node, 3, field),
+                    (ReportLine::Node, 5, 100 * field),
+                ] {
+                    let expected = format!("{} {}", $label, shown(Shown::$shown, value, 0));
+                    assert_eq!(
+                        lines[at].contains(&expected),
+                        printed_on.contains(&line),
+                        "{} on {line:?}: {expected:?} in {:?}",
+                        stringify!($name),
+                        lines[at],
+                    );
+                }
+            )*
+        }};
+    }
+
+    #[test]
+    fn every_summed_field_is_the_sum_of_the_nodes_and_printed_on_its_lines() {
+        node_summed_fields! { check_summed_fields! {} }
+    }
+
+    /// Gives the `field`-th row (from 1) of `shared_op_fields` the count `field` on node 0 and
+    /// `100 field` on node 1; then checks the sums and each node's line of rates.
+    macro_rules! check_shared_op_fields {
+        ([$($(#[$doc:meta])* $name:ident: $shown:ident $before:literal;)*]) => {{
+            let mut stats = Stats::empty();
+            stats.node_count = 2;
+            let mut field: u64 = 0;
+            $(
+                field += 1;
+                stats.nodes[0].shared.$name = field;
+                stats.nodes[1].shared.$name = 100 * field;
+            )*
+            stats.nodes[0].allocs = 1000;
+            stats.nodes[1].allocs = 1000;
+            stats.sum_nodes();
+            let text = report(&stats);
+            let lines: Vec<&str> = text.lines().collect();
+            let (mut expected_0, mut expected_1) = (String::new(), String::new());
+            let mut field: u64 = 0;
+            $(
+                field += 1;
+                assert_eq!(stats.shared.$name, 101 * field, stringify!($name));
+                expected_0 += $before;
+                expected_0 += &shown(Shown::$shown, field, 1000);
+                expected_1 += $before;
+                expected_1 += &shown(Shown::$shown, 100 * field, 1000);
+            )*
+            let header = "    shared operations per 1000 allocations: ";
+            assert_eq!(lines[4], format!("{header}{expected_0}"));
+            assert_eq!(lines[6], format!("{header}{expected_1}"));
+        }};
+    }
+
+    #[test]
+    fn every_shared_operation_count_is_summed_and_printed_as_a_rate_or_count() {
+        shared_op_fields! { check_shared_op_fields! {} }
+        // The rows' texts make the line tools and tests read (`waves.c`: "objects from bags").
+        let mut stats = Stats::empty();
+        stats.node_count = 1;
+        stats.nodes[0].allocs = 1000;
+        stats.nodes[0].shared.contended_locks = 2;
+        stats.nodes[0].shared.heaps_retired = 3;
+        let text = report(&stats);
+        let line = text.lines().nth(4).unwrap();
+        let start = "    shared operations per 1000 allocations: class locks 0.0 (contended 2.0), ";
+        assert!(line.starts_with(start), "{line}");
+        assert!(line.contains(", objects from bags 0.0, "), "{line}");
+        assert!(line.ends_with(", heaps attached 0, retired 3"), "{line}");
     }
 }

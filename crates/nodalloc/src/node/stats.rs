@@ -71,15 +71,6 @@ impl NodeHeaps {
             // totals balance.
             out.allocated = (out.allocated as i64 + live_small).max(0) as usize;
             stats.nodes[node.index()] = out;
-            stats.allocated += out.allocated;
-            stats.active += out.active;
-            stats.committed += out.committed;
-            stats.mapped += out.mapped;
-            stats.decommitted += out.decommitted;
-            stats.released_in_bags += out.released_in_bags;
-            stats.remote_frees += out.remote_frees;
-            stats.steals += out.steals;
-            stats.shared.add(&out.shared);
             stats.allocs += out.large_allocs;
             stats.frees += out.large_frees;
         }
@@ -87,9 +78,10 @@ impl NodeHeaps {
         crate::os::for_each_huge_mapping(|start, bytes| {
             if let Some(node) = arena.origin_of(start) {
                 stats.nodes[node].huge_pages += bytes;
-                stats.huge_pages += bytes;
             }
         });
+        // The nodes' figures are complete: the totals are their sums.
+        stats.sum_nodes();
         self.collect_partition_stats(&mut stats);
         for (class, out_minus_live) in stats.classes.iter_mut().zip(out_minus_live) {
             class.cached = out_minus_live.max(0) as usize * class.size;
