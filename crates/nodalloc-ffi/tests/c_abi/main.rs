@@ -222,22 +222,26 @@ fn free_sized_with_a_size_of_another_class_aborts_naming_the_block() {
     }
 }
 
+/// Starts `command` on CPU 0 alone. The main thread is never bound; it lives on the node of
+/// the CPU it runs on: every simulated node holds CPU 0, so the main thread's home is node 0.
+fn on_cpu_zero(command: &mut Command) {
+    // SAFETY: sched_setaffinity is async-signal-safe and touches only the child.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(command, || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
+            Ok(())
+        });
+    }
+}
+
 #[test]
 fn malloc_on_node_reaches_every_simulated_node() {
     for mode in MODES {
         let mut extras = command("extras", mode);
         extras.arg("4").env("NODALLOC_SIMULATE_NODES", "4");
-        // The main thread is never bound; it lives on the node of the CPU it runs on. Started on
-        // CPU 0 alone, every simulated node holds CPU 0 and the main thread's home is node 0.
-        // SAFETY: sched_setaffinity is async-signal-safe and touches only the child.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut extras, || {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(0, &mut set);
-                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
-                Ok(())
-            });
-        }
+        on_cpu_zero(&mut extras);
         run_passing("extras", mode, &mut extras);
     }
 }

@@ -10,15 +10,7 @@ use super::*;
 fn tiers(mode: Mode, far: i32, env: &[(&str, &str)]) {
     let mut program = command("tiers", mode);
     program.arg(far.to_string()).envs(env.iter().copied());
-    // SAFETY: sched_setaffinity is async-signal-safe and touches only the child.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut program, || {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(0, &mut set);
-            libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
-            Ok(())
-        });
-    }
+    on_cpu_zero(&mut program);
     run_passing("tiers", mode, &mut program);
 }
 
