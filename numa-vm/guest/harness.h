@@ -33,6 +33,9 @@
 extern const char *allocator;
 extern const char *current_test;
 extern int is_nodalloc;
+/* Set for a test whose verdicts only inform here (NEEDS_TIERED_KERNEL on a kernel numa-vm/run
+ * does not vouch for): verdict() then gives info even for nodalloc. */
+extern int informing;
 
 void out(const char *format, ...) __attribute__((format(printf, 1, 2)));
 _Noreturn void die(const char *what);
@@ -151,11 +154,15 @@ enum peers {
 };
 
 /* What the machine must have. Without two nodes with CPUs the test cannot measure anything
- * and fails; a CPU-less node only exists with numa-vm/run --memory-only-node, so without one
- * the test is skipped and /init does not plan it. */
+ * and fails; a CPU-less node only exists with numa-vm/run --memory-only-node or --far-node, so
+ * without one the test is skipped and /init does not plan it. A test that probes the kernel's
+ * memory tiers and weighted interleave runs everywhere, but judges only where numa-vm/run
+ * chose a kernel that has them (--kernel 6.12 sets NUMATEST_TIERED=1); elsewhere its nodalloc
+ * row is info, which numa-vm/run's summary accepts for these tests alone. */
 enum needs {
     NEEDS_TWO_CPU_NODES = 1,
     NEEDS_CPULESS_NODE = 2,
+    NEEDS_TIERED_KERNEL = 4,
 };
 
 struct test {

@@ -12,16 +12,41 @@ mount -t sysfs sysfs /sys
 mount -t tmpfs tmpfs /tmp
 
 # Kernel command line: numatest.filter=NAME keeps the tests whose name contains NAME;
-# numatest.env=NODALLOC_X=V (any number) adds NODALLOC_X=V to every nodalloc run.
+# numatest.env=NODALLOC_X=V (any number) adds NODALLOC_X=V to every nodalloc run;
+# numatest.tiered=1 (numa-vm/run --kernel 6.12) tells every test that the kernel has memory
+# tiers and weighted interleave (NUMATEST_TIERED=1: the tests that probe them judge);
+# numatest.weights=NODE:WEIGHT,... (--far-node) are the weighted-interleave weights to set.
 filter=""
 nodalloc_env=""
+tiered=0
+weights=""
 # shellcheck disable=SC2013 # the command line is one line of words
 for word in $(cat /proc/cmdline); do
     case "$word" in
         numatest.filter=*) filter="${word#numatest.filter=}" ;;
         numatest.env=*) nodalloc_env="$nodalloc_env ${word#numatest.env=}" ;;
+        numatest.tiered=*) tiered="${word#numatest.tiered=}" ;;
+        numatest.weights=*) weights="${word#numatest.weights=}" ;;
     esac
 done
+
+# The weights, where the kernel has them (Linux 6.9 and later), before any test runs; then
+# every node's weight as the kernel reads it back, set or not.
+weight_dir=/sys/kernel/mm/mempolicy/weighted_interleave
+if [ -d "$weight_dir" ]; then
+    for pair in $(echo "$weights" | tr , ' '); do
+        echo "${pair#*:}" >"$weight_dir/node${pair%%:*}" ||
+            echo "NUMATEST-WEIGHTS cannot set node${pair%%:*} to ${pair#*:}"
+    done
+    line=""
+    for file in "$weight_dir"/node*; do
+        [ -e "$file" ] || continue
+        line="$line ${file##*/}=$(cat "$file")"
+    done
+    echo "NUMATEST-WEIGHTS$line"
+else
+    echo "NUMATEST-WEIGHTS none (no $weight_dir)"
+fi
 
 # The tests come from numatest's table (guest/tests.c), in run order, those whose name contains
 # the filter and that this machine can run (the ones that need a node with memory and no CPU
@@ -76,7 +101,7 @@ for test in $plan; do
             jemalloc) preload=$lib/libjemalloc.so.2 ;;
             mimalloc) preload=$lib/libmimalloc.so.2 ;;
         esac
-        extra="$environment"
+        extra="$environment NUMATEST_TIERED=$tiered"
         if [ "$test" = hoard_stress ]; then
             reference=$(sed -n 's/^RESULT hoard_stress mimalloc .* remote_pages=\([0-9]*\/[0-9]*\).*/\1/p' "$results")
             extra="$extra NUMATEST_REFERENCE=${reference:-none}"

@@ -110,6 +110,12 @@ const struct test tests[] = {
     {.name = "no_sysfs", .run = test_no_sysfs, .peers = PEERS_SKIPPED},
     {.name = "mbind_fails", .run = test_mbind_fails, .peers = PEERS_SKIPPED},
     {.name = "ulimit_v", .run = test_ulimit_v, .peers = PEERS_SKIPPED},
+    /* The kernel's memory tiers and weighted interleave: run once (a peer would only repeat
+     * the kernel's answer), judged where numa-vm/run chose a kernel that has them. */
+    {.name = "memory_tiers",
+     .run = test_memory_tiers,
+     .peers = PEERS_SKIPPED,
+     .needs = NEEDS_TIERED_KERNEL},
     /* NODALLOC_POLICY=bind, a node's physical memory exhausted: after the others, since it
      * may end in the kernel's OOM killer. */
     {.name = "policy_bind.node_full", .run = test_policy_bind, .peers = PEERS_SKIPPED},

@@ -54,4 +54,7 @@ void test_ulimit_v(const char *test);
 /* hostile_child.c */
 void child_hostile(const char *text);
 
+/* tiers.c */
+void test_memory_tiers(const char *test);
+
 #endif
