@@ -72,6 +72,8 @@ RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo_test cargo test -p nod
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo_test cargo test -p nodalloc --lib \
     --release ds::
 
-echo "== real NUMA: QEMU guests with 2 and 4 (+1 CPU-less) emulated nodes"
+echo "== real NUMA: QEMU guests with 2 and 4 (+1 CPU-less) emulated nodes (Linux 6.1), and 2 plus"
+echo "   a far CXL-like node in a memory tier of its own (Linux 6.12, HMAT, weighted interleave)"
 guest --nodes 2
 guest --nodes 4 --memory-only-node
+guest --kernel 6.12 --far-node

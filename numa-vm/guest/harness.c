@@ -306,6 +306,7 @@ void thp_mode(char *mode, size_t size) {
 
 int (*na_node_of)(const void *);
 void *(*na_malloc_on_node)(size_t, int);
+void *(*na_malloc_cold)(size_t);
 void (*na_stats_print)(int);
 
 /* The allocator the caller named must be the one the process runs with, or every comparison
@@ -322,6 +323,7 @@ static void check_allocator(void) {
         die("allocator-not-loaded");
     na_node_of = (int (*)(const void *))dlsym(RTLD_DEFAULT, "nodalloc_node_of");
     na_malloc_on_node = (void *(*)(size_t, int))dlsym(RTLD_DEFAULT, "nodalloc_malloc_on_node");
+    na_malloc_cold = (void *(*)(size_t))dlsym(RTLD_DEFAULT, "nodalloc_malloc_cold");
     na_stats_print = (void (*)(int))dlsym(RTLD_DEFAULT, "nodalloc_stats_print");
 }
 

@@ -93,6 +93,7 @@ int compare_pointers(const void *a, const void *b);
 
 extern int (*na_node_of)(const void *);
 extern void *(*na_malloc_on_node)(size_t, int);
+extern void *(*na_malloc_cold)(size_t);
 extern void (*na_stats_print)(int);
 
 int nodalloc_home_os_id(void);

@@ -112,6 +112,10 @@ const struct test tests[] = {
     {.name = "ulimit_v", .run = test_ulimit_v, .peers = PEERS_SKIPPED},
     /* The kernel's memory tiers and weighted interleave: run once (a peer would only repeat
      * the kernel's answer), judged where numa-vm/run chose a kernel that has them. */
+    {.name = "cold_on_far_node",
+     .run = test_cold_on_far_node,
+     .peers = PEERS_SKIPPED,
+     .needs = NEEDS_CPULESS_NODE},
     {.name = "memory_tiers",
      .run = test_memory_tiers,
      .peers = PEERS_SKIPPED,

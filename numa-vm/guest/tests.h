@@ -56,5 +56,6 @@ void child_hostile(const char *text);
 
 /* tiers.c */
 void test_memory_tiers(const char *test);
+void test_cold_on_far_node(const char *test);
 
 #endif

@@ -189,3 +189,84 @@ void test_memory_tiers(const char *test) {
     out("RESULT %s %s %s required=%s cpuless_in_own_tier=%d/%d%s\n", test, allocator,
         verdict(tiering && bound), informing ? "no" : "yes", apart, cpuless, report);
 }
+
+/* ---------------------------------------------------------------- cold_on_far_node */
+
+/* Cold blocks of one thread: 64 B, 16 KiB and a 4 MiB one from nodalloc_malloc_cold, every page
+ * touched; plain mallocs beside them. figures: [0] cold pages on the node nodalloc_node_of names
+ * for them, [1] cold pages, [2] cold blocks whose node_of is a node without CPUs, [3] cold blocks,
+ * [4] plain pages on the thread's home node, [5] plain pages. */
+static void *cold_thread(void *argument) {
+    struct worker *w = argument;
+    thread_start(w);
+    static const size_t sizes[] = {64, 16 << 10, 4 << 20};
+    static const int counts[] = {4096, 64, 1};
+    struct page_set *cold = xmap(sizeof *cold), *plain = xmap(sizeof *plain);
+    page_set_init(cold, 1 << 14);
+    page_set_init(plain, 1 << 14);
+    void *blocks[4096 + 64 + 1 + 4096 + 64 + 1];
+    int block_count = 0, cold_on_cpuless = 0, cold_blocks = 0, named = -2;
+    for (int s = 0; s < 3; s++) {
+        for (int i = 0; i < counts[s]; i++) {
+            char *c = na_malloc_cold(sizes[s]);
+            char *p = malloc(sizes[s]);
+            if (!c || !p)
+                die("malloc_cold");
+            memset(c, 1, sizes[s]);
+            memset(p, 2, sizes[s]);
+            int node = na_node_of(c);
+            struct node *n = node >= 0 ? usable_node(node) : NULL;
+            cold_on_cpuless += n && n->cpu_count == 0;
+            cold_blocks++;
+            /* One far node per thread: every cold block names the same one. */
+            named = named == -2 ? node : (named == node ? node : -1);
+            page_set_add(cold, c, sizes[s]);
+            page_set_add(plain, p, sizes[s]);
+            blocks[block_count++] = c;
+            blocks[block_count++] = p;
+        }
+    }
+    long per_node[MAX_NODES], absent;
+    page_set_count(cold, per_node, &absent);
+    w->figures[0] = named >= 0 && absent == 0 ? per_node[os_id_of_index(named)] : 0;
+    w->figures[1] = cold->count;
+    w->figures[2] = cold_on_cpuless;
+    w->figures[3] = cold_blocks;
+    page_set_count(plain, per_node, &absent);
+    w->figures[4] = per_node[w->home_os_id];
+    w->figures[5] = plain->count;
+    for (int i = 0; i < block_count; i++)
+        free(blocks[i]);
+    return NULL;
+}
+
+/* Needs a node without CPUs (numa-vm/run --memory-only-node or --far-node): one worker per CPU
+ * node, one at a time. Met when every cold page is on the node nodalloc_node_of names for its
+ * block, that node has no CPUs (with one kernel tier the memory-only nodes are far; with the
+ * HMAT of --far-node the far node's own tier is), and at least 99 % of the plain pages are on
+ * the thread's home node. */
+void test_cold_on_far_node(const char *test) {
+    first_malloc();
+    struct worker *workers = xmap(sizeof *workers * cpu_node_count);
+    long cold_on = 0, cold = 0, on_cpuless = 0, blocks = 0, plain_home = 0, plain = 0;
+    char per_thread[512] = "";
+    size_t used = 0;
+    for (int k = 0; k < cpu_node_count; k++) {
+        workers[k].index = k;
+        worker_pin(&workers[k], agreeing_cpu_node(k));
+        start_workers(&workers[k], 1, cold_thread);
+        join_workers(&workers[k], 1);
+        long *f = workers[k].figures;
+        cold_on += f[0], cold += f[1], on_cpuless += f[2], blocks += f[3];
+        plain_home += f[4], plain += f[5];
+        append(per_thread, sizeof per_thread, &used, "%snode%d:%ld/%ld", k ? "," : "",
+               workers[k].home_os_id, f[0], f[1]);
+    }
+    char f_cold[64], f_plain[64];
+    fraction(f_cold, sizeof f_cold, cold_on, cold);
+    fraction(f_plain, sizeof f_plain, plain_home, plain);
+    int met = cold > 0 && cold_on == cold && on_cpuless == blocks && plain_home * 100 >= plain * 99;
+    out("RESULT %s %s %s cold_pages_on_far=%s cold_blocks_on_cpuless=%ld/%ld "
+        "plain_pages_home=%s per_thread=%s\n",
+        test, allocator, verdict(met), f_cold, on_cpuless, blocks, f_plain, per_thread);
+}
