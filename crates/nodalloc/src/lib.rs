@@ -160,6 +160,53 @@ mod face {
         Far,
     }
 
+    /// Sends every allocation the calling thread makes to memory tier `tier` until the
+    /// returned scope ends (scopes nest; the inner one wins): with [`Tier::Far`], boxes,
+    /// vectors and everything else the thread allocates come from the far node of its node
+    /// (near on a machine without far memory), as [`NodAlloc::alloc_in_tier`] places one block.
+    /// Frees are not affected (a block goes back to its own node). Inside the scope the thread
+    /// allocates without its caches, so keep far scopes around the building of cold data.
+    ///
+    /// ```
+    /// let history: Vec<u64> = {
+    ///     let _far = nodalloc::tier(nodalloc::Tier::Far);
+    ///     (0..1000).collect()
+    /// };
+    /// assert_eq!(nodalloc::node_of(history.as_ptr() as *const u8),
+    ///            Some(nodalloc::far_node().unwrap_or(0)));
+    /// ```
+    pub fn tier(tier: Tier) -> TierScope {
+        let previous = Instance::get().map(|instance| {
+            with_heap(|heap| {
+                let far = match tier {
+                    Tier::Far => instance.far_node_for(Some(heap)),
+                    Tier::Near => None,
+                };
+                heap.enter_far(far)
+            })
+        });
+        TierScope {
+            previous,
+            _thread: core::marker::PhantomData,
+        }
+    }
+
+    /// A scope of [`tier`]; not `Send`, as it belongs to the thread that made it.
+    #[must_use = "the tier applies only while the scope lives"]
+    pub struct TierScope {
+        /// The far node before the scope (`None` when the allocator could not start).
+        previous: Option<Option<NodeId>>,
+        _thread: core::marker::PhantomData<*const ()>,
+    }
+
+    impl Drop for TierScope {
+        fn drop(&mut self) {
+            if let Some(previous) = self.previous {
+                with_heap(|heap| heap.enter_far(previous));
+            }
+        }
+    }
+
     /// The node (an index into [`topology`]'s usable nodes) that far-memory requests of the
     /// calling thread go to: the nearest far node of its node; `None` on a machine without
     /// far memory, where they are served near.

@@ -328,6 +328,8 @@ node_summed_fields! {
             /// Batches pushed and popped through each ring shard so far (the first
             /// `ring_shards` entries): how the node's CPUs share the ring traffic.
             pub shard_ring_operations: [u64; MAX_RING_SHARDS],
+            /// The node is far memory (see [`crate::Topology::is_far`]).
+            pub far: bool,
         }
     }
 }
@@ -420,6 +422,10 @@ node_summed_fields! {
             pub bags_reclaimed: u64 = 0,
             /// Bags picked apart, over all partitions (see [`PartitionStats::picked`]).
             pub bags_picked: u64 = 0,
+            /// Bytes of live objects on far nodes ([`NodeStats::far`]): part of `allocated`.
+            pub far_allocated: usize = 0,
+            /// Bytes committed on far nodes: part of `committed`.
+            pub far_committed: usize = 0,
             pub(crate) node_count: usize = 0,
             pub(crate) simulated: bool = false,
             pub(crate) nodes: [NodeStats; MAX_NODES] = [NodeStats::default(); MAX_NODES],
@@ -499,11 +505,21 @@ impl Stats {
             .decimal(self.frees);
         write_summed(&mut w, ReportLine::TotalObjects, &totals, self.allocs, ", ");
         w.str("\n");
+        if self.nodes().iter().any(|node| node.far) {
+            w.str("  far memory: allocated ")
+                .size(self.far_allocated as u64)
+                .str(", committed ")
+                .size(self.far_committed as u64)
+                .str("\n");
+        }
         w.write_to(fd);
         for (node, stats) in self.nodes().iter().enumerate() {
             w.clear();
             w.str("  node ").decimal(node as u64).str(": ");
             let values = stats.summed_values();
+            if stats.far {
+                w.str("far, ");
+            }
             write_summed(&mut w, ReportLine::Node, &values, stats.allocs, "");
             // After huge pages, the last of the line's summed fields.
             w.str(" (")

@@ -69,6 +69,7 @@ fn child_entry() {
         "fork" => scenarios::fork(),
         "limit" => scenarios::limit(),
         "tiers" => scenarios::tiers(),
+        "tier-scope" => scenarios::tier_scope(),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -228,6 +229,18 @@ fn far_requests_land_on_the_far_node_the_option_names() {
             ("NODALLOC_TIERS", "near:0,1;far:2"),
         ],
         "tiers ok",
+    );
+}
+
+#[test]
+fn a_far_scope_sends_every_allocation_of_the_thread_far() {
+    expect_child(
+        "tier-scope",
+        &[
+            ("NODALLOC_SIMULATE_NODES", "3"),
+            ("NODALLOC_TIERS", "near:0,1;far:2"),
+        ],
+        "tier-scope ok",
     );
 }
 

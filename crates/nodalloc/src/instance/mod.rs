@@ -200,7 +200,7 @@ impl Instance {
                 heap.run_attach_hook();
                 heap.check_home();
                 heap.upkeep();
-                heap.node()
+                heap.allocation_node()
             }
             _ => self.current_node(),
         };

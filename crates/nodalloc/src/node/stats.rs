@@ -42,6 +42,7 @@ impl NodeHeaps {
                 shared: node_heap.ops.counts(usage.span_locks),
                 ring_shards: heaps.ring_shards(),
                 shard_ring_operations: heaps.shard_operations(node),
+                far: arena.topology.is_far(node.index()),
             };
             let mut live_small: i64 = 0;
             heaps.for_each_class_heap(node, |part, size_class, class_heap| {
@@ -82,6 +83,13 @@ impl NodeHeaps {
         });
         // The nodes' figures are complete: the totals are their sums.
         stats.sum_nodes();
+        (stats.far_allocated, stats.far_committed) = stats
+            .nodes()
+            .iter()
+            .filter(|node| node.far)
+            .fold((0, 0), |(allocated, committed), node| {
+                (allocated + node.allocated, committed + node.committed)
+            });
         self.collect_partition_stats(&mut stats);
         for (class, out_minus_live) in stats.classes.iter_mut().zip(out_minus_live) {
             class.cached = out_minus_live.max(0) as usize * class.size;

@@ -31,6 +31,7 @@ mod partition;
 pub(crate) mod pool;
 mod secure;
 mod slow;
+mod tier;
 mod upkeep;
 
 #[cfg(test)]
@@ -158,6 +159,9 @@ pub struct ThreadHeap {
     /// into the objects it hands out
     /// (the C face's double-free mark) asks with [`Self::took_untouched`] and leaves it alone.
     untouched: bool,
+    /// The far node every allocation of the thread goes to while it is in a far scope (see
+    /// `tier.rs`); `None` outside one.
+    far: Option<NodeId>,
 }
 
 /// The CPU word of a heap that does not follow its thread's CPU: it never changes.
@@ -224,6 +228,7 @@ impl ThreadHeap {
             part_view: PartitionView::NONE,
             foreign: false,
             untouched: false,
+            far: None,
         }
     }
 
@@ -265,13 +270,17 @@ impl ThreadHeap {
         self.cpu_seen = 0;
         let (base, bytes) = heaps.arena_range();
         (self.arena_base, self.arena_words) = (base, bytes >> 3);
+        // A far scope keeps the fast paths shut (see `tier.rs`).
+        if self.far.is_some() {
+            self.arena_words = 0;
+        }
         self.node = node;
         self.home = heaps.home_view(node);
         self.secure = heaps.is_secure();
         self.partitions = heaps.partitions();
         self.scope_part = partition::scope_partition(self.scope, self.partitions);
         self.part_view = heaps.partition_view(node);
-        self.part_fast = self.partitions != 0 && !self.secure;
+        self.part_fast = self.partitions != 0 && !self.secure && self.far.is_none();
         self.state = HeapState::Active;
         if keep {
             // The lists, their limits and what they grew by stay as the last thread left them.

@@ -22,6 +22,7 @@ impl ThreadHeap {
             && class.size() > DENSE_OBJECT_MAX
             && self.state == HeapState::Active
             && !self.secure
+            && self.far.is_none()
         {
             if let Some((fresh, zeroed)) = self.heaps().and_then(|heaps| {
                 heaps.alloc_single_zeroed(self.node, self.current_partition(), class)
@@ -63,6 +64,9 @@ impl ThreadHeap {
     #[inline(never)]
     pub fn alloc_slow(&mut self, class: SizeClass) -> *mut u8 {
         self.untouched = false;
+        if let Some(object) = self.alloc_far(class) {
+            return object;
+        }
         if self.state == HeapState::Active {
             if self.moved() {
                 self.follow_move();

@@ -401,3 +401,51 @@ pub fn tiers() {
     unsafe { GLOBAL.dealloc(home_block, probe) };
     eprintln!("tiers ok: home {home}, far {far:?}");
 }
+
+/// The `tier-scope` scenario (as `tiers`): inside `tier(Far)` every allocation of the thread,
+/// small, large and through collections, lands on the far node; an inner `tier(Near)` brings
+/// them home, and so does the scope's end; blocks freed in either place go back to their node.
+pub fn tier_scope() {
+    let probe = Box::new(0u64);
+    let home = nodalloc::node_of(&*probe as *const u64 as *const u8).expect("nodalloc's");
+    let far = nodalloc::far_node().unwrap_or(home);
+    let node_of = |p: *const u8| nodalloc::node_of(p).expect("nodalloc's");
+    let mut kept = Vec::new();
+    {
+        let _far = nodalloc::tier(nodalloc::Tier::Far);
+        for size in [8usize, 100, 5000, 300_000, 3 << 20] {
+            let block = vec![7u8; size];
+            assert_eq!(node_of(block.as_ptr()), far, "{size} bytes in the far scope");
+            kept.push(block);
+        }
+        let map: std::collections::HashMap<u32, String> =
+            (0..1000).map(|i| (i, format!("value {i}"))).collect();
+        assert_eq!(node_of(map[&500].as_ptr()), far);
+        {
+            let _near = nodalloc::tier(nodalloc::Tier::Near);
+            let block = vec![1u8; 100];
+            assert_eq!(node_of(block.as_ptr()), home, "near inside far");
+        }
+        let block = vec![2u8; 100];
+        assert_eq!(node_of(block.as_ptr()), far, "far again after the inner scope");
+        drop(map);
+    }
+    let block = vec![3u8; 100];
+    assert_eq!(node_of(block.as_ptr()), home, "home after the scope");
+    for (i, block) in kept.iter().enumerate() {
+        assert!(block.iter().all(|&b| b == 7), "block {i} kept its contents");
+    }
+    let stats = nodalloc::stats();
+    if far != home {
+        assert!(stats.nodes()[far].far && !stats.nodes()[home].far);
+        assert!(
+            stats.far_allocated >= 3 << 20 && stats.far_allocated <= stats.allocated,
+            "far allocated {} of {}",
+            stats.far_allocated,
+            stats.allocated
+        );
+        assert!(stats.far_committed >= stats.far_allocated);
+    }
+    drop(kept);
+    eprintln!("tier-scope ok: home {home}, far {far}");
+}
