@@ -168,12 +168,21 @@ mod face {
     /// allocates without its caches, so keep far scopes around the building of cold data.
     ///
     /// ```
-    /// let history: Vec<u64> = {
-    ///     let _far = nodalloc::tier(nodalloc::Tier::Far);
-    ///     (0..1000).collect()
-    /// };
-    /// assert_eq!(nodalloc::node_of(history.as_ptr() as *const u8),
-    ///            Some(nodalloc::far_node().unwrap_or(0)));
+    /// #[global_allocator]
+    /// static GLOBAL: nodalloc::NodAlloc = nodalloc::NodAlloc::new();
+    ///
+    /// fn main() {
+    ///     let history: Vec<u64> = {
+    ///         let _far = nodalloc::tier(nodalloc::Tier::Far);
+    ///         (0..1000).collect()
+    ///     };
+    ///     // On a machine without far memory, far requests are served near, at home.
+    ///     let home = nodalloc::node_of(&*Box::new(0u8));
+    ///     assert_eq!(
+    ///         nodalloc::node_of(history.as_ptr() as *const u8),
+    ///         nodalloc::far_node().or(home)
+    ///     );
+    /// }
     /// ```
     pub fn tier(tier: Tier) -> TierScope {
         let previous = Instance::get().map(|instance| {

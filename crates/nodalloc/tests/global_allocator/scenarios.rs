@@ -415,7 +415,11 @@ pub fn tier_scope() {
         let _far = nodalloc::tier(nodalloc::Tier::Far);
         for size in [8usize, 100, 5000, 300_000, 3 << 20] {
             let block = vec![7u8; size];
-            assert_eq!(node_of(block.as_ptr()), far, "{size} bytes in the far scope");
+            assert_eq!(
+                node_of(block.as_ptr()),
+                far,
+                "{size} bytes in the far scope"
+            );
             kept.push(block);
         }
         let map: std::collections::HashMap<u32, String> =
@@ -423,14 +427,18 @@ pub fn tier_scope() {
         assert_eq!(node_of(map[&500].as_ptr()), far);
         {
             let _near = nodalloc::tier(nodalloc::Tier::Near);
-            let block = vec![1u8; 100];
+            let block = Box::new([1u8; 100]);
             assert_eq!(node_of(block.as_ptr()), home, "near inside far");
         }
-        let block = vec![2u8; 100];
-        assert_eq!(node_of(block.as_ptr()), far, "far again after the inner scope");
+        let block = Box::new([2u8; 100]);
+        assert_eq!(
+            node_of(block.as_ptr()),
+            far,
+            "far again after the inner scope"
+        );
         drop(map);
     }
-    let block = vec![3u8; 100];
+    let block = Box::new([3u8; 100]);
     assert_eq!(node_of(block.as_ptr()), home, "home after the scope");
     for (i, block) in kept.iter().enumerate() {
         assert!(block.iter().all(|&b| b == 7), "block {i} kept its contents");
