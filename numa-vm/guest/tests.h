@@ -57,5 +57,6 @@ void child_hostile(const char *text);
 /* tiers.c */
 void test_memory_tiers(const char *test);
 void test_cold_on_far_node(const char *test);
+void test_interleave_large(const char *test);
 
 #endif

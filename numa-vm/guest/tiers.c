@@ -193,9 +193,10 @@ void test_memory_tiers(const char *test) {
 /* ---------------------------------------------------------------- cold_on_far_node */
 
 /* Cold blocks of one thread: 64 B, 16 KiB and a 4 MiB one from nodalloc_malloc_cold, every page
- * touched; plain mallocs beside them. figures: [0] cold pages on the node nodalloc_node_of names
- * for them, [1] cold pages, [2] cold blocks whose node_of is a node without CPUs, [3] cold blocks,
- * [4] plain pages on the thread's home node, [5] plain pages. */
+ * touched; plain mallocs beside them (those below 1 MiB checked at home). figures: [0] cold
+ * pages on the node nodalloc_node_of names for them, [1] cold pages, [2] cold blocks whose
+ * node_of is a node without CPUs, [3] cold blocks, [4] plain pages on the thread's home node,
+ * [5] plain pages. */
 static void *cold_thread(void *argument) {
     struct worker *w = argument;
     thread_start(w);
@@ -221,7 +222,10 @@ static void *cold_thread(void *argument) {
             /* One far node per thread: every cold block names the same one. */
             named = named == -2 ? node : (named == node ? node : -1);
             page_set_add(cold, c, sizes[s]);
-            page_set_add(plain, p, sizes[s]);
+            /* A plain block of 1 MiB and more may be interleaved with the far node
+             * (NODALLOC_INTERLEAVE, on where the weights are set): interleave_large's. */
+            if (sizes[s] < (1 << 20))
+                page_set_add(plain, p, sizes[s]);
             blocks[block_count++] = c;
             blocks[block_count++] = p;
         }
@@ -269,4 +273,89 @@ void test_cold_on_far_node(const char *test) {
     out("RESULT %s %s %s cold_pages_on_far=%s cold_blocks_on_cpuless=%ld/%ld "
         "plain_pages_home=%s per_thread=%s\n",
         test, allocator, verdict(met), f_cold, on_cpuless, blocks, f_plain, per_thread);
+}
+
+/* ---------------------------------------------------------------- interleave_large */
+
+#define INTERLEAVED_BYTES (64UL << 20)
+#define MPOL_F_ADDR_FLAG (1 << 1)
+
+/* The memory policy of the mapping at `address` (get_mempolicy with MPOL_F_ADDR), -1 on error. */
+static int policy_at(void *address) {
+    int mode = -1;
+    unsigned long mask[MAX_NODES / 64 + 1];
+    if (syscall(SYS_get_mempolicy, &mode, mask, (unsigned long)MAX_NODES, address,
+                (unsigned long)MPOL_F_ADDR_FLAG) != 0)
+        return -1;
+    return mode;
+}
+
+/* figures: [0] pages of the small block at home, [1] its pages, [2] large block pages at home,
+ * [3] on the far node, [4] its pages, [5] the large block's policy, [6] its span's policy after
+ * its free. */
+static void *interleave_thread(void *argument) {
+    struct worker *w = argument;
+    thread_start(w);
+    int far_os = *(int *)w->context;
+    long per_node[MAX_NODES], absent;
+    /* Below the threshold first (so it cannot reuse the large block's span): at home. */
+    char *small = malloc(512 << 10);
+    if (!small)
+        die("malloc");
+    memset(small, 1, 512 << 10);
+    struct page_set *set = xmap(sizeof *set);
+    page_set_init(set, 1 << 15);
+    page_set_add(set, small, 512 << 10);
+    page_set_count(set, per_node, &absent);
+    w->figures[0] = per_node[w->home_os_id];
+    w->figures[1] = set->count;
+    char *large = malloc(INTERLEAVED_BYTES);
+    if (!large)
+        die("malloc");
+    memset(large, 2, INTERLEAVED_BYTES);
+    page_set_init(set, 1 << 15);
+    page_set_add(set, large, INTERLEAVED_BYTES);
+    page_set_count(set, per_node, &absent);
+    w->figures[2] = per_node[w->home_os_id];
+    w->figures[3] = far_os >= 0 ? per_node[far_os] : 0;
+    w->figures[4] = set->count;
+    /* The address as a number: the span's policy is read after the block's free. */
+    uintptr_t middle = (uintptr_t)large + INTERLEAVED_BYTES / 2;
+    w->figures[5] = policy_at((void *)middle);
+    free(large);
+    w->figures[6] = policy_at((void *)middle);
+    free(small);
+    return NULL;
+}
+
+/* On --kernel 6.12 --far-node (weights 3 for CPU nodes, 1 for the far node, set by /init):
+ * a 64 MiB block's pages split between the thread's node and the far node as their weights
+ * (within 5 % of the ratio), its mapping's policy is MPOL_WEIGHTED_INTERLEAVE (6) while it
+ * lives and the region's MPOL_PREFERRED (1) once freed, and a 512 KiB block stays at home. */
+void test_interleave_large(const char *test) {
+    int far = cpuless_node();
+    int far_os = far >= 0 ? os_id_of_index(far) : -1;
+    first_malloc();
+    struct worker w;
+    memset(&w, 0, sizeof w);
+    w.context = &far_os;
+    worker_pin(&w, agreeing_cpu_node(0));
+    start_workers(&w, 1, interleave_thread);
+    join_workers(&w, 1);
+    long *f = w.figures;
+    int home_weight = weight_of(w.home_os_id), far_weight = far_os >= 0 ? weight_of(far_os) : -1;
+    int met = far_os >= 0 && home_weight > 0 && far_weight > 0 && f[3] > 0;
+    if (met) {
+        /* home/far against home_weight/far_weight, within 5 %. */
+        double ratio = (double)f[2] / (double)f[3];
+        double expected = (double)home_weight / (double)far_weight;
+        met = ratio >= expected * 0.95 && ratio <= expected * 1.05 && f[2] + f[3] == f[4];
+    }
+    met = met && f[5] == 6 && f[6] == 1 && f[0] * 100 >= f[1] * 99;
+    char f_small[64];
+    fraction(f_small, sizeof f_small, f[0], f[1]);
+    out("RESULT %s %s %s large_home=%ld large_far=%ld large_pages=%ld weights=%d:%d "
+        "policy_live=%ld policy_freed=%ld small_home=%s\n",
+        test, allocator, verdict(met), f[2], f[3], f[4], home_weight, far_weight, f[5], f[6],
+        f_small);
 }

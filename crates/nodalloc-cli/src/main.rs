@@ -334,7 +334,12 @@ fn describe_tiers(topology: &Topology) -> String {
                 None => "near".to_string(),
             }
         };
-        out += &format!("  node {node}: {role} ({tier})\n");
+        let weight = topology
+            .interleave_weight(node)
+            .map_or_else(String::new, |weight| {
+                format!(", interleave weight {weight}")
+            });
+        out += &format!("  node {node}: {role} ({tier}{weight})\n");
     }
     out
 }

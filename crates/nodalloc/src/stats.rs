@@ -95,6 +95,11 @@ macro_rules! node_summed_fields {
                 /// Times this node's threads took objects or spans from another node.
                 steals: u64, "Batches or objects threads took from other nodes' heaps",
                     Count "steals" [TotalObjects, Node];
+                /// Bytes of live large blocks of this node's region whose pages are interleaved
+                /// with its far nodes (`NODALLOC_INTERLEAVE`).
+                interleaved: usize,
+                    "Bytes of live large blocks interleaved with the far nodes",
+                    Bytes "interleaved" [TotalBytes];
                 /// Bytes of the node's region backed by transparent huge pages (`AnonHugePages`
                 /// of the region's mappings in /proc/self/smaps; 0 where /proc cannot be read).
                 huge_pages: usize, "Bytes of the heap on transparent huge pages",

@@ -141,6 +141,9 @@ impl Arena {
             core::ptr::addr_of_mut!((*arena).decommit).write(config.decommit);
             core::ptr::addr_of_mut!((*arena).strict)
                 .write(config.strict_binding && nodes > 1 && !topology.is_simulated());
+            (*arena)
+                .interleave
+                .store(Arena::interleave_mode(config, topology), Ordering::Relaxed);
             if config.secure {
                 let seed = os::random_seed();
                 core::ptr::addr_of_mut!((*arena).secure).write(true);

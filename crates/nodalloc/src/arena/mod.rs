@@ -24,12 +24,14 @@
 //! its own metadata mapping and is never moved. Layer: calls only `os`; used by `node`.
 
 mod create;
+mod interleave;
 pub mod pagemap;
 pub mod region;
 pub mod secure;
 
 use crate::os::{
-    self, options::ThpChoice, topology::ThpMode, topology::Topology, topology::MAX_NODES,
+    self, options::InterleaveChoice, options::ThpChoice, topology::ThpMode, topology::Topology,
+    topology::MAX_NODES,
 };
 use crate::size_class::{SizeClass, UNIT, UNIT_SHIFT};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -101,6 +103,8 @@ pub struct ArenaConfig {
     pub commit_on_demand: bool,
     /// Secure mode: encoded free lists, the allocation bitmap, guard pages, random carving.
     pub secure: bool,
+    /// `NODALLOC_INTERLEAVE`: large blocks spread over the node and its far nodes.
+    pub interleave: InterleaveChoice,
 }
 
 pub struct Arena {
@@ -133,6 +137,10 @@ pub struct Arena {
     /// fault; spans are refused (the allocation fails cleanly) while the node has too little
     /// left ([`Arena::node_has_room`]).
     strict: bool,
+    /// The `mbind` mode of interleaved large blocks (`MPOL_WEIGHTED_INTERLEAVE`, or
+    /// `MPOL_INTERLEAVE` on a kernel without it), 0 when large blocks are not interleaved
+    /// (see `interleave.rs`).
+    interleave: core::sync::atomic::AtomicI32,
     rooms: [NodeRoom; MAX_NODES],
     pub topology: Topology,
 }

@@ -171,6 +171,7 @@ impl Role {
             large: LargeState {
                 guard_pages: 0,
                 zeroed,
+                interleaved: false,
             },
         }
     }
@@ -221,6 +222,9 @@ pub struct LargeState {
     pub guard_pages: u32,
     /// Its memory read as zero when it was handed out, so `calloc` need not clear it.
     pub zeroed: bool,
+    /// Its pages are interleaved with the far nodes (`arena/interleave.rs`): its span gets the
+    /// region's policy back when it is freed.
+    pub interleaved: bool,
 }
 
 /// A free span's own state.

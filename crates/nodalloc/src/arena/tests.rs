@@ -70,6 +70,7 @@ fn test_arena_policy(
         decommit,
         commit_on_demand,
         secure,
+        interleave: crate::os::options::InterleaveChoice::Off,
     };
     Arena::create(&topology, &config).expect("test arena")
 }

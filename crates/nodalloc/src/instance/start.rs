@@ -71,6 +71,7 @@ pub(super) fn create() -> Option<&'static NodeHeaps> {
             retain_bytes: options.retain_bytes as usize,
         },
         secure: options.secure,
+        interleave: options.interleave,
     };
     let heaps = NodeHeaps::start(
         topology,

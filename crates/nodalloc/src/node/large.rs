@@ -48,10 +48,34 @@ impl NodeHeaps {
                 node_heap
                     .large_bytes
                     .fetch_add(units << UNIT_SHIFT, Ordering::Relaxed);
+                if !secure
+                    && self
+                        .arena
+                        .interleave_large(from, address, units << UNIT_SHIFT)
+                {
+                    let map = self.arena.map();
+                    // SAFETY: the span was just handed to us; its descriptor is ours.
+                    unsafe { (*map.meta(map.unit_of(address))).role.large.interleaved = true };
+                    node_heap
+                        .interleaved_bytes
+                        .fetch_add(units << UNIT_SHIFT, Ordering::Relaxed);
+                }
                 address as *mut u8
             }
             None => null_mut(),
         }
+    }
+
+    /// True when the live large object at `address` (checked by the caller) has its pages
+    /// interleaved with the far nodes.
+    fn is_interleaved(&self, address: usize) -> bool {
+        if !self.arena.interleaves() {
+            return false;
+        }
+        let map = self.arena.map();
+        // SAFETY: the caller found a live large span at `address`, which it owns; its
+        // descriptor's large role is set.
+        unsafe { (*map.meta(map.unit_of(address))).role.large.interleaved }
     }
 
     /// True when the large object at `address`, just allocated, is known to read as zero.
@@ -108,6 +132,13 @@ impl NodeHeaps {
                 node_heap
                     .large_bytes
                     .fetch_sub(units << UNIT_SHIFT, Ordering::Relaxed);
+                if self.is_interleaved(address) {
+                    self.arena
+                        .restore_region_policy(address, units << UNIT_SHIFT);
+                    node_heap
+                        .interleaved_bytes
+                        .fetch_sub(units << UNIT_SHIFT, Ordering::Relaxed);
+                }
                 // SAFETY: `address` heads a live large span of `units` units that the caller
                 // gives up.
                 unsafe { self.arena.free_span(address, units) };
@@ -122,6 +153,10 @@ impl NodeHeaps {
         let Ok(units) = self.large_units(address) else {
             return false;
         };
+        if self.is_interleaved(address) {
+            // Its policy covers its span as it is: a copy keeps every part's placement right.
+            return false;
+        }
         if self.arena.is_secure() {
             return self.resize_guarded_in_place(address, units, new_size);
         }

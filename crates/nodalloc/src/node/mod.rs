@@ -190,6 +190,8 @@ pub struct NodeHeap {
     pub large_allocs: AtomicU64,
     pub large_frees: AtomicU64,
     pub large_bytes: AtomicUsize,
+    /// Bytes of live large blocks whose pages are interleaved with the far nodes.
+    pub interleaved_bytes: AtomicUsize,
     /// Bytes of granules inside live bags currently given back to the OS by the sweep.
     pub released_in_bags: AtomicUsize,
     /// Bytes the grown cache limits of this node's threads add to their base limits (bounded

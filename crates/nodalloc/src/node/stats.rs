@@ -30,6 +30,7 @@ impl NodeHeaps {
                 mapped: usage.mapped,
                 decommitted: usage.decommitted,
                 released_in_bags: node_heap.released_in_bags.load(Ordering::Relaxed),
+                interleaved: node_heap.interleaved_bytes.load(Ordering::Relaxed),
                 remote_frees: node_heap.remote_frees.load(Ordering::Relaxed),
                 steals: node_heap.steals.load(Ordering::Relaxed)
                     + arena.steals(node.index()) as u64,

@@ -225,6 +225,9 @@ pub fn advise(address: *mut u8, size: usize, advice: libc::c_int) -> bool {
 
 pub const MPOL_PREFERRED: libc::c_int = 1;
 pub const MPOL_BIND: libc::c_int = 2;
+pub const MPOL_INTERLEAVE: libc::c_int = 3;
+/// Interleave by the weights in `/sys/kernel/mm/mempolicy/weighted_interleave` (Linux 6.9).
+pub const MPOL_WEIGHTED_INTERLEAVE: libc::c_int = 6;
 
 /// Binds a range to one node with `mbind(2)`. Returns the errno on failure.
 pub fn bind_memory(
@@ -233,11 +236,24 @@ pub fn bind_memory(
     mode: libc::c_int,
     node: usize,
 ) -> Result<(), i32> {
+    bind_memory_to(address, size, mode, &[node])
+}
+
+/// Binds a range to a set of nodes (the kernel's numbers) with `mbind(2)`, as `mode` places
+/// pages over them. Returns the errno on failure.
+pub fn bind_memory_to(
+    address: *mut u8,
+    size: usize,
+    mode: libc::c_int,
+    nodes: &[usize],
+) -> Result<(), i32> {
     let mut mask = [0u64; cpuset::MAX_NODE_WORDS];
-    if node >= cpuset::MAX_NODE_WORDS * 64 {
-        return Err(libc::EINVAL);
+    for &node in nodes {
+        if node >= cpuset::MAX_NODE_WORDS * 64 {
+            return Err(libc::EINVAL);
+        }
+        mask[node / 64] |= 1 << (node % 64);
     }
-    mask[node / 64] |= 1 << (node % 64);
     // SAFETY: mbind reads `maxnode` bits from `mask`, which holds MAX_NODE_WORDS words; the range
     // is a mapping of ours.
     let result = unsafe {

@@ -166,6 +166,16 @@ pub const OPTIONS: &[OptionSpec] = &[
                   far node it stays near",
         apply: apply_tiers,
     },
+    OptionSpec {
+        name: "NODALLOC_INTERLEAVE",
+        default: "auto",
+        meaning: "large blocks of 1 MiB and more spread their pages over the thread's node and \
+                  its far nodes by the kernel's weighted-interleave weights \
+                  (/sys/kernel/mm/mempolicy/weighted_interleave, Linux 6.9+): auto (when \
+                  weights are set and the node has far memory), weighted (whenever it has far \
+                  memory; plain interleave on older kernels, with one warning), or off",
+        apply: apply_interleave,
+    },
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,6 +197,22 @@ pub enum ThpChoice {
     /// Nowhere.
     Off,
 }
+
+/// `NODALLOC_INTERLEAVE`: whether large blocks spread their pages over the node and its far
+/// nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterleaveChoice {
+    /// Weighted interleave when the kernel has weights set and the node has far memory.
+    Auto,
+    /// Weighted interleave wherever the node has far memory (plain interleave on kernels
+    /// without weights).
+    Weighted,
+    /// Never.
+    Off,
+}
+
+/// Large blocks of at least this many bytes are interleaved (see [`InterleaveChoice`]).
+pub const INTERLEAVE_MIN_BYTES: usize = 1 << 20;
 
 /// Longest thread-to-node map a map file may give; longer files are cut here.
 pub const MAX_BIND_MAP: usize = 256;
@@ -218,6 +244,7 @@ pub struct Options {
     pub callsite_depth: usize,
     /// The far nodes `NODALLOC_TIERS` names (kernel numbers, as a mask); `None`: auto.
     pub tiers_far: Option<u64>,
+    pub interleave: InterleaveChoice,
 }
 
 /// What the maintenance thread does (`NODALLOC_BACKGROUND`; see `instance/background.rs`).
@@ -267,6 +294,7 @@ impl Default for Options {
             callsite_partitions: 0,
             callsite_depth: 1,
             tiers_far: None,
+            interleave: InterleaveChoice::Auto,
         }
     }
 }
@@ -349,6 +377,16 @@ fn apply_policy(options: &mut Options, value: &[u8]) -> Result<(), &'static str>
         b"preferred" => false,
         b"bind" => true,
         _ => return Err("preferred or bind"),
+    };
+    Ok(())
+}
+
+fn apply_interleave(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.interleave = match trim(value) {
+        b"auto" => InterleaveChoice::Auto,
+        b"weighted" | b"on" => InterleaveChoice::Weighted,
+        b"off" | b"0" => InterleaveChoice::Off,
+        _ => return Err("auto, weighted or off"),
     };
     Ok(())
 }

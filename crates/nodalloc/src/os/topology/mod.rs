@@ -12,6 +12,8 @@
 mod sysfs;
 mod tiers;
 
+#[cfg(test)]
+pub(crate) use tiers::test_machine;
 pub use tiers::{parse_tiers, TierSource};
 
 use super::cpuset::{for_each_in_list, parse_decimal, trim, CpuSet, MAX_CPUS};
@@ -81,6 +83,8 @@ pub struct Topology {
     /// Each usable node's kernel memory tier id plus one (0: none known).
     kernel_tier: [u16; MAX_NODES],
     tier_source: TierSource,
+    /// Each usable node's weighted-interleave weight (0: the kernel has none).
+    weights: [u8; MAX_NODES],
 }
 
 const EMPTY_NODE: NodeInfo = NodeInfo {
@@ -111,6 +115,7 @@ impl Topology {
             far_of: [u8::MAX; MAX_NODES],
             kernel_tier: [0; MAX_NODES],
             tier_source: TierSource::None,
+            weights: [0; MAX_NODES],
         }
     }
 
@@ -195,6 +200,7 @@ impl Topology {
         self.far_of.fill(u8::MAX);
         self.kernel_tier.fill(0);
         self.tier_source = TierSource::None;
+        self.weights.fill(0);
     }
 
     /// Splits the process's CPUs into `count` fake nodes: contiguous blocks when there are enough

@@ -37,7 +37,21 @@ impl Topology {
     /// nodes from them. A simulated topology has no far nodes.
     pub(super) fn read_tiers(&mut self) {
         self.kernel_tier.fill(NO_TIER);
+        self.weights.fill(0);
         if !self.simulated {
+            for node in 0..self.node_count {
+                let path = PathBuffer::numbered(
+                    b"/sys/kernel/mm/mempolicy/weighted_interleave/node",
+                    self.nodes[node].os_id,
+                    b"",
+                );
+                let mut buffer = [0u8; 16];
+                if let Some(weight) = read_file(path.as_cstr(), &mut buffer)
+                    .and_then(|text| parse_decimal(trim(text)))
+                {
+                    self.weights[node] = weight.clamp(1, 255) as u8;
+                }
+            }
             // Tier ids plus one (0 stands for no tier).
             let mut found = [0u16; MAX_NODES];
             let mut tiers = 0;
@@ -180,6 +194,22 @@ impl Topology {
         self.tier_source
     }
 
+    /// `node`'s weight for weighted interleave (`/sys/kernel/mm/mempolicy/weighted_interleave`,
+    /// Linux 6.9+), if the kernel has one.
+    pub fn interleave_weight(&self, node: usize) -> Option<u8> {
+        self.weights
+            .get(node)
+            .copied()
+            .filter(|&weight| weight != 0)
+    }
+
+    /// True when the kernel has weighted-interleave weights and someone set them (they are not
+    /// all equal, as the kernel starts them).
+    pub fn interleave_weights_set(&self) -> bool {
+        let weights = &self.weights[..self.node_count];
+        weights.iter().all(|&weight| weight != 0) && weights.iter().any(|&w| w != weights[0])
+    }
+
     /// The kernel's memory tier of `node` (its `memory_tierN`), if the kernel reports one.
     pub fn kernel_tier_of(&self, node: usize) -> Option<usize> {
         match self.kernel_tier.get(node) {
@@ -223,13 +253,28 @@ pub fn parse_tiers(text: &[u8]) -> Option<u64> {
     (far != 0 && near & far == 0).then_some(far)
 }
 
+/// A topology of `cpus_per_node` (0: memory-only) with kernel numbers 0.. and distances 10
+/// local, 20 between nodes with CPUs, and `far_distance` to and from memory-only ones, and
+/// interleave `weights` (0: none); for tests of what depends on tiers.
+#[cfg(test)]
+pub(crate) fn test_machine(
+    cpus_per_node: &[usize],
+    far_distance: u8,
+    weights: &[u8],
+) -> Box<Topology> {
+    let mut topology = tests::machine(cpus_per_node, far_distance);
+    topology.weights[..weights.len()].copy_from_slice(weights);
+    topology.choose_far_nodes(None);
+    topology
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// A topology of `cpus_per_node` (0: memory-only) with kernel numbers 0.. and distances
     /// 10 local, 20 between nodes with CPUs, and `far_distance` to and from memory-only ones.
-    fn machine(cpus_per_node: &[usize], far_distance: u8) -> Box<Topology> {
+    pub(super) fn machine(cpus_per_node: &[usize], far_distance: u8) -> Box<Topology> {
         let mut topology = Box::new(Topology::single(CpuSet::new()));
         topology.node_count = cpus_per_node.len();
         let mut cpu = 0;
@@ -326,6 +371,17 @@ mod tests {
         topology.choose_far_nodes(Some(0b011));
         assert_eq!(topology.tier_source(), TierSource::CpuLess);
         assert!(topology.is_far(2) && !topology.is_far(0));
+    }
+
+    #[test]
+    fn weights_count_as_set_only_when_the_kernel_has_them_and_they_differ() {
+        assert!(!test_machine(&[2, 2, 0], 30, &[]).interleave_weights_set());
+        assert!(!test_machine(&[2, 2, 0], 30, &[1, 1, 1]).interleave_weights_set());
+        assert!(!test_machine(&[2, 2, 0], 30, &[3, 3, 0]).interleave_weights_set());
+        let set = test_machine(&[2, 2, 0], 30, &[3, 3, 1]);
+        assert!(set.interleave_weights_set());
+        assert_eq!(set.interleave_weight(2), Some(1));
+        assert_eq!(test_machine(&[2], 30, &[]).interleave_weight(0), None);
     }
 
     #[test]
