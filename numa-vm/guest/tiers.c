@@ -328,11 +328,22 @@ static void *interleave_thread(void *argument) {
     return NULL;
 }
 
-/* On --kernel 6.12 --far-node (weights 3 for CPU nodes, 1 for the far node, set by /init):
- * a 64 MiB block's pages split between the thread's node and the far node as their weights
- * (within 5 % of the ratio), its mapping's policy is MPOL_WEIGHTED_INTERLEAVE (6) while it
- * lives and the region's MPOL_PREFERRED (1) once freed, and a 512 KiB block stays at home. */
+/* On --kernel 6.12 --far-node (weights 3 for CPU nodes, 1 for the far node, set by /init),
+ * with NODALLOC_INTERLEAVE=auto (the child below; off by default): a 64 MiB block's pages split
+ * between the thread's node and the far node as their weights (within 5 % of the ratio), its
+ * mapping's policy is MPOL_WEIGHTED_INTERLEAVE (6) while it lives and the region's
+ * MPOL_PREFERRED (1) once freed, and a 512 KiB block stays at home. */
 void test_interleave_large(const char *test) {
+    const char *assignments[] = {"NODALLOC_INTERLEAVE=auto", NULL};
+    run_reporting_child(test, "interleave_large.child", "-", assignments);
+}
+
+void child_interleave_large(const char *argument) {
+    (void)argument;
+    const char *test = "interleave_large";
+    /* As run_test decides for the parent: only a kernel with the weights judges. */
+    const char *tiered = getenv("NUMATEST_TIERED");
+    informing = !(tiered && !strcmp(tiered, "1"));
     int far = cpuless_node();
     int far_os = far >= 0 ? os_id_of_index(far) : -1;
     first_malloc();
@@ -358,4 +369,52 @@ void test_interleave_large(const char *test) {
         "policy_live=%ld policy_freed=%ld small_home=%s\n",
         test, allocator, verdict(met), f[2], f[3], f[4], home_weight, far_weight, f[5], f[6],
         f_small);
+}
+
+/* ---------------------------------------------------------------- far_node_full */
+
+#define FULL_BLOCK (4UL << 20)
+#define FULL_BLOCKS 80 /* 320 MiB of cold blocks against a 256 MiB far node */
+
+/* More cold memory than the far node holds: every request succeeds (the kernel places what
+ * the far node cannot take on the nearest other node, as the region's preferred policy lets
+ * it), the far node fills first, and every block's contents survive. */
+void test_far_node_full(const char *test) {
+    int far = cpuless_node();
+    int far_os = far >= 0 ? os_id_of_index(far) : -1;
+    first_malloc();
+    char **blocks = xmap(sizeof *blocks * FULL_BLOCKS);
+    int failed = 0;
+    for (int i = 0; i < FULL_BLOCKS; i++) {
+        blocks[i] = na_malloc_cold(FULL_BLOCK);
+        if (!blocks[i]) {
+            failed++;
+            continue;
+        }
+        memset(blocks[i], i + 1, FULL_BLOCK);
+    }
+    struct page_set *set = xmap(sizeof *set);
+    page_set_init(set, (long)(FULL_BLOCKS * (FULL_BLOCK / PAGE)) + 16);
+    for (int i = 0; i < FULL_BLOCKS; i++)
+        if (blocks[i])
+            page_set_add(set, blocks[i], FULL_BLOCK);
+    long per_node[MAX_NODES], absent;
+    page_set_count(set, per_node, &absent);
+    int intact = 1;
+    for (int i = 0; i < FULL_BLOCKS; i++)
+        if (blocks[i] &&
+            (blocks[i][0] != (char)(i + 1) || blocks[i][FULL_BLOCK - 1] != (char)(i + 1)))
+            intact = 0;
+    for (int i = 0; i < FULL_BLOCKS; i++)
+        free(blocks[i]);
+    char placed[256];
+    per_node_text(per_node, absent, placed, sizeof placed);
+    long far_pages = far_os >= 0 ? per_node[far_os] : 0;
+    /* The far node holds 256 MiB, part of it the kernel's: at least half of it ours. */
+    int met = far_os >= 0 && failed == 0 && intact && absent == 0 &&
+              far_pages * (long)PAGE >= (128L << 20);
+    out("RESULT %s %s %s cold_blocks=%d failed=%d intact=%d far_node=node%d far_mib=%ld "
+        "pages_by_node=%s\n",
+        test, allocator, verdict(met), FULL_BLOCKS, failed, intact, far_os,
+        far_pages * (long)PAGE >> 20, placed);
 }

@@ -6,9 +6,10 @@
 //! kernel put them. When the block is freed its span gets the region's policy back before it
 //! returns to the pool, so later blocks carved from it are placed as the region's always are.
 //!
-//! The mode is chosen at start-up: `auto` interleaves when the kernel has weights and they were
-//! set (not all equal), `weighted` whenever a node has far memory; a kernel without the mode
-//! (EINVAL) falls back to plain interleave, with one warning. Never on one node or a simulated
+//! Off by default: nodalloc keeps a thread's memory on its node. The mode is chosen at
+//! start-up: `auto` interleaves when the kernel has weights and they were set (not all equal),
+//! `weighted` whenever a node has far memory; a kernel without the mode (no weights directory,
+//! and `EINVAL`) falls back to plain interleave, with one warning. Never on one node or a simulated
 //! topology, which issue no `mbind`.
 
 use super::*;
@@ -54,7 +55,10 @@ impl Arena {
             return false;
         }
         let mut result = os::bind_memory_to(address as *mut u8, bytes, mode, &nodes[..count]);
-        if result == Err(libc::EINVAL) && mode == os::MPOL_WEIGHTED_INTERLEAVE {
+        // EINVAL from a kernel that has the weights is another refusal (the block stays as it
+        // is); from one without them, the mode is missing.
+        let no_weights = self.topology.interleave_weight(node).is_none();
+        if result == Err(libc::EINVAL) && mode == os::MPOL_WEIGHTED_INTERLEAVE && no_weights {
             // A kernel without weighted interleave: plain interleave from now on.
             if swap_mode(&self.interleave, mode, os::MPOL_INTERLEAVE) {
                 os::warn(|w| {

@@ -168,12 +168,13 @@ pub const OPTIONS: &[OptionSpec] = &[
     },
     OptionSpec {
         name: "NODALLOC_INTERLEAVE",
-        default: "auto",
+        default: "off",
         meaning: "large blocks of 1 MiB and more spread their pages over the thread's node and \
                   its far nodes by the kernel's weighted-interleave weights \
-                  (/sys/kernel/mm/mempolicy/weighted_interleave, Linux 6.9+): auto (when \
-                  weights are set and the node has far memory), weighted (whenever it has far \
-                  memory; plain interleave on older kernels, with one warning), or off",
+                  (/sys/kernel/mm/mempolicy/weighted_interleave, Linux 6.9+): off (every page \
+                  on the node, as for smaller blocks), auto (when weights are set and the node \
+                  has far memory), or weighted (whenever it has far memory; plain interleave on \
+                  older kernels, with one warning)",
         apply: apply_interleave,
     },
 ];
@@ -294,7 +295,7 @@ impl Default for Options {
             callsite_partitions: 0,
             callsite_depth: 1,
             tiers_far: None,
-            interleave: InterleaveChoice::Auto,
+            interleave: InterleaveChoice::Off,
         }
     }
 }
