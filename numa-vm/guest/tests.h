@@ -60,5 +60,6 @@ void test_cold_on_far_node(const char *test);
 void test_interleave_large(const char *test);
 void child_interleave_large(const char *argument);
 void test_far_node_full(const char *test);
+void test_tiering_workload(const char *test);
 
 #endif

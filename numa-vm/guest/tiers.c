@@ -418,3 +418,82 @@ void test_far_node_full(const char *test) {
         test, allocator, verdict(met), FULL_BLOCKS, failed, intact, far_os,
         far_pages * (long)PAGE >> 20, placed);
 }
+
+/* ---------------------------------------------------------------- tiering_workload */
+
+#define CACHE_ENTRY 512
+#define CACHE_ENTRIES (128 * 1024) /* 64 MiB of rarely read cache entries */
+#define REQUEST 256
+#define REQUESTS (64 * 1024) /* 16 MiB of request objects live at a time */
+#define REQUEST_ROUNDS 8
+
+/* One run of the workload: a cache built with `cache_alloc` (rarely read afterwards) while
+ * request objects are allocated, touched and freed in rounds with plain malloc. Reports the
+ * MiB of the cache and of the last round's requests on near (CPU) nodes and on the far node. */
+static void tiering_run(void *(*cache_alloc)(size_t), long *cache_near, long *cache_far,
+                        long *hot_near, long *hot_far, int far_os) {
+    char **cache = xmap(sizeof *cache * CACHE_ENTRIES);
+    char **requests = xmap(sizeof *requests * REQUESTS);
+    for (int round = 0; round < REQUEST_ROUNDS; round++) {
+        for (int i = 0; i < CACHE_ENTRIES / REQUEST_ROUNDS; i++) {
+            int k = round * (CACHE_ENTRIES / REQUEST_ROUNDS) + i;
+            cache[k] = cache_alloc(CACHE_ENTRY);
+            if (!cache[k])
+                die("cache-alloc");
+            memset(cache[k], k, CACHE_ENTRY);
+        }
+        for (int i = 0; i < REQUESTS; i++) {
+            requests[i] = malloc(REQUEST);
+            if (!requests[i])
+                die("malloc");
+            memset(requests[i], i, REQUEST);
+        }
+        if (round + 1 < REQUEST_ROUNDS)
+            for (int i = 0; i < REQUESTS; i++)
+                free(requests[i]);
+    }
+    long per_node[MAX_NODES], absent;
+    struct page_set *set = xmap(sizeof *set);
+    page_set_init(set, 2 * CACHE_ENTRIES + 64); /* an entry may straddle two pages */
+    for (int i = 0; i < CACHE_ENTRIES; i++)
+        page_set_add(set, cache[i], CACHE_ENTRY);
+    page_set_count(set, per_node, &absent);
+    long far = far_os >= 0 ? per_node[far_os] : 0;
+    *cache_far = far * (long)PAGE >> 20;
+    *cache_near = (set->count - far - absent) * (long)PAGE >> 20;
+    page_set_init(set, 2 * REQUESTS + 64);
+    for (int i = 0; i < REQUESTS; i++)
+        page_set_add(set, requests[i], REQUEST);
+    page_set_count(set, per_node, &absent);
+    far = far_os >= 0 ? per_node[far_os] : 0;
+    *hot_far = far * (long)PAGE >> 20;
+    *hot_near = (set->count - far - absent) * (long)PAGE >> 20;
+    for (int i = 0; i < REQUESTS; i++)
+        free(requests[i]);
+    for (int i = 0; i < CACHE_ENTRIES; i++)
+        free(cache[i]);
+}
+
+/* The tiering benchmark's placement half: with a far node, what stays in DRAM. Every
+ * allocator runs it with plain malloc (first touch: everything near); nodalloc runs it a second
+ * time with its cache allocated by nodalloc_malloc_cold (the hint a program or MemProf gives).
+ * nodalloc passes when the hinted cache is at least 99 % far and its requests stay near. */
+void test_tiering_workload(const char *test) {
+    int far = cpuless_node();
+    int far_os = far >= 0 ? os_id_of_index(far) : -1;
+    first_malloc();
+    long cache_near, cache_far, hot_near, hot_far;
+    tiering_run(malloc, &cache_near, &cache_far, &hot_near, &hot_far, far_os);
+    char plain[160];
+    snprintf(plain, sizeof plain, "plain:cache_near=%ldMiB,cache_far=%ldMiB,hot_near=%ldMiB,"
+             "hot_far=%ldMiB", cache_near, cache_far, hot_near, hot_far);
+    if (!is_nodalloc) {
+        out("RESULT %s %s info %s\n", test, allocator, plain);
+        return;
+    }
+    tiering_run(na_malloc_cold, &cache_near, &cache_far, &hot_near, &hot_far, far_os);
+    int met = cache_far > 0 && cache_far * 100 >= (cache_near + cache_far) * 99 && hot_far == 0;
+    out("RESULT %s %s %s %s hinted:cache_near=%ldMiB,cache_far=%ldMiB,hot_near=%ldMiB,"
+        "hot_far=%ldMiB\n",
+        test, allocator, verdict(met), plain, cache_near, cache_far, hot_near, hot_far);
+}
