@@ -11,9 +11,10 @@
 //! thread-exit destructors) from the node heaps directly (see `plain.rs`).
 //!
 //! The library's shape: this file and its siblings (`aligned.rs`, `cxx.rs`, `glibc.rs`,
-//! `extras.rs`, `threads.rs`) hold the exported symbols and their call-site stubs; their hits
-//! are one call each into the core's thread cache (`ThreadHeap::malloc_hit`, `free_hit`), which
-//! applies this library's double-free screen; `plain.rs` is the path they share once a fast path misses (the thread's heap and its
+//! `extras.rs`, `threads.rs`, `tiers.rs`) hold the exported symbols and their call-site stubs;
+//! their hits are one call each into the core's thread cache (`ThreadHeap::malloc_hit`,
+//! `free_hit`), which applies this library's double-free screen; `plain.rs` is the path they
+//! share once a hit misses (the thread's heap and its
 //! life, allocation and free through the core, errno); `secure/` is secure mode's layer, which
 //! the entries ask first and which calls only the plain path; `screen.rs` is the double-free
 //! screen of `free`, `foreign.rs` the pointers from before nodalloc started.

@@ -20,8 +20,8 @@ const FREED_MARK: usize = 0xFFFF_FFFF_9E37_79B9;
 /// Clears the mark of a block being handed out, so freeing it once more is not a suspicion.
 #[inline(always)]
 pub(crate) fn clear_mark(p: *mut u8) {
-    // SAFETY: `p` is a block of at least 16 bytes just handed out, 8-aligned, the caller's.
-    unsafe { (p.add(8) as *mut usize).write(0) };
+    // SAFETY: `p` is a block of this face just handed out, the caller's.
+    unsafe { Screen::clear(p) };
 }
 
 /// The screen as the core's hit paths apply it ([`ThreadHeap::free_hit`]).
@@ -82,14 +82,11 @@ pub(crate) unsafe fn free_partitioned(
     class: SizeClass,
     part: Partition,
 ) {
-    let mark = ptr.wrapping_add(8) as *mut usize;
-    // SAFETY: blocks of every C-face class are at least 16 bytes, 8-aligned, and ours.
-    if unsafe { *mark } == FREED_MARK {
+    // SAFETY: a block of this face, which the caller gives up.
+    if !unsafe { SCREEN.mark(ptr) } {
         // SAFETY: forwarded contract (a tail call: the fast path keeps no frame).
         return unsafe { free_marked_partitioned(heap, ptr, class, part) };
     }
-    // SAFETY: as above.
-    unsafe { *mark = FREED_MARK };
     // SAFETY: forwarded contract.
     unsafe { heap.partition_push(ptr, class, part) };
 }
@@ -119,15 +116,12 @@ unsafe fn free_marked_partitioned(
 /// `ptr` is a small block of at least 16 bytes, 8-aligned, that the caller gives up.
 #[inline(always)]
 unsafe fn screen(heap: &ThreadHeap, ptr: *mut u8, class: SizeClass) {
-    let mark = ptr.wrapping_add(8) as *mut usize;
     // SAFETY: contract above.
-    if unsafe { *mark } == FREED_MARK {
+    if !unsafe { SCREEN.mark(ptr) } {
         if let Some(misuse) = heap.find_freed(class, ptr) {
             raw::report_misuse(ptr, misuse);
         }
     }
-    // SAFETY: as above.
-    unsafe { *mark = FREED_MARK };
 }
 
 /// A block that carries the mark: a double free if it is in the cache (reported), else

@@ -137,11 +137,15 @@ mod face {
         /// unsafe { allocator.dealloc(block, layout) };
         /// ```
         pub fn alloc_in_tier(&self, layout: Layout, tier: Tier) -> *mut u8 {
-            match (tier, far_node()) {
-                (Tier::Far, Some(node)) => self.alloc_on_node(layout, node),
+            let far = match tier {
+                Tier::Far => far_node(),
+                Tier::Near => None,
+            };
+            match far {
+                Some(node) => self.alloc_on_node(layout, node),
                 // SAFETY: `alloc` requires a non-zero size; a zero-size layout gets a one-byte
                 // block instead (as `alloc_on_node` gives one).
-                _ => unsafe {
+                None => unsafe {
                     self.alloc(Layout::from_size_align_unchecked(
                         layout.size().max(1),
                         layout.align(),

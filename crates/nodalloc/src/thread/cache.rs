@@ -388,6 +388,36 @@ pub struct Screen {
     pub on_marked: unsafe extern "C" fn(*mut u8, &mut ThreadHeap),
 }
 
+impl Screen {
+    /// Clears the screen word of a block being handed out, so freeing it once more is no
+    /// suspicion.
+    ///
+    /// # Safety
+    /// `block` is a block of the C face (at least 16 bytes, 8-aligned) that the caller owns.
+    #[inline(always)]
+    pub unsafe fn clear(block: *mut u8) {
+        // SAFETY: contract above.
+        unsafe { (block.add(SCREEN_WORD) as *mut usize).write(0) };
+    }
+
+    /// Marks a block being freed: true when it is marked now, false when it carried the mark
+    /// already (a suspected double free; nothing is written).
+    ///
+    /// # Safety
+    /// As for [`Screen::clear`]; the caller gives the block up.
+    #[inline(always)]
+    pub unsafe fn mark(&self, block: *mut u8) -> bool {
+        let word = block.wrapping_add(SCREEN_WORD) as *mut usize;
+        // SAFETY: contract above.
+        if unsafe { *word } == self.mark {
+            return false;
+        }
+        // SAFETY: as above.
+        unsafe { *word = self.mark };
+        true
+    }
+}
+
 /// Where [`ThreadHeap::malloc_hit`] sends what the cache cannot serve: the size and the
 /// heap, as the hit was given them (the heap untyped: the face's miss stub is declared in an
 /// `extern` block, where only C types belong).
@@ -646,8 +676,8 @@ impl ThreadHeap {
         // SAFETY: forwarded contract.
         let object = unsafe { Self::pop_cached(heap, class) };
         if !object.is_null() {
-            // SAFETY: a cached block of the C face, at least 16 bytes, 8-aligned, handed out.
-            unsafe { (object.add(SCREEN_WORD) as *mut usize).write(0) };
+            // SAFETY: a cached block of the C face, handed out.
+            unsafe { Screen::clear(object) };
         }
         object
     }
@@ -699,14 +729,11 @@ impl ThreadHeap {
     /// As for [`Self::free_local`], and the block is one of the C face's (at least 16 bytes).
     #[inline(always)]
     pub unsafe fn free_screened(&mut self, ptr: *mut u8, class: ClassSlot, screen: Screen) {
-        let word = ptr.wrapping_add(SCREEN_WORD) as *mut usize;
-        // SAFETY: blocks of every C-face class are at least 16 bytes, 8-aligned, and ours.
-        if unsafe { *word } == screen.mark {
+        // SAFETY: a block of the C face, which the caller gives up.
+        if !unsafe { screen.mark(ptr) } {
             // SAFETY: forwarded contract (a tail call: the hit keeps no registers).
             return unsafe { (screen.on_marked)(ptr, self) };
         }
-        // SAFETY: as above.
-        unsafe { *word = screen.mark };
         // SAFETY: forwarded contract.
         unsafe { self.free_local(ptr, class) };
     }

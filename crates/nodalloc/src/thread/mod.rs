@@ -268,20 +268,15 @@ impl ThreadHeap {
         self.heaps = heaps;
         self.cpu_word = &NO_CPU;
         self.cpu_seen = 0;
-        let (base, bytes) = heaps.arena_range();
-        (self.arena_base, self.arena_words) = (base, bytes >> 3);
-        // A far scope keeps the fast paths shut (see `tier.rs`).
-        if self.far.is_some() {
-            self.arena_words = 0;
-        }
+        self.arena_base = heaps.arena_range().0;
         self.node = node;
         self.home = heaps.home_view(node);
         self.secure = heaps.is_secure();
         self.partitions = heaps.partitions();
         self.scope_part = partition::scope_partition(self.scope, self.partitions);
         self.part_view = heaps.partition_view(node);
-        self.part_fast = self.partitions != 0 && !self.secure && self.far.is_none();
         self.state = HeapState::Active;
+        self.set_fast_paths();
         if keep {
             // The lists, their limits and what they grew by stay as the last thread left them.
             return;
