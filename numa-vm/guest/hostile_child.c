@@ -25,8 +25,8 @@
  *                     with one byte written per MiB: AnonHugePages (/proc/self/smaps_rollup)
  *                     with the small objects live must be 0 under never and > 0 under always
  *                     and madvise (under madvise only because nodalloc saw the mode and advised
- *                     MADV_HUGEPAGE on its dense pools), and the sparse block must cost at most
- *                     4 MiB of RSS in every mode (under always only because nodalloc advised
+ *                     MADV_HUGEPAGE on its dense pools), and the sparse block must have at
+ *                     most 4 MiB of its own pages resident (mincore(2)) in every mode (under always only because nodalloc advised
  *                     MADV_NOHUGEPAGE on memory it does not fill itself).
  *
  * The child may have no /sys (no_sysfs): it reads no topology, and its spec carries the
@@ -36,6 +36,7 @@
 #include "tests.h"
 
 #include <linux/sysinfo.h>
+#include <sys/mman.h>
 
 struct hostile_spec {
     int load; /* 0 light, 1 medium, 2 full */
@@ -104,13 +105,21 @@ static long fill_or_check(unsigned char *p, size_t size, unsigned char value, in
     return wrong;
 }
 
-/* Resident KiB of this process, -1 if unreadable. */
-static long resident_kib(void) {
-    char text[256];
-    if (read_text("/proc/self/statm", text, sizeof text) < 0)
-        return -1;
-    char *rest = strchr(text, ' ');
-    return rest ? strtol(rest + 1, NULL, 10) * (long)(PAGE / 1024) : -1;
+/* Resident KiB of the pages spanning [start, start + bytes), by mincore(2): the block's own
+ * cost, untouched by memory the allocator releases elsewhere meanwhile. -1 if mincore fails. */
+static long resident_in_kib(void *start, size_t bytes) {
+    uintptr_t first = (uintptr_t)start & ~(uintptr_t)(PAGE - 1);
+    size_t pages = ((uintptr_t)start + bytes - first + PAGE - 1) / PAGE;
+    unsigned char *vec = xmap(pages);
+    long resident = -1;
+    if (mincore((void *)first, pages * PAGE, vec) == 0) {
+        resident = 0;
+        for (size_t i = 0; i < pages; i++)
+            resident += vec[i] & 1;
+        resident *= (long)(PAGE / 1024);
+    }
+    xunmap(vec, pages);
+    return resident;
 }
 
 /* The thp= probe: dense small objects (AnonHugePages while they are live) and a sparse block
@@ -128,13 +137,12 @@ static void thp_probe(struct hostile_figures *f) {
         fill_or_check(objects[i], SIZE, (unsigned char)i, 0);
     }
     f->anon_huge_kib = anon_huge_kib();
-    long before = resident_kib();
     size_t sparse_bytes = 64UL << 20;
     volatile unsigned char *sparse = malloc(sparse_bytes);
     if (sparse) {
         for (size_t i = 0; i < sparse_bytes; i += 1UL << 20)
             sparse[i] = 1;
-        f->sparse_rss_kib = resident_kib() - before;
+        f->sparse_rss_kib = resident_in_kib((void *)sparse, sparse_bytes);
         free((void *)sparse);
     } else {
         f->nulls++;
