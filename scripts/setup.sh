@@ -3,8 +3,9 @@
 # lacks: build tools for the peers' crates, the programs the LD_PRELOAD tests and the showdown
 # run (gcc, python3, perl, git, sqlite3, redis-server with redis-benchmark), valgrind for the
 # callgrind counts, the peers' shared libraries for the C-level showdown (libmimalloc2.0,
-# libjemalloc2, libtcmalloc-minimal4) and a TrueType font for the PNG plots. Prints what it
-# installs; does nothing when all are present.
+# libjemalloc2, libtcmalloc-minimal4), a TrueType font for the PNG plots, and Clang 22 where apt
+# has it (the allocation-token test builds a program with -fsanitize=alloc-token). Prints what
+# it installs; does nothing when all are present.
 #   scripts/setup.sh
 set -euo pipefail
 
@@ -23,16 +24,27 @@ for lib in libmimalloc.so.2:libmimalloc2.0 libjemalloc.so.2:libjemalloc2 \
 done
 compgen -G "/usr/share/fonts/truetype/*/*.ttf" >/dev/null || need_apt+=(fonts-dejavu-core)
 
-if [ ${#need_apt[@]} -eq 0 ]; then
+# Clang 22 (allocation tokens), from its own apt call: a distribution without it still gets
+# the rest.
+need_clang=0
+command -v clang-22 >/dev/null 2>&1 || need_clang=1
+
+if [ ${#need_apt[@]} -eq 0 ] && [ "$need_clang" -eq 0 ]; then
   exit 0
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "scripts/setup.sh: no apt-get; install by hand: ${need_apt[*]}" >&2
   exit 1
 fi
-echo "installing: ${need_apt[*]}"
+echo "installing: ${need_apt[*]}$([ "$need_clang" -eq 1 ] && echo " clang-22")"
 export DEBIAN_FRONTEND=noninteractive
 sudo_cmd=""
 [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
 $sudo_cmd apt-get update -q
-$sudo_cmd apt-get install -y -q "${need_apt[@]}"
+if [ ${#need_apt[@]} -gt 0 ]; then
+  $sudo_cmd apt-get install -y -q "${need_apt[@]}"
+fi
+if [ "$need_clang" -eq 1 ]; then
+  $sudo_cmd apt-get install -y -q clang-22 \
+    || echo "scripts/setup.sh: no clang-22 from apt; the allocation-token test will skip" >&2
+fi

@@ -65,7 +65,9 @@ int nodalloc_set_limit(size_t bytes);
  * at `ptr`, or -1 with the mode off or for anything but a small block of nodalloc. */
 int nodalloc_partition_of(const void *ptr);
 
-/* The first call site (a return address) recorded for `partition`, or NULL. */
+/* The first call site recorded for `partition` (a return address; for a call that Clang's
+ * -fsanitize=alloc-token instrumented, its token), or NULL. The `__alloc_token_*` functions
+ * those calls name are libnodalloc's (README "Call-site partitions"); no header declares them. */
 void *nodalloc_partition_site(int partition);
 
 #ifdef __cplusplus

@@ -49,7 +49,7 @@ entry_stub!(fn nodalloc_posix_memalign_entry(out: *mut *mut c_void, align: usize
 
 /// # Safety
 /// `posix_memalign`, called from `site`.
-unsafe extern "C" fn posix_memalign_at(
+pub(crate) unsafe extern "C" fn posix_memalign_at(
     out: *mut *mut c_void,
     align: usize,
     size: usize,
@@ -93,7 +93,7 @@ pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void
 entry_stub!(fn nodalloc_aligned_alloc_entry(align: usize, size: usize) -> *mut c_void
     => aligned_alloc_at, site: "rdx", frame: "rcx");
 
-extern "C" fn aligned_alloc_at(
+pub(crate) extern "C" fn aligned_alloc_at(
     align: usize,
     size: usize,
     site: usize,
@@ -124,7 +124,12 @@ pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
 entry_stub!(fn nodalloc_memalign_entry(align: usize, size: usize) -> *mut c_void
     => memalign_at, site: "rdx", frame: "rcx");
 
-extern "C" fn memalign_at(align: usize, size: usize, site: usize, frame: usize) -> *mut c_void {
+pub(crate) extern "C" fn memalign_at(
+    align: usize,
+    size: usize,
+    site: usize,
+    frame: usize,
+) -> *mut c_void {
     // glibc: alignments above SIZE_MAX / 2 + 1 are invalid; up to it they round to a power of
     // two (and a request that cannot be met is then ENOMEM, not EINVAL).
     let Some(align) = align.max(1).checked_next_power_of_two() else {
@@ -145,7 +150,7 @@ pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
 entry_stub!(fn nodalloc_valloc_entry(size: usize) -> *mut c_void
     => valloc_at, site: "rsi", frame: "rdx");
 
-extern "C" fn valloc_at(size: usize, site: usize, frame: usize) -> *mut c_void {
+pub(crate) extern "C" fn valloc_at(size: usize, site: usize, frame: usize) -> *mut c_void {
     allocate_aligned(PAGE, size, site, frame)
 }
 
@@ -160,7 +165,7 @@ pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
 entry_stub!(fn nodalloc_pvalloc_entry(size: usize) -> *mut c_void
     => pvalloc_at, site: "rsi", frame: "rdx");
 
-extern "C" fn pvalloc_at(size: usize, site: usize, frame: usize) -> *mut c_void {
+pub(crate) extern "C" fn pvalloc_at(size: usize, site: usize, frame: usize) -> *mut c_void {
     let Some(rounded) = size.max(1).checked_next_multiple_of(PAGE) else {
         set_errno(libc::ENOMEM);
         return null_mut();

@@ -93,7 +93,7 @@ macro_rules! new_targets {
         $target:ident($($arg:ident: $ty:ty),*; $site:ident, $frame:ident) = $alloc:expr,
             next $next:ident: $signature:ty;
     )*) => {$(
-        extern "C-unwind" fn $target($($arg: $ty,)* $site: usize, $frame: usize) -> *mut c_void {
+        pub(crate) extern "C-unwind" fn $target($($arg: $ty,)* $site: usize, $frame: usize) -> *mut c_void {
             or_next($alloc, || {
                 // SAFETY: the next library's definition of this operator, whose signature
                 // `$signature` is.

@@ -283,7 +283,7 @@ entry_stub!(fn nodalloc_reallocarray_entry(ptr: *mut c_void, count: usize, size:
 
 /// # Safety
 /// glibc's `reallocarray`, called from `site`.
-unsafe extern "C" fn reallocarray_at(
+pub(crate) unsafe extern "C" fn reallocarray_at(
     ptr: *mut c_void,
     count: usize,
     size: usize,

@@ -32,6 +32,7 @@ mod secure;
 mod threads;
 mod tiers;
 mod tls;
+mod tokens;
 
 use aligned::allocate_aligned;
 use callsite::entry_stub;
@@ -95,7 +96,12 @@ entry_stub!(fn nodalloc_malloc_miss(size: usize, heap: *mut c_void) -> *mut u8
 /// everything else goes on to [`malloc_miss`] (a tail call, so this part keeps no stack
 /// frame).
 #[inline(never)]
-extern "C" fn malloc_slow(size: usize, heap: *mut c_void, site: usize, frame: usize) -> *mut u8 {
+pub(crate) extern "C" fn malloc_slow(
+    size: usize,
+    heap: *mut c_void,
+    site: usize,
+    frame: usize,
+) -> *mut u8 {
     let direct = callsite::is_direct();
     if direct {
         if let (Some(heap), Some(class)) = (live(heap as *mut ThreadHeap), class_of_malloc(size)) {
@@ -208,7 +214,12 @@ pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
 entry_stub!(fn nodalloc_calloc_entry(count: usize, size: usize) -> *mut c_void
     => calloc_at, site: "rdx", frame: "rcx");
 
-extern "C" fn calloc_at(count: usize, size: usize, site: usize, frame: usize) -> *mut c_void {
+pub(crate) extern "C" fn calloc_at(
+    count: usize,
+    size: usize,
+    site: usize,
+    frame: usize,
+) -> *mut c_void {
     if secure::on() {
         return secure::calloc(count, size, site, frame);
     }

@@ -26,7 +26,7 @@ pub const COLD_BELOW: u8 = 128;
 
 /// A block of far memory for `size` bytes at `align`, recorded as `kind`; null without far
 /// memory or when the far node (and the nodes it spills to) has none left.
-fn far(size: usize, align: usize, kind: Kind) -> *mut c_void {
+pub(crate) fn far(size: usize, align: usize, kind: Kind) -> *mut c_void {
     if align == 0 {
         return null_mut();
     }
@@ -67,29 +67,37 @@ pub extern "C" fn nodalloc_malloc_cold(size: usize) -> *mut c_void {
 
 /// Defines the hot/cold operators: a cold hint tries far memory at `$align` as `$kind`, and
 /// everything else (a hot hint, no far memory, a full far node) is `$plain`, this library's
-/// operator of the same form without the hint.
+/// operator of the same form without the hint. `token` adds Clang's allocation token as the
+/// last argument (`tokens.rs`), passed on to `$plain`.
 macro_rules! hot_cold_operators {
     ($(
         $(#[$doc:meta])*
-        $name:ident($($arg:ident: $ty:ty),*) align $align:expr, $kind:expr => $plain:path;
+        $name:ident($($arg:ident: $ty:ty),*) $(, $token:ident)? align $align:expr, $kind:expr
+            => $plain:path;
     )*) => {$(
         $(#[$doc])*
         ///
         /// # Safety
         /// C++'s contract for this operator.
         #[no_mangle]
-        pub unsafe extern "C-unwind" fn $name(size: usize, $($arg: $ty,)* hint: u8) -> *mut c_void {
-            if hint < COLD_BELOW {
-                let p = far(size, $align, $kind);
+        pub unsafe extern "C-unwind" fn $name(
+            size: usize,
+            $($arg: $ty,)*
+            hint: u8
+            $(, $token: usize)?
+        ) -> *mut c_void {
+            if hint < $crate::tiers::COLD_BELOW {
+                let p = $crate::tiers::far(size, $align, $kind);
                 if !p.is_null() {
                     return p;
                 }
             }
             // SAFETY: forwarded contract (the same operator without the hint).
-            unsafe { $plain(size $(, $arg)*) }
+            unsafe { $plain(size $(, $arg)* $(, $token)?) }
         }
     )*};
 }
+pub(crate) use hot_cold_operators;
 
 hot_cold_operators! {
     /// `operator new(size_t, __hot_cold_t)`.
@@ -118,7 +126,7 @@ hot_cold_operators! {
 
 /// The alignment a far block of an aligned `new` takes: `align` when it is a power of two,
 /// else 0 (no far block: the plain operator then refuses the alignment as C++ requires).
-fn aligned(align: usize) -> usize {
+pub(crate) fn aligned(align: usize) -> usize {
     if align.is_power_of_two() {
         align.max(MALLOC_ALIGN)
     } else {

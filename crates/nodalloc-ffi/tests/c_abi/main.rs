@@ -75,14 +75,22 @@ fn compile(name: &str, mode: Mode) -> PathBuf {
     // Built under a private name and renamed into place, so that two test runs sharing a target
     // directory never execute a half-written file.
     let partial = out_dir.join(format!("{name}-{suffix}.{}.partial", std::process::id()));
-    // A `.cpp` program is C++ (built with `c++`); the others are C.
+    // A `.cpp` program is C++ (built with `c++`); a `_clang` one is C built by a Clang with
+    // allocation tokens; the others are C.
     let cxx = crate_dir().join("tests/c").join(format!("{name}.cpp"));
     let (source, compiler) = if cxx.is_file() {
         (cxx, "c++")
+    } else if name.ends_with("_clang") {
+        let clang = clang_with_tokens().expect("a Clang with -fsanitize=alloc-token");
+        (crate_dir().join("tests/c").join(format!("{name}.c")), clang)
     } else {
         (crate_dir().join("tests/c").join(format!("{name}.c")), "cc")
     };
     let mut cc = Command::new(compiler);
+    if name.ends_with("_clang") {
+        // check.h's `noipa` is GCC's; Clang does not inline across `noinline` either.
+        cc.args(["-fsanitize=alloc-token", "-Wno-unknown-attributes"]);
+    }
     // Frame pointers and a dynamic symbol table: `callsite.c` walks frames and names its
     // functions with dladdr.
     cc.args(["-O1", "-g", "-fno-omit-frame-pointer", "-rdynamic"])
@@ -114,6 +122,32 @@ fn compile(name: &str, mode: Mode) -> PathBuf {
     );
     std::fs::rename(&partial, &output).expect("moving the compiled program into place");
     output
+}
+
+/// The first Clang on `PATH` that instruments allocations with tokens
+/// (`-fsanitize=alloc-token`, Clang 22 and later), or `None`.
+fn clang_with_tokens() -> Option<&'static str> {
+    static FOUND: OnceLock<Option<&'static str>> = OnceLock::new();
+    *FOUND.get_or_init(|| {
+        ["clang-22", "clang-23", "clang-24", "clang"]
+            .into_iter()
+            .find(|clang| {
+                Command::new(clang)
+                    .args([
+                        "-fsanitize=alloc-token",
+                        "-x",
+                        "c",
+                        "-c",
+                        "-o",
+                        "/dev/null",
+                        "-",
+                    ])
+                    .stdin(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .is_ok_and(|status| status.success())
+            })
+    })
 }
 
 /// A command that runs `name` built for `mode`, with the library preloaded if the mode says so.

@@ -49,6 +49,51 @@ fn every_allocating_entry_point_names_its_caller_for_call_site_partitions() {
     }
 }
 
+/// Clang's allocation tokens (`__alloc_token_*`, every form): a token is the call site of
+/// its partition, the fallback token 0 leaves the caller's return address as for the plain
+/// function, and each entry keeps its plain function's contract, with partitions on and off.
+#[test]
+fn allocation_tokens_key_call_site_partitions_and_keep_each_entrys_contract() {
+    let check = if cfg!(debug_assertions) {
+        "loose"
+    } else {
+        "on"
+    };
+    for mode in MODES {
+        run_passing_across_collisions("tokens", mode, |tokens| {
+            tokens.arg(check).env("NODALLOC_CALLSITE", "4096");
+        });
+        let mut off = command("tokens", mode);
+        off.arg("off");
+        run_passing("tokens", mode, &mut off);
+    }
+}
+
+/// The same from the real producer: a program built by Clang with `-fsanitize=alloc-token`
+/// (linked with `-lnodalloc`, which defines the functions its calls name; the release library,
+/// whose entry points read their caller): one type from two functions shares a partition, two
+/// types get two, and a call Clang could not type is keyed by its caller.
+#[test]
+fn a_program_built_with_clangs_allocation_tokens_gets_a_partition_per_type() {
+    if clang_with_tokens().is_none() {
+        nodalloc_testkit::skip(
+            nodalloc_testkit::Need::OnCi,
+            "no Clang with -fsanitize=alloc-token (clang-22: scripts/setup.sh installs it)",
+        );
+        return;
+    }
+    if cfg!(debug_assertions) {
+        nodalloc_testkit::skip(
+            nodalloc_testkit::Need::Optional,
+            "a debug library's entry points keep frames and cannot read their caller",
+        );
+        return;
+    }
+    run_passing_across_collisions("tokens_clang", Mode::Linked, |tokens| {
+        tokens.env("NODALLOC_CALLSITE", "4096");
+    });
+}
+
 /// The fuzzer's random sequences of every entry point, and threads exchanging blocks across
 /// forks, with call-site partitions (and with secure mode beside them).
 #[test]
