@@ -48,8 +48,9 @@ void *nodalloc_malloc_on_node(size_t size, int node);
 
 /* Allocates `size` bytes of far memory, for cold data: on the far node of the calling thread's
  * node, from that node's own bags (nodalloc_node_of names it); free it with free(). On a machine
- * without far memory, or when the far node's memory runs out, the block is near, as malloc's.
- * NULL with errno ENOMEM when memory runs out. C++: the hot/cold `operator new(size_t,
+ * without far memory, or when the far tier is full (its limit reached or its memory used up),
+ * the block is near, as malloc's; with NODALLOC_TIER_FULL=fail a full far tier is NULL with
+ * errno ENOMEM instead. NULL with errno ENOMEM when memory runs out. C++: the hot/cold `operator new(size_t,
  * __hot_cold_t)` forms (tcmalloc's, which LLVM's -optimize-hot-cold-new emits) do the same for
  * hints below 128. */
 void *nodalloc_malloc_cold(size_t size);
@@ -60,6 +61,13 @@ void *nodalloc_malloc_tier(size_t size, int tier);
 
 /* Sets a hard limit on the bytes nodalloc commits (0 removes it). Returns 0, or -1 with errno. */
 int nodalloc_set_limit(size_t bytes);
+
+/* Sets a hard limit on the bytes nodalloc commits in tier NODALLOC_TIER_NEAR or NODALLOC_TIER_FAR
+ * (0 removes it), as NODALLOC_NEAR_LIMIT and NODALLOC_FAR_LIMIT do; nodalloc_set_limit's limit
+ * still holds over both. Past it, a request of that tier is served from the other tier, or
+ * fails with NULL and ENOMEM under NODALLOC_TIER_FULL=fail; frees make room again. Returns 0,
+ * or -1 with errno EINVAL for another tier. */
+int nodalloc_set_tier_limit(int tier, size_t bytes);
 
 /* With call-site partitions (NODALLOC_CALLSITE=P): the partition (0 .. P-1) of the small block
  * at `ptr`, or -1 with the mode off or for anything but a small block of nodalloc. */

@@ -53,16 +53,42 @@ pub extern "C" fn nodalloc_malloc_tier(size: usize, tier: c_int) -> *mut c_void 
 }
 
 /// Allocates `size` bytes of far memory: on the far node of the calling thread's node, or as
-/// `malloc` on a machine without far memory or when the far node is full. NULL + ENOMEM when
-/// memory runs out.
+/// `malloc` on a machine without far memory or when the far tier is full (its limit reached or
+/// its memory used up; with `NODALLOC_TIER_FULL=fail` that is NULL + ENOMEM instead). NULL +
+/// ENOMEM when memory runs out.
 #[no_mangle]
 pub extern "C" fn nodalloc_malloc_cold(size: usize) -> *mut c_void {
     let p = far(size, MALLOC_ALIGN, Kind::Malloc);
     if !p.is_null() {
         return p;
     }
+    if raw::tier_bound() && raw::far_node(heap().as_deref()).is_some() {
+        set_errno(libc::ENOMEM);
+        return null_mut();
+    }
     // SAFETY: `malloc`'s contract is `size` alone.
     unsafe { crate::malloc(size) }
+}
+
+/// Sets a hard limit on the bytes committed in tier `tier` (0 removes it), as
+/// `NODALLOC_NEAR_LIMIT` and `NODALLOC_FAR_LIMIT` do. 0 on success; -1 + EINVAL for an unknown
+/// tier, -1 + ENOMEM if the heap cannot start.
+#[no_mangle]
+pub extern "C" fn nodalloc_set_tier_limit(tier: c_int, bytes: usize) -> c_int {
+    let tier = match tier {
+        TIER_NEAR => nodalloc_core::Tier::Near,
+        TIER_FAR => nodalloc_core::Tier::Far,
+        _ => {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+    };
+    if nodalloc_core::set_tier_limit(tier, bytes) {
+        0
+    } else {
+        set_errno(libc::ENOMEM);
+        -1
+    }
 }
 
 /// Defines the hot/cold operators: a cold hint tries far memory at `$align` as `$kind`, and

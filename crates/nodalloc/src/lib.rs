@@ -413,6 +413,28 @@ mod face {
         }
     }
 
+    /// Sets a hard limit on the heap bytes committed in memory tier `tier` (0 removes it), as
+    /// `NODALLOC_NEAR_LIMIT` and `NODALLOC_FAR_LIMIT` do; the limit of [`set_limit`] still
+    /// holds over both tiers. Past it a request of that tier is served from the other tier, or
+    /// fails with `NODALLOC_TIER_FULL=fail`; frees make room again. Fails only when the heap
+    /// cannot be created.
+    ///
+    /// ```
+    /// use nodalloc::Tier;
+    /// assert!(nodalloc::set_tier_limit(Tier::Near, 8 << 30));
+    /// assert_eq!(nodalloc::stats().near_limit, 8 << 30);
+    /// nodalloc::set_tier_limit(Tier::Near, 0); // no limit
+    /// ```
+    pub fn set_tier_limit(tier: Tier, bytes: usize) -> bool {
+        match Instance::get() {
+            Some(instance) => {
+                instance.set_tier_limit(tier == Tier::Far, bytes);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Every `NODALLOC_*` option: name, default and meaning.
     ///
     /// ```

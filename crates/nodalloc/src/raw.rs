@@ -133,6 +133,12 @@ pub fn far_node(heap: Option<&ThreadHeap>) -> Option<usize> {
         .map(|node| node.index())
 }
 
+/// True when a request never leaves its memory tier (`NODALLOC_TIER_FULL=fail`): a far request
+/// the far tier cannot serve fails rather than coming near.
+pub fn tier_bound() -> bool {
+    Instance::existing().is_some_and(|instance| instance.tier_bound())
+}
+
 /// Tells `stats()` how to find the calling thread's heap (the face's own thread-local), so the
 /// caller's counters are published before a snapshot. `hook` returns null when it has none.
 pub fn set_current_heap_hook(hook: fn() -> *mut ThreadHeap) {

@@ -431,6 +431,10 @@ node_summed_fields! {
             pub far_allocated: usize = 0,
             /// Bytes committed on far nodes: part of `committed`.
             pub far_committed: usize = 0,
+            /// The hard limit on bytes committed on near nodes (`NODALLOC_NEAR_LIMIT`; 0: none).
+            pub near_limit: usize = 0,
+            /// The hard limit on bytes committed on far nodes (`NODALLOC_FAR_LIMIT`; 0: none).
+            pub far_limit: usize = 0,
             pub(crate) node_count: usize = 0,
             pub(crate) simulated: bool = false,
             pub(crate) nodes: [NodeStats; MAX_NODES] = [NodeStats::default(); MAX_NODES],
@@ -510,12 +514,22 @@ impl Stats {
             .decimal(self.frees);
         write_summed(&mut w, ReportLine::TotalObjects, &totals, self.allocs, ", ");
         w.str("\n");
-        if self.nodes().iter().any(|node| node.far) {
+        if self.near_limit != 0 {
+            w.str("  near memory: committed ")
+                .size(self.committed.saturating_sub(self.far_committed) as u64)
+                .str(" (limit ")
+                .size(self.near_limit as u64)
+                .str(")\n");
+        }
+        if self.nodes().iter().any(|node| node.far) || self.far_limit != 0 {
             w.str("  far memory: allocated ")
                 .size(self.far_allocated as u64)
                 .str(", committed ")
-                .size(self.far_committed as u64)
-                .str("\n");
+                .size(self.far_committed as u64);
+            if self.far_limit != 0 {
+                w.str(" (limit ").size(self.far_limit as u64).str(")");
+            }
+            w.str("\n");
         }
         w.write_to(fd);
         for (node, stats) in self.nodes().iter().enumerate() {

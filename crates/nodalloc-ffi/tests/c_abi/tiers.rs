@@ -48,3 +48,37 @@ fn without_far_memory_cold_requests_are_served_near() {
         );
     }
 }
+
+/// Limits per tier: past the near limit, blocks spill to the far node (`spill`) or malloc fails
+/// with ENOMEM and recovers after frees (`fail`); a far limit set at run time sends cold
+/// requests near or fails them; the exit statistics show the limits.
+#[test]
+fn a_full_tier_spills_to_the_other_or_fails_as_asked() {
+    for mode in MODES {
+        for policy in ["spill", "fail"] {
+            let mut program = command("tier_limits", mode);
+            program.arg(policy).envs([
+                ("NODALLOC_SIMULATE_NODES", "3"),
+                ("NODALLOC_TIERS", "far:2"),
+                ("NODALLOC_NEAR_LIMIT", "16M"),
+                ("NODALLOC_TIER_FULL", policy),
+                ("NODALLOC_STATS", "1"),
+                // Frees decommit at once: memory freed and still committed is reused without
+                // a charge, so the run-time far limit would not be met where it is checked.
+                ("NODALLOC_DECOMMIT_DELAY", "0"),
+                ("NODALLOC_RETAIN", "0"),
+            ]);
+            on_cpu_zero(&mut program);
+            let finished = run_passing("tier_limits", mode, &mut program);
+            assert!(
+                finished
+                    .stderr
+                    .lines()
+                    .any(|line| line.starts_with("  near memory: committed ")
+                        && line.ends_with("(limit 16.0 MiB)")),
+                "no near-memory line with its limit ({mode:?}, {policy}): {}",
+                finished.describe()
+            );
+        }
+    }
+}

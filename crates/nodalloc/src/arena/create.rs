@@ -159,6 +159,8 @@ impl Arena {
             for index in 0..pools {
                 let start = base as usize + (index << pool_shift);
                 let budget = core::ptr::addr_of!((*arena).budget);
+                let tier_budget =
+                    core::ptr::addr_of!((*arena).tier_budgets[topology.is_far(index / 2) as usize]);
                 let dense = index % 2 == Pool::Dense as usize;
                 let huge = if dense {
                     huge_pages_possible
@@ -177,6 +179,7 @@ impl Arena {
                     on_demand,
                     !config.secure,
                     budget,
+                    tier_budget,
                     huge_from,
                     chunk_bits.add(index * chunk_words),
                     if dense {

@@ -109,18 +109,7 @@ mod tests {
     use crate::os::topology::test_machine;
 
     fn config(interleave: InterleaveChoice) -> ArenaConfig {
-        ArenaConfig {
-            region_bytes: 64 << 20,
-            strict_binding: false,
-            thp: ThpChoice::Auto,
-            decommit: DecommitPolicy {
-                delay_ns: 0,
-                retain_bytes: 0,
-            },
-            commit_on_demand: false,
-            secure: false,
-            interleave,
-        }
+        crate::arena::tests::test_config(interleave)
     }
 
     #[test]

@@ -111,6 +111,13 @@ pub struct Arena {
     /// The optional hard limit on committed bytes (`NODALLOC_LIMIT`, `set_limit`); read and set
     /// through [`Arena::budget`].
     budget: CommitBudget,
+    /// The optional limits of each memory tier, near then far (`NODALLOC_NEAR_LIMIT`,
+    /// `NODALLOC_FAR_LIMIT`): each region charges its tier's and the arena's; read and set
+    /// through [`Arena::tier_budget`].
+    tier_budgets: [CommitBudget; 2],
+    /// `NODALLOC_TIER_FULL=fail`: a span never comes from a node of another tier than the one
+    /// it is for (see [`Arena::may_spill`]); set once the arena is shared, read by spills.
+    tier_bound: AtomicBool,
     base: usize,
     end: usize,
     region_shift: u32,
@@ -178,6 +185,29 @@ impl Arena {
     /// The hard limit on committed bytes and what is charged against it.
     pub fn budget(&self) -> &CommitBudget {
         &self.budget
+    }
+
+    /// The limit of memory tier `far` (false: near) and what its regions charge against it.
+    pub fn tier_budget(&self, far: bool) -> &CommitBudget {
+        &self.tier_budgets[far as usize]
+    }
+
+    /// Sets whether spans stay in their tier (`NODALLOC_TIER_FULL=fail`).
+    pub fn set_tier_bound(&self, bound: bool) {
+        self.tier_bound.store(bound, Ordering::Relaxed);
+    }
+
+    /// True when spans stay in their tier (`NODALLOC_TIER_FULL=fail`).
+    pub fn tier_bound(&self) -> bool {
+        self.tier_bound.load(Ordering::Relaxed)
+    }
+
+    /// True unless spans stay in their tier and `other` is in another tier than `node`: a
+    /// request of `node` may then be served from `other`'s region or caches.
+    #[inline]
+    pub fn may_spill(&self, node: usize, other: usize) -> bool {
+        !self.tier_bound.load(Ordering::Relaxed)
+            || self.topology.is_far(node) == self.topology.is_far(other)
     }
 
     /// The arena's range, as `(first address, bytes)`: every node's region.
@@ -306,6 +336,9 @@ impl Arena {
         let count = self.topology.nearest_nodes(node, &mut order);
         for &other in &order[..count] {
             let other = other as usize;
+            if !self.may_spill(node, other) {
+                continue;
+            }
             if let Some(address) = self.alloc_span_on(other, units, align_units, usage) {
                 self.steals[node].fetch_add(1, Ordering::Relaxed);
                 return Some((address, other));

@@ -421,6 +421,86 @@ fn the_commit_limit_is_never_exceeded_and_frees_make_room() {
     assert!(arena.budget().peak() <= 10 * UNIT);
 }
 
+/// An arena configuration for tests: 64 MiB regions, frees decommitted at once, `interleave`.
+pub fn test_config(interleave: crate::os::options::InterleaveChoice) -> ArenaConfig {
+    ArenaConfig {
+        region_bytes: 64 << 20,
+        strict_binding: false,
+        thp: ThpChoice::Auto,
+        decommit: DecommitPolicy {
+            delay_ns: 0,
+            retain_bytes: 0,
+        },
+        commit_on_demand: false,
+        secure: false,
+        interleave,
+    }
+}
+
+/// A test arena on three simulated nodes of which node 2 is far memory, decommitting at once.
+pub fn tiered_test_arena() -> &'static Arena {
+    let mut topology = Box::new(Topology::single(CpuSet::new()));
+    topology.detect_into(3);
+    topology.choose_far_nodes(Some(1 << 2));
+    let config = test_config(crate::os::options::InterleaveChoice::Off);
+    Arena::create(&topology, &config).expect("test arena")
+}
+
+#[test]
+fn a_full_tier_spills_to_the_other_or_fails_and_its_limit_is_never_exceeded() {
+    let arena = tiered_test_arena();
+    assert!(!arena.topology.is_far(0) && !arena.topology.is_far(1) && arena.topology.is_far(2));
+    let (near, far) = (arena.tier_budget(false), arena.tier_budget(true));
+    near.set_limit(10 * UNIT);
+    let span = |node| arena.alloc_span(node, 1, 1, SpanUse::Large);
+    let a = arena.alloc_span(0, 6, 1, SpanUse::Large).unwrap();
+    let b = arena.alloc_span(1, 4, 1, SpanUse::Large).unwrap();
+    assert_eq!(
+        (a.1, b.1),
+        (0, 1),
+        "within the near limit, on their own nodes"
+    );
+    // Both near nodes charge the one near budget: the next near span spills to the far node.
+    let spilled = arena.alloc_span(0, 3, 1, SpanUse::Large).unwrap();
+    assert_eq!(spilled.1, 2, "past the near limit, spilled far");
+    assert_eq!((near.charged(), far.charged()), (10 * UNIT, 3 * UNIT));
+    assert_eq!(
+        arena.budget().charged(),
+        13 * UNIT,
+        "the arena's budget counts both tiers"
+    );
+    assert!(
+        !arena.pool(0, Pool::Sparse).grow(arena.map(), a.0, 6, 7),
+        "growth in place is charged to the tier too"
+    );
+    // Bound to their tier, near requests fail and far ones are still served.
+    arena.set_tier_bound(true);
+    assert!(
+        span(0).is_none() && span(1).is_none(),
+        "bound: no spill past the near limit"
+    );
+    assert_eq!(span(2).map(|(_, from)| from), Some(2));
+    // The far limit, reached: far requests fail while bound, come near when the near tier
+    // has room and spills are allowed.
+    far.set_limit(far.charged());
+    assert!(span(2).is_none());
+    // SAFETY: `b` was handed out above and holds nothing.
+    unsafe { arena.free_span(b.0, 4) };
+    assert_eq!(near.charged(), 6 * UNIT, "a free makes room in its tier");
+    assert!(span(2).is_none(), "bound: a far request stays far");
+    arena.set_tier_bound(false);
+    let from = span(2).map(|(_, from)| from);
+    assert!(matches!(from, Some(0 | 1)), "spilled near: {from:?}");
+    assert_eq!(span(1).map(|(_, from)| from), Some(1));
+    // The arena's own limit still holds over both tiers.
+    arena.budget().set_limit(arena.budget().charged());
+    near.set_limit(0);
+    far.set_limit(0);
+    assert!(span(0).is_none() && span(2).is_none());
+    assert!(near.peak() <= 10 * UNIT, "the near limit was never passed");
+    arena.budget().set_limit(0);
+}
+
 #[test]
 fn an_exhausted_region_merges_dirty_and_clean_free_spans_before_failing() {
     let arena = test_arena(1, 64 << 20, usize::MAX);

@@ -259,6 +259,16 @@ impl Instance {
         self.heaps.set_limit(bytes);
     }
 
+    /// Sets the hard limit on bytes committed in tier `far` (false: near; 0: none).
+    pub(crate) fn set_tier_limit(self, far: bool, bytes: usize) {
+        self.heaps.set_tier_limit(far, bytes);
+    }
+
+    /// True when requests never leave their tier (`NODALLOC_TIER_FULL=fail`).
+    pub(crate) fn tier_bound(self) -> bool {
+        self.heaps.tier_bound()
+    }
+
     /// Returns every cached object (the caller's thread's, every ring and inbox) to its bags and
     /// every free page to the OS now.
     pub(crate) fn purge(self, heap: Option<&mut ThreadHeap>) {

@@ -88,6 +88,9 @@ pub(super) fn create() -> Option<&'static NodeHeaps> {
         return None;
     };
     heaps.set_limit(options.limit_bytes as usize);
+    heaps.set_tier_limit(false, options.near_limit_bytes as usize);
+    heaps.set_tier_limit(true, options.far_limit_bytes as usize);
+    heaps.set_tier_bound(options.tier_bound);
     // SAFETY: we hold INIT_LOCK and INSTANCE is still null, so nobody reads OPTIONS yet.
     unsafe { *OPTIONS.0.get() = Some(options) };
     INSTANCE.store(

@@ -32,6 +32,9 @@ impl NodeHeaps {
         let mut order = [0u8; MAX_NODES];
         let count = self.arena.topology.nearest_nodes(node.index(), &mut order);
         for &other in &order[..count] {
+            if !self.arena.may_spill(node.index(), other as usize) {
+                continue;
+            }
             let other = NodeId(other as usize);
             let stolen = self
                 .ring_shards_of(other, part, class)

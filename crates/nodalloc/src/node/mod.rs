@@ -286,10 +286,27 @@ impl NodeHeaps {
         self.arena.budget().set_limit(bytes);
     }
 
-    /// True under a hard limit on committed bytes: memory kept ahead of demand anywhere is
-    /// memory an allocation the limit refuses could not get back.
+    /// Sets the hard limit on bytes committed in tier `far` (false: near; 0: none).
+    pub(crate) fn set_tier_limit(&self, far: bool, bytes: usize) {
+        self.arena.tier_budget(far).set_limit(bytes);
+    }
+
+    /// Sets whether requests stay in their tier when it is full (`NODALLOC_TIER_FULL=fail`).
+    pub(crate) fn set_tier_bound(&self, bound: bool) {
+        self.arena.set_tier_bound(bound);
+    }
+
+    /// True when requests stay in their tier (`NODALLOC_TIER_FULL=fail`).
+    pub(crate) fn tier_bound(&self) -> bool {
+        self.arena.tier_bound()
+    }
+
+    /// True under a hard limit on committed bytes (the arena's or a tier's): memory kept ahead
+    /// of demand anywhere is memory an allocation the limit refuses could not get back.
     pub(crate) fn is_limited(&self) -> bool {
         self.arena.budget().limit() != 0
+            || self.arena.tier_budget(false).limit() != 0
+            || self.arena.tier_budget(true).limit() != 0
     }
 
     /// Decommits every free span now, whatever the delay (after [`Self::flush_all`]).

@@ -17,6 +17,8 @@ impl NodeHeaps {
         stats.threads = threads;
         stats.limit = arena.budget().limit();
         stats.peak_committed = arena.budget().peak();
+        stats.near_limit = arena.tier_budget(false).limit();
+        stats.far_limit = arena.tier_budget(true).limit();
         for (index, class) in stats.classes.iter_mut().enumerate() {
             class.size = SizeClass(index as u8).size();
         }

@@ -680,3 +680,49 @@ fn shared_operations_are_counted_once_each_with_their_objects() {
     );
     assert_eq!(node_stats.contended_locks + node_stats.ring_retries, 0);
 }
+
+/// Small objects at a tier's limit: a near node's refills take the far node's bags once the
+/// near tier is full (its steal reaches the far node last), and none at all while requests are
+/// bound to their tier; frees make room in the tier again.
+#[test]
+fn small_objects_past_the_near_limit_come_from_the_far_node_unless_bound() {
+    let arena = crate::arena::tests::tiered_test_arena();
+    let heaps = NodeHeaps::create(arena).unwrap();
+    let class = class_of(64, 8).unwrap();
+    let bag = class.bag_bytes();
+    arena.tier_budget(false).set_limit(4 * bag);
+    let origin = |p: *mut u8| arena.origin_of(p as usize).unwrap();
+    let mut near = Vec::new();
+    loop {
+        let p = heaps.alloc_single(NodeId(0), Partition::DEFAULT, class);
+        assert!(!p.is_null());
+        if origin(p) == 2 {
+            // SAFETY: just handed out, of `class`, from node 2.
+            unsafe { heaps.free_single(NodeId(2), class, p) };
+            break;
+        }
+        near.push(p);
+    }
+    assert_eq!(
+        near.len(),
+        4 * class.capacity(),
+        "four bags' objects near, then far"
+    );
+    arena.set_tier_bound(true);
+    assert!(
+        heaps
+            .alloc_single(NodeId(1), Partition::DEFAULT, class)
+            .is_null(),
+        "bound: neither a new near bag nor the far node's objects"
+    );
+    for p in near.drain(..) {
+        // SAFETY: handed out above, of `class`, and not freed since.
+        unsafe { heaps.free_single(NodeId(origin(p)), class, p) };
+    }
+    let p = heaps.alloc_single(NodeId(1), Partition::DEFAULT, class);
+    assert!(!p.is_null() && origin(p) != 2, "room again near");
+    // SAFETY: as above.
+    unsafe { heaps.free_single(NodeId(origin(p)), class, p) };
+    arena.set_tier_bound(false);
+    arena.tier_budget(false).set_limit(0);
+}

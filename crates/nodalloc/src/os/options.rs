@@ -177,6 +177,31 @@ pub const OPTIONS: &[OptionSpec] = &[
                   older kernels, with one warning)",
         apply: apply_interleave,
     },
+    OptionSpec {
+        name: "NODALLOC_NEAR_LIMIT",
+        default: "0",
+        meaning: "hard limit on the heap bytes committed on near nodes (every node that is not \
+                  far memory), e.g. 1G; within NODALLOC_LIMIT, which still holds over both \
+                  tiers. Past it, near requests go far or fail (NODALLOC_TIER_FULL); 0 means no \
+                  limit",
+        apply: apply_near_limit,
+    },
+    OptionSpec {
+        name: "NODALLOC_FAR_LIMIT",
+        default: "0",
+        meaning: "hard limit on the heap bytes committed on far nodes, e.g. 4G; past it, far \
+                  requests come near or fail (NODALLOC_TIER_FULL); 0 means no limit",
+        apply: apply_far_limit,
+    },
+    OptionSpec {
+        name: "NODALLOC_TIER_FULL",
+        default: "spill",
+        meaning: "what a request does when its tier is full (its limit reached or its nodes' \
+                  memory used up): spill (served from the other tier, as a full node spills to \
+                  the nearest node) or fail (never leaves its tier: NULL + ENOMEM, or null in \
+                  Rust, until memory of its tier is freed)",
+        apply: apply_tier_full,
+    },
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,6 +271,11 @@ pub struct Options {
     /// The far nodes `NODALLOC_TIERS` names (kernel numbers, as a mask); `None`: auto.
     pub tiers_far: Option<u64>,
     pub interleave: InterleaveChoice,
+    /// `NODALLOC_NEAR_LIMIT`, `NODALLOC_FAR_LIMIT` (0: none).
+    pub near_limit_bytes: u64,
+    pub far_limit_bytes: u64,
+    /// `NODALLOC_TIER_FULL=fail`: requests never leave their tier.
+    pub tier_bound: bool,
 }
 
 /// What the maintenance thread does (`NODALLOC_BACKGROUND`; see `instance/background.rs`).
@@ -296,6 +326,9 @@ impl Default for Options {
             callsite_depth: 1,
             tiers_far: None,
             interleave: InterleaveChoice::Off,
+            near_limit_bytes: 0,
+            far_limit_bytes: 0,
+            tier_bound: false,
         }
     }
 }
@@ -388,6 +421,25 @@ fn apply_interleave(options: &mut Options, value: &[u8]) -> Result<(), &'static 
         b"weighted" | b"on" => InterleaveChoice::Weighted,
         b"off" | b"0" => InterleaveChoice::Off,
         _ => return Err("auto, weighted or off"),
+    };
+    Ok(())
+}
+
+fn apply_near_limit(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.near_limit_bytes = parse_size(value).ok_or("a size such as 1G, or 0 for none")?;
+    Ok(())
+}
+
+fn apply_far_limit(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.far_limit_bytes = parse_size(value).ok_or("a size such as 4G, or 0 for none")?;
+    Ok(())
+}
+
+fn apply_tier_full(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.tier_bound = match trim(value) {
+        b"spill" => false,
+        b"fail" => true,
+        _ => return Err("spill or fail"),
     };
     Ok(())
 }

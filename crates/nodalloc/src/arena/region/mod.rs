@@ -125,6 +125,8 @@ pub struct Region {
     frontier_hint: AtomicUsize,
     /// The arena's commit budget (lives in the arena header, as long as the region).
     budget: *const CommitBudget,
+    /// The commit budget of the region's memory tier (near or far; in the arena header too).
+    tier_budget: *const CommitBudget,
     /// Chunks at and after this address may be backed by transparent huge pages (usize::MAX:
     /// none may), so decommitting part of one must first take it off huge pages; see `purge`.
     huge_from: usize,
@@ -169,6 +171,7 @@ impl Region {
         commit_on_demand: bool,
         canaries: bool,
         budget: *const CommitBudget,
+        tier_budget: *const CommitBudget,
         huge_from: usize,
         small_chunks: *mut u64,
         chunk_nodes: *mut ChunkNode,
@@ -181,6 +184,7 @@ impl Region {
             (*this).commit_on_demand = commit_on_demand;
             (*this).canaries = canaries;
             (*this).budget = budget;
+            (*this).tier_budget = tier_budget;
             (*this).huge_from = huge_from;
             (*this).small_chunks = small_chunks;
             (*this).chunk_nodes = chunk_nodes;
@@ -224,10 +228,16 @@ impl Region {
         address >= self.start && address < self.frontier_hint.load(Ordering::Acquire)
     }
 
-    /// Counts `bytes` as committed, within the arena's limit. False when the limit forbids it.
+    /// Counts `bytes` as committed, within the limit of the region's tier and the arena's. False
+    /// when either forbids it (nothing charged then).
     fn charge(&self, bytes: usize) -> bool {
-        // SAFETY: `budget` points into the arena header, which outlives every region.
-        if !unsafe { &*self.budget }.try_charge(bytes) {
+        // SAFETY: both budgets point into the arena header, which outlives every region.
+        let (tier, arena) = unsafe { (&*self.tier_budget, &*self.budget) };
+        if !tier.try_charge(bytes) {
+            return false;
+        }
+        if !arena.try_charge(bytes) {
+            tier.uncharge(bytes);
             return false;
         }
         self.committed.fetch_add(bytes, Ordering::Relaxed);
@@ -236,7 +246,10 @@ impl Region {
 
     fn uncharge(&self, bytes: usize) {
         // SAFETY: as in `charge`.
-        unsafe { &*self.budget }.uncharge(bytes);
+        unsafe {
+            (*self.budget).uncharge(bytes);
+            (*self.tier_budget).uncharge(bytes);
+        }
         self.committed.fetch_sub(bytes, Ordering::Relaxed);
     }
 
