@@ -57,6 +57,8 @@ void child_hostile(const char *text);
 /* tiers.c */
 void test_memory_tiers(const char *test);
 void test_cold_on_far_node(const char *test);
+void test_near_limit(const char *test);
+void child_near_limit(const char *argument);
 void test_interleave_large(const char *test);
 void child_interleave_large(const char *argument);
 void test_far_node_full(const char *test);

@@ -8,6 +8,9 @@
  * these features (--kernel 6.12: NUMATEST_TIERED=1, NEEDS_TIERED_KERNEL): pass when the tiering
  * directory exists and mbind takes the mode. Elsewhere (Debian's 6.1 has neither weighted
  * interleave nor tiers from HMAT) the row is info.
+ *
+ * Also here: cold_on_far_node, interleave_large, far_node_full, near_limit (a near-tier limit
+ * spilling to the far node) and tiering_workload.
  */
 #include "harness.h"
 #include "tests.h"
@@ -496,4 +499,69 @@ void test_tiering_workload(const char *test) {
     out("RESULT %s %s %s %s hinted:cache_near=%ldMiB,cache_far=%ldMiB,hot_near=%ldMiB,"
         "hot_far=%ldMiB\n",
         test, allocator, verdict(met), plain, cache_near, cache_far, hot_near, hot_far);
+}
+
+/* ---------------------------------------------------------------- near_limit */
+
+#define LIMITED_NEAR (48L << 20)
+#define LIMITED_ASKED (96L << 20)
+#define LIMITED_BLOCK (256L << 10)
+
+/* With NODALLOC_NEAR_LIMIT=48M (the child below; NODALLOC_TIER_FULL=spill, the default): a thread
+ * of a CPU node allocates and fills 96 MiB in 256 KiB blocks; every block succeeds, at most
+ * 48 MiB of their pages are on the CPU nodes and the rest on the far node, each block's pages
+ * on the node nodalloc_node_of names, and every block's contents intact. */
+void test_near_limit(const char *test) {
+    const char *assignments[] = {"NODALLOC_NEAR_LIMIT=48M", NULL};
+    run_reporting_child(test, "near_limit.child", "-", assignments);
+}
+
+void child_near_limit(const char *argument) {
+    (void)argument;
+    const char *test = "near_limit";
+    int far = cpuless_node();
+    int far_os = far >= 0 ? os_id_of_index(far) : -1;
+    first_malloc();
+    enum { BLOCKS = LIMITED_ASKED / LIMITED_BLOCK };
+    char **blocks = xmap(sizeof *blocks * BLOCKS);
+    int failed = 0, misnamed = 0, intact = 1;
+    struct page_set *one = xmap(sizeof *one);
+    for (int i = 0; i < BLOCKS; i++) {
+        blocks[i] = malloc(LIMITED_BLOCK);
+        if (!blocks[i]) {
+            failed++;
+            continue;
+        }
+        memset(blocks[i], i + 1, LIMITED_BLOCK);
+        long per_node[MAX_NODES], absent;
+        page_set_init(one, LIMITED_BLOCK / PAGE + 2);
+        page_set_add(one, blocks[i], LIMITED_BLOCK);
+        page_set_count(one, per_node, &absent);
+        int named = os_id_of_index(na_node_of(blocks[i]));
+        if (named < 0 || per_node[named] != one->count)
+            misnamed++;
+    }
+    struct page_set *set = xmap(sizeof *set);
+    page_set_init(set, LIMITED_ASKED / PAGE + 16);
+    for (int i = 0; i < BLOCKS; i++)
+        if (blocks[i])
+            page_set_add(set, blocks[i], LIMITED_BLOCK);
+    long per_node[MAX_NODES], absent;
+    page_set_count(set, per_node, &absent);
+    for (int i = 0; i < BLOCKS; i++) {
+        if (blocks[i] && (blocks[i][0] != (char)(i + 1) ||
+                          blocks[i][LIMITED_BLOCK - 1] != (char)(i + 1)))
+            intact = 0;
+        free(blocks[i]);
+    }
+    long far_bytes = (far_os >= 0 ? per_node[far_os] : 0) * (long)PAGE;
+    long near_bytes = (set->count - absent) * (long)PAGE - far_bytes;
+    char placed[256];
+    per_node_text(per_node, absent, placed, sizeof placed);
+    int met = far_os >= 0 && failed == 0 && misnamed == 0 && intact && absent == 0 &&
+              near_bytes <= LIMITED_NEAR && far_bytes >= LIMITED_ASKED - LIMITED_NEAR;
+    out("RESULT %s %s %s near_mib=%ld far_mib=%ld limit_mib=%ld failed=%d misnamed=%d intact=%d "
+        "pages_by_node=%s\n",
+        test, allocator, verdict(met), near_bytes >> 20, far_bytes >> 20, LIMITED_NEAR >> 20,
+        failed, misnamed, intact, placed);
 }
