@@ -162,8 +162,10 @@ pub extern "C" fn malloc_stats() {
 
 /// glibc's `malloc_info`: an XML description of the heap on `stream`, in glibc's elements
 /// (one `heap` per NUMA node; `rest` is the free committed bytes, `system` the committed ones,
-/// `aspace` the address space the node's region has used). 0, or -1 with `EINVAL` for
-/// `options` other than 0 or a null stream.
+/// `aspace` the address space the node's region has used), then, on a machine with far memory
+/// or under a tier's limit, one `tier` element each for near and far memory (nodalloc's own:
+/// `allocated`, `committed`, `limit` (0: none), and the far tier's `interleaved` bytes). 0, or
+/// -1 with `EINVAL` for `options` other than 0 or a null stream.
 ///
 /// # Safety
 /// `stream` is null or an open `FILE` the caller may write.
@@ -193,6 +195,28 @@ pub unsafe extern "C" fn malloc_info(options: c_int, stream: *mut libc::FILE) ->
             stats.mapped,
             true,
         );
+        if stats.nodes().iter().any(|node| node.far)
+            || stats.near_limit != 0
+            || stats.far_limit != 0
+        {
+            let near = c"<tier name=\"near\" allocated=\"%zu\" committed=\"%zu\" limit=\"%zu\"/>\n";
+            libc::fprintf(
+                stream,
+                near.as_ptr(),
+                stats.allocated.saturating_sub(stats.far_allocated),
+                stats.committed.saturating_sub(stats.far_committed),
+                stats.near_limit,
+            );
+            let far = c"<tier name=\"far\" allocated=\"%zu\" committed=\"%zu\" limit=\"%zu\" interleaved=\"%zu\"/>\n";
+            libc::fprintf(
+                stream,
+                far.as_ptr(),
+                stats.far_allocated,
+                stats.far_committed,
+                stats.far_limit,
+                stats.interleaved,
+            );
+        }
         libc::fprintf(stream, c"</malloc>\n".as_ptr());
     }
     0

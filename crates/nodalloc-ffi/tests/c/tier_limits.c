@@ -66,6 +66,31 @@ int main(int argc, char **argv) {
         CHECK(far_bytes >= 24 * MIB, "only %zu bytes spilled far", far_bytes);
         CHECK(near_bytes >= NEAR_LIMIT / 2, "only %zu bytes near before spilling", near_bytes);
     }
+    /* malloc_info's tier elements: the near tier's committed bytes within its limit, far
+     * memory in use under spill. */
+    char *text = NULL;
+    size_t text_length = 0;
+    FILE *stream = open_memstream(&text, &text_length);
+    CHECK(stream != NULL && malloc_info(0, stream) == 0, "malloc_info failed");
+    fclose(stream);
+    size_t near_committed = 0, near_limit = 0, far_committed = 0;
+    const char *near_tier = strstr(text, "<tier name=\"near\" ");
+    const char *far_tier = strstr(text, "<tier name=\"far\" ");
+    CHECK(near_tier != NULL && far_tier != NULL, "malloc_info without tiers: %s", text);
+    CHECK(sscanf(near_tier, "<tier name=\"near\" allocated=\"%*u\" committed=\"%zu\" "
+                            "limit=\"%zu\"",
+                 &near_committed, &near_limit) == 2,
+          "malloc_info's near tier: %.120s", near_tier);
+    CHECK(sscanf(far_tier, "<tier name=\"far\" allocated=\"%*u\" committed=\"%zu\"",
+                 &far_committed) == 1,
+          "malloc_info's far tier: %.120s", far_tier);
+    CHECK(near_limit == NEAR_LIMIT, "malloc_info's near limit %zu", near_limit);
+    CHECK(near_committed <= NEAR_LIMIT && near_committed >= near_bytes,
+          "malloc_info: %zu bytes committed near with %zu live", near_committed, near_bytes);
+    CHECK(fail || far_committed >= far_bytes, "malloc_info: %zu bytes committed far, %zu live",
+          far_committed, far_bytes);
+    free(text);
+
     /* Frees make room in the near tier again. */
     for (size_t i = 0; i < count; i++) {
         if (blocks[i] != NULL) {
