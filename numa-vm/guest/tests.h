@@ -57,6 +57,8 @@ void child_hostile(const char *text);
 /* tiers.c */
 void test_memory_tiers(const char *test);
 void test_cold_on_far_node(const char *test);
+void test_auto_tiering(const char *test);
+void child_auto_tiering(const char *argument);
 void test_near_limit(const char *test);
 void child_near_limit(const char *argument);
 void test_interleave_large(const char *test);

@@ -565,3 +565,165 @@ void child_near_limit(const char *argument) {
         test, allocator, verdict(met), near_bytes >> 20, far_bytes >> 20, LIMITED_NEAR >> 20,
         failed, misnamed, intact, placed);
 }
+
+/* ---------------------------------------------------------------- auto_tiering */
+
+#define AUTO_ENTRY 512
+#define AUTO_ENTRIES (64 * 1024) /* 32 MiB of cache entries */
+#define AUTO_REQUEST 256
+#define AUTO_REQUESTS 4096
+#define AUTO_WAIT_S 40.0
+
+struct auto_state {
+    volatile int stop;        /* the requests end */
+    char **volatile requests; /* the request thread's objects (the second half lives on) */
+    volatile int requests_ready;
+    int far_os;
+};
+
+/* The two call sites: their return addresses are the partitions. */
+__attribute__((noinline)) void *auto_cache_alloc(size_t size) {
+    void *p = malloc(size);
+    __asm__ volatile("" ::: "memory");
+    return p;
+}
+__attribute__((noinline)) void *auto_request_alloc(size_t size) {
+    void *p = malloc(size);
+    __asm__ volatile("" ::: "memory");
+    return p;
+}
+
+/* Pages of `count` blocks of `size`: far (on `far_os`) and in all, by move_pages. */
+static void auto_count(char *const *blocks, int count, size_t size, int far_os, long *far,
+                       long *total) {
+    struct page_set *set = xmap(sizeof *set);
+    page_set_init(set, 2L * count + 16);
+    for (int i = 0; i < count; i++)
+        page_set_add(set, blocks[i], size);
+    long per_node[MAX_NODES], absent;
+    page_set_count(set, per_node, &absent);
+    *far = far_os >= 0 ? per_node[far_os] : 0;
+    *total = set->count - absent;
+    xunmap(set, sizeof *set);
+}
+
+static void *auto_request_thread(void *argument) {
+    struct worker *w = argument;
+    struct auto_state *state = w->context;
+    thread_start(w);
+    char **live = xmap(sizeof *live * AUTO_REQUESTS);
+    for (int i = 0; i < AUTO_REQUESTS; i++)
+        live[i] = auto_request_alloc(AUTO_REQUEST);
+    state->requests = live;
+    state->requests_ready = 1;
+    /* Churn: half the requests replaced each round, the rest live on (what is counted). */
+    while (!state->stop) {
+        for (int i = 0; i < AUTO_REQUESTS / 2; i++) {
+            free(live[i]);
+            live[i] = auto_request_alloc(AUTO_REQUEST);
+            if (!live[i])
+                die("malloc");
+            memset(live[i], i, AUTO_REQUEST);
+        }
+    }
+    return NULL;
+}
+
+/* figures: [0] cache pages far once cold, [1] its pages, [2] seconds to get there, [3] request
+ * pages far then, [4] their pages, [5] cache pages far once busy again, [6] its pages, [7]
+ * seconds to get there. */
+static void *auto_cache_thread(void *argument) {
+    struct worker *w = argument;
+    struct auto_state *state = w->context;
+    thread_start(w);
+    char **cache = xmap(sizeof *cache * AUTO_ENTRIES);
+    for (int i = 0; i < AUTO_ENTRIES; i++) {
+        cache[i] = auto_cache_alloc(AUTO_ENTRY);
+        if (!cache[i])
+            die("malloc");
+        memset(cache[i], i, AUTO_ENTRY);
+    }
+    long far = 0, total = 1;
+    double began = now_seconds();
+    while (now_seconds() - began < AUTO_WAIT_S) {
+        auto_count(cache, AUTO_ENTRIES, AUTO_ENTRY, state->far_os, &far, &total);
+        if (far * 100 >= total * 90)
+            break;
+        usleep(250000);
+    }
+    w->figures[0] = far;
+    w->figures[1] = total;
+    w->figures[2] = (long)(now_seconds() - began);
+    while (!state->requests_ready)
+        usleep(1000);
+    auto_count(state->requests + AUTO_REQUESTS / 2, AUTO_REQUESTS / 2, AUTO_REQUEST,
+               state->far_os, &w->figures[3], &w->figures[4]);
+    /* The cache site turns busy: entries made and dropped in batches (refills and returns),
+     * until its old entries are back near. */
+    char **scratch = xmap(sizeof *scratch * 4096);
+    began = now_seconds();
+    while (now_seconds() - began < AUTO_WAIT_S) {
+        double round = now_seconds();
+        while (now_seconds() - round < 0.25) {
+            for (int i = 0; i < 4096; i++)
+                scratch[i] = auto_cache_alloc(AUTO_ENTRY);
+            for (int i = 0; i < 4096; i++)
+                free(scratch[i]);
+        }
+        auto_count(cache, AUTO_ENTRIES, AUTO_ENTRY, state->far_os, &far, &total);
+        if (far * 100 <= total * 10)
+            break;
+    }
+    w->figures[5] = far;
+    w->figures[6] = total;
+    w->figures[7] = (long)(now_seconds() - began);
+    long wrong = 0;
+    for (int i = 0; i < AUTO_ENTRIES; i++) {
+        for (int b = 0; b < AUTO_ENTRY; b++)
+            wrong += cache[i][b] != (char)i;
+        free(cache[i]);
+    }
+    w->figures[8] = wrong;
+    state->stop = 1;
+    return NULL;
+}
+
+/* With NODALLOC_CALLSITE=4096, NODALLOC_TIERING=auto and NODALLOC_COOLING=1000 (the child
+ * below): a cache site fills 32 MiB and goes quiet while a request site churns. The cache turns
+ * cold and at least 90 % of its pages move to the far node, the requests' stay at least 99 %
+ * near; the cache site turning busy again brings at least 90 % of its pages back near; every
+ * cache entry keeps its contents. */
+void test_auto_tiering(const char *test) {
+    const char *assignments[] = {"NODALLOC_CALLSITE=4096", "NODALLOC_TIERING=auto",
+                                 "NODALLOC_COOLING=1000", NULL};
+    run_reporting_child(test, "auto_tiering.child", "-", assignments);
+}
+
+void child_auto_tiering(const char *argument) {
+    (void)argument;
+    const char *test = "auto_tiering";
+    struct auto_state state;
+    memset(&state, 0, sizeof state);
+    int far = cpuless_node();
+    state.far_os = far >= 0 ? os_id_of_index(far) : -1;
+    first_malloc();
+    struct worker w[2];
+    memset(w, 0, sizeof w);
+    for (int i = 0; i < 2; i++) {
+        w[i].context = &state;
+        worker_pin(&w[i], agreeing_cpu_node(0));
+    }
+    start_workers(&w[1], 1, auto_request_thread);
+    start_workers(&w[0], 1, auto_cache_thread);
+    join_workers(w, 2);
+    long *f = w[0].figures;
+    int met = state.far_os >= 0 && f[1] > 0 && f[0] * 100 >= f[1] * 90 && f[4] > 0 &&
+              f[3] * 100 <= f[4] * 1 && f[6] > 0 && f[5] * 100 <= f[6] * 10 && f[8] == 0;
+    char cold[64], requests[64], back[64];
+    fraction(cold, sizeof cold, f[0], f[1]);
+    fraction(requests, sizeof requests, f[3], f[4]);
+    fraction(back, sizeof back, f[5], f[6]);
+    out("RESULT %s %s %s cache_far_when_cold=%s after_s=%ld request_far=%s "
+        "cache_far_when_busy_again=%s after_s=%ld wrong_bytes=%ld far_node=node%d\n",
+        test, allocator, verdict(met), cold, f[2], requests, back, f[7], f[8], state.far_os);
+}

@@ -366,10 +366,11 @@ mod face {
         stats().write_to(2);
     }
 
-    /// The node whose memory holds `ptr`, if nodalloc handed it out.
+    /// The node whose memory holds `ptr`, if nodalloc handed it out (with automatic tiering,
+    /// the far node for a block whose bag was moved there).
     pub fn node_of(ptr: *const u8) -> Option<usize> {
         Instance::existing()?
-            .origin_of(ptr as usize)
+            .node_of(ptr as usize)
             .map(NodeId::index)
     }
 

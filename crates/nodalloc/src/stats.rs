@@ -381,6 +381,9 @@ pub struct PartitionStats {
     /// Times a refill took freed objects out of one of its bags whose other objects were still
     /// out (a bag picked apart rather than drained).
     pub picked: u64,
+    /// Automatic tiering (`NODALLOC_TIERING=auto`) found it cold: its new bags come from far
+    /// memory and its full bags were moved there.
+    pub cold: bool,
 }
 
 impl PartitionStats {
@@ -427,6 +430,16 @@ node_summed_fields! {
             pub bags_reclaimed: u64 = 0,
             /// Bags picked apart, over all partitions (see [`PartitionStats::picked`]).
             pub bags_picked: u64 = 0,
+            /// Automatic tiering is on (`NODALLOC_TIERING=auto`).
+            pub tiering: bool = false,
+            /// Partitions automatic tiering found cold.
+            pub cold_partitions: usize = 0,
+            /// Live bytes of the cold partitions.
+            pub cold_live: usize = 0,
+            /// Bags automatic tiering moved to far memory so far.
+            pub bags_moved_far: u64 = 0,
+            /// Bags automatic tiering moved back near so far.
+            pub bags_moved_near: u64 = 0,
             /// Bytes of live objects on far nodes ([`NodeStats::far`]): part of `allocated`.
             pub far_allocated: usize = 0,
             /// Bytes committed on far nodes: part of `committed`.
@@ -615,6 +628,17 @@ impl Stats {
             .str(" used, ");
         write_reclaims(w, self.bags_reclaimed, self.bags_picked);
         w.str("\n");
+        if self.tiering {
+            w.str("  automatic tiering: ")
+                .decimal(self.cold_partitions as u64)
+                .str(" cold partition(s) holding ")
+                .size(self.cold_live as u64)
+                .str(", bags moved far ")
+                .decimal(self.bags_moved_far)
+                .str(", back near ")
+                .decimal(self.bags_moved_near)
+                .str("\n");
+        }
         w.write_to(fd);
         for partition in self.top_partitions() {
             w.clear();
@@ -626,6 +650,9 @@ impl Stats {
                 .decimal(partition.bags as u64)
                 .str(", ");
             write_reclaims(w, partition.reclaimed, partition.picked);
+            if partition.cold {
+                w.str(", cold");
+            }
             if partition.site != 0 {
                 w.str(", site ").hex(partition.site);
                 crate::os::symbolize(partition.site, w);

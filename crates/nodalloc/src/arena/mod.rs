@@ -441,6 +441,52 @@ impl Arena {
         self.deferred.load(Ordering::Relaxed)
     }
 
+    /// Calls `f` with every bag of `node`'s region (both pools, up to their frontiers), in
+    /// address order, as its page map tags say at the time: a caller that acts on a bag takes
+    /// its class lock and checks the tag again.
+    pub fn for_each_bag(&self, node: usize, mut f: impl FnMut(BagAt)) {
+        for pool in [Pool::Dense, Pool::Sparse] {
+            let (start, end) = self.pool(node, pool).used_range();
+            let mut unit = self.map.unit_of(start);
+            let last = self.map.unit_of(end);
+            while unit < last {
+                let address = self.map.address_of(unit);
+                let tag = self.map.tag(address);
+                if tag.is_bag() && tag.offset_units() == 0 {
+                    f(BagAt {
+                        first: unit,
+                        start: address,
+                        class: tag.class(),
+                    });
+                    unit += tag.class().bag_units().max(1);
+                } else {
+                    unit += 1;
+                }
+            }
+        }
+    }
+
+    /// Moves the pages of the bag of `bytes` at `address` to `to` (a node index): `mbind` with
+    /// `MPOL_MF_MOVE`, then the region's own policy back (so the range merges again with its
+    /// neighbours and pages faulted later follow the region), its chunks kept off huge pages (a
+    /// collapse would gather the pages on one node again). True when the pages moved, or on a
+    /// topology where nothing is bound (one node, simulated nodes), where only the caller's
+    /// record changes.
+    pub fn move_bag(&self, address: usize, bytes: usize, to: usize) -> bool {
+        if self.node_count < 2 || self.topology.is_simulated() {
+            return true;
+        }
+        let os_id = self.topology.node(to).os_id;
+        if os::move_memory(address as *mut u8, bytes, os_id).is_err() {
+            self.restore_region_policy(address, bytes);
+            return false;
+        }
+        self.restore_region_policy(address, bytes);
+        self.pool_of(address)
+            .keep_range_off_huge_pages(address, bytes);
+        true
+    }
+
     /// Gives whole free pages inside a span still in use back to the OS.
     ///
     /// # Safety

@@ -160,6 +160,7 @@ impl Role {
                 },
                 seed: 0,
                 zeroed,
+                moved: false,
                 partition: 0,
             },
         }
@@ -209,6 +210,10 @@ pub struct BagState {
     /// Its memory read as zero when it was handed out (fresh or decommitted), so an object
     /// carved from it for the first time is zero but for the link word carving wrote.
     pub zeroed: bool,
+    /// Its pages were moved to its region's far node (automatic tiering, `node/tiering.rs`);
+    /// written under its class lock. (Here, in the byte before `partition`, the descriptor
+    /// stays 64 bytes.)
+    pub moved: bool,
     /// The call-site partition whose class heap owns it (0 with partitions off); set when the
     /// bag is carved, constant while any of its objects is out.
     pub partition: u16,

@@ -151,6 +151,13 @@ impl Instance {
         self.heaps.origin_of(address)
     }
 
+    /// The node whose memory holds `address`: its region's, or the far node's when automatic
+    /// tiering moved its bag there.
+    pub(crate) fn node_of(self, address: usize) -> Option<NodeId> {
+        let origin = self.heaps.origin_of(address)?;
+        Some(self.heaps.placed_node(origin, address))
+    }
+
     /// The node of the CPU the caller runs on (node 0 when it cannot be read): the home of a
     /// call without a thread heap.
     fn current_node(self) -> NodeId {

@@ -91,6 +91,12 @@ pub(super) fn create() -> Option<&'static NodeHeaps> {
     heaps.set_tier_limit(false, options.near_limit_bytes as usize);
     heaps.set_tier_limit(true, options.far_limit_bytes as usize);
     heaps.set_tier_bound(options.tier_bound);
+    if options.tiering && !heaps.set_tiering(options.cooling_ns) && heaps.partitions() == 0 {
+        os::warn(|w| {
+            w.str("NODALLOC_TIERING=auto needs call-site partitions (NODALLOC_CALLSITE=P); ")
+                .str("automatic tiering is off");
+        });
+    }
     // SAFETY: we hold INIT_LOCK and INSTANCE is still null, so nobody reads OPTIONS yet.
     unsafe { *OPTIONS.0.get() = Some(options) };
     INSTANCE.store(

@@ -477,6 +477,12 @@ impl NodeHeaps {
                         info.reclaimed.fetch_add(1, Ordering::Relaxed);
                     }
                     self.forget_released(node, class, bag);
+                    if (*bag).role.bag.moved {
+                        // Its pages are on the far node: given back now, so the span never
+                        // serves another bag from there.
+                        self.arena
+                            .release_in_use(start, (*bag).units << crate::size_class::UNIT_SHIFT);
+                    }
                     // SAFETY: no object of the bag is out any more.
                     self.arena.free_span(start, (*bag).units);
                 } else if was_full {
@@ -634,7 +640,7 @@ fn is_bag_link(next: *mut u8, start: usize, carved: u32, class: SizeClass) -> bo
 ///
 /// # Safety
 /// The class lock owning `bag` is held.
-unsafe fn is_full(bag: *mut UnitMeta, capacity: u32) -> bool {
+pub(super) unsafe fn is_full(bag: *mut UnitMeta, capacity: u32) -> bool {
     // SAFETY: forwarded contract.
     unsafe {
         (*bag).role.bag.free.is_null()

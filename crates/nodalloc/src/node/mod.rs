@@ -50,6 +50,7 @@ mod shards;
 mod stats;
 mod suspect;
 mod sweep;
+mod tiering;
 mod upkeep;
 
 pub(crate) use crate::ds::ring::Batch;

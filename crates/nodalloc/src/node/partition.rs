@@ -15,6 +15,7 @@
 //!
 //! [`BagState::partition`]: crate::arena::pagemap::BagState
 
+use super::tiering::Tiering;
 use super::*;
 use crate::stats::{PartitionStats, Stats};
 
@@ -49,6 +50,14 @@ pub struct PartitionInfo {
     /// Times a refill took freed objects back out of a bag whose other objects were still out:
     /// a bag picked apart instead of draining.
     pub picked: AtomicU64,
+    /// Automatic tiering (`tiering.rs`): refills, returns and far allocations so far.
+    pub activity: AtomicU64,
+    /// Automatic tiering: `activity` at the last pass, and when (monotonic ns) the partition
+    /// was last busy (or first seen); written by the maintenance thread alone.
+    pub seen: AtomicU64,
+    pub busy_at: AtomicU64,
+    /// Automatic tiering: the partition is cold (its new bags come from the far node).
+    pub cold: AtomicBool,
 }
 
 /// One node's class heaps of one partition.
@@ -74,6 +83,8 @@ pub(super) struct Partitions {
     heaps: *const PartitionHeap,
     /// Taken to mark a class heap used, and by `lock_all` (before any class lock).
     activation: SpinLock,
+    /// Automatic tiering's state (`tiering.rs`).
+    pub(super) tiering: Tiering,
 }
 
 impl Partitions {
@@ -84,6 +95,7 @@ impl Partitions {
             active: core::ptr::null(),
             heaps: core::ptr::null(),
             activation: SpinLock::new(),
+            tiering: Tiering::off(),
         }
     }
 
@@ -110,6 +122,7 @@ impl Partitions {
                 active: memory.add(infos_bytes) as *const AtomicU64,
                 heaps: memory.add(infos_bytes + active_bytes) as *const PartitionHeap,
                 activation: SpinLock::new(),
+                tiering: Tiering::off(),
             })
         }
     }
@@ -242,6 +255,8 @@ impl NodeHeaps {
     /// by live bytes.
     pub(super) fn collect_partition_stats(&self, stats: &mut Stats) {
         stats.partitions = self.partitions.count;
+        stats.tiering = self.tiering_on();
+        (stats.bags_moved_far, stats.bags_moved_near) = self.bags_moved();
         for part in 0..self.partitions.count {
             let part = Partition(part as u16);
             let Some(info) = self.partition_info(part) else {
@@ -252,6 +267,7 @@ impl NodeHeaps {
                 site: info.site.load(Ordering::Relaxed),
                 reclaimed: info.reclaimed.load(Ordering::Relaxed),
                 picked: info.picked.load(Ordering::Relaxed),
+                cold: info.cold.load(Ordering::Relaxed),
                 ..PartitionStats::default()
             };
             let mut live: i64 = 0;
@@ -266,6 +282,10 @@ impl NodeHeaps {
             figures.live = live.max(0) as usize;
             stats.bags_reclaimed += figures.reclaimed;
             stats.bags_picked += figures.picked;
+            if figures.cold {
+                stats.cold_partitions += 1;
+                stats.cold_live += figures.live;
+            }
             if figures.bags != 0 || figures.reclaimed != 0 {
                 stats.partitions_used += 1;
                 stats.offer_partition(figures);

@@ -726,3 +726,92 @@ fn small_objects_past_the_near_limit_come_from_the_far_node_unless_bound() {
     arena.set_tier_bound(false);
     arena.tier_budget(false).set_limit(0);
 }
+
+/// Automatic tiering on a simulated machine with a far node (nothing is bound there, so the
+/// moves are records alone): a busy partition stays hot; one quiet for the cooling period
+/// turns cold, its refills come from the far node and its full bag is recorded as moved
+/// (`placed_node` names the far node for its objects) while a partial bag stays; busy again,
+/// it comes back near. A moved bag whose objects all come back returns to its region.
+#[test]
+fn automatic_tiering_cools_quiet_partitions_moves_their_full_bags_and_warms_busy_ones() {
+    let arena = crate::arena::tests::tiered_test_arena();
+    let heaps = NodeHeaps::create_with(arena, 8).unwrap();
+    let ms = 1_000_000u64;
+    assert!(heaps.set_tiering(1000 * ms));
+    let (busy, cache) = (Partition(3), Partition(5));
+    let class = class_of(64, 8).unwrap();
+    let capacity = class.capacity();
+    // The cache fills one bag whole and starts a second; every object stays out.
+    let full = heaps
+        .take_from_bags(NodeId(0), cache, class, capacity)
+        .unwrap();
+    assert_eq!(full.count, capacity);
+    let partial = heaps.take_from_bags(NodeId(0), cache, class, 4).unwrap();
+    heaps.note_activity(cache);
+    let first = full.head;
+    let other_bag = partial.head;
+    assert_ne!(
+        arena.bag_at(first as usize).unwrap().start,
+        arena.bag_at(other_bag as usize).unwrap().start
+    );
+    let mut now = 1_000 * ms;
+    heaps.tiering_pass(now);
+    // Ten seconds of passes every 100 ms: the request partition is busy in each.
+    for _ in 0..100 {
+        now += 100 * ms;
+        for _ in 0..10 {
+            heaps.note_activity(busy);
+        }
+        heaps.tiering_pass(now);
+    }
+    assert!(!heaps.is_cold(busy), "a busy partition stays hot");
+    assert!(heaps.is_cold(cache), "a quiet one turns cold");
+    assert_eq!(heaps.cold_source(NodeId(0), cache), Some(NodeId(2)));
+    assert_eq!(heaps.cold_source(NodeId(0), busy), None);
+    assert_eq!(
+        heaps.cold_source(NodeId(2), cache),
+        None,
+        "the far node has no far node"
+    );
+    assert_eq!(
+        heaps.placed_node(NodeId(0), first as usize),
+        NodeId(2),
+        "full bag moved"
+    );
+    assert_eq!(
+        heaps.placed_node(NodeId(0), other_bag as usize),
+        NodeId(0),
+        "a bag with objects still to hand out stays"
+    );
+    assert_eq!(heaps.bags_moved(), (1, 0));
+    let stats = heaps.collect_stats(0);
+    assert!(stats.tiering && stats.cold_partitions == 1 && stats.bags_moved_far == 1);
+    // Busy again: back near, the bag too.
+    now += 100 * ms;
+    for _ in 0..20 {
+        heaps.note_activity(cache);
+    }
+    heaps.tiering_pass(now);
+    assert!(!heaps.is_cold(cache));
+    assert_eq!(heaps.placed_node(NodeId(0), first as usize), NodeId(0));
+    assert_eq!(heaps.bags_moved(), (1, 1));
+    // Cold again, moved again; then every object comes back: the bag goes home whole.
+    for _ in 0..12 {
+        now += 100 * ms;
+        heaps.tiering_pass(now);
+    }
+    assert!(heaps.is_cold(cache));
+    assert_eq!(heaps.bags_moved(), (2, 1));
+    let start = arena.bag_at(first as usize).unwrap().start;
+    // Both chains were handed out above, whole, and hold nothing the test uses.
+    heaps
+        .return_to_bags(NodeId(0), class, full.head, false)
+        .unwrap();
+    heaps
+        .return_to_bags(NodeId(0), class, partial.head, false)
+        .unwrap();
+    assert!(
+        arena.bag_at(start).is_none(),
+        "the moved bag went back to its region"
+    );
+}

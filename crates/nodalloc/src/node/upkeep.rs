@@ -21,11 +21,13 @@ impl NodeHeaps {
         }
     }
 
-    /// Every node's upkeep that is due (the maintenance thread's pass).
+    /// Every node's upkeep that is due, then automatic tiering's pass (the maintenance
+    /// thread's pass: bags move on it alone).
     pub(crate) fn upkeep_all(&self, now: u64) {
         for node in self.nodes() {
             self.upkeep_node(node, now, 0);
         }
+        self.tiering_pass(now);
     }
 
     /// Runs `node`'s upkeep if it is due by more than `grace` ns.

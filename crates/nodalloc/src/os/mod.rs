@@ -239,6 +239,17 @@ pub fn bind_memory(
     bind_memory_to(address, size, mode, &[node])
 }
 
+/// Moves the resident pages of a range to `node` (the kernel's number): `mbind(2)` with
+/// `MPOL_BIND` and `MPOL_MF_MOVE`, which migrates the pages mapped by this process alone (a
+/// transparent huge page the range cuts through is split first). The range keeps that policy:
+/// the caller gives it its own back. Returns the errno on failure.
+pub fn move_memory(address: *mut u8, size: usize, node: usize) -> Result<(), i32> {
+    bind_with_flags(address, size, MPOL_BIND, &[node], MPOL_MF_MOVE)
+}
+
+/// `mbind(2)`'s flag that moves pages already resident to the policy's nodes.
+const MPOL_MF_MOVE: libc::c_ulong = 1 << 1;
+
 /// Binds a range to a set of nodes (the kernel's numbers) with `mbind(2)`, as `mode` places
 /// pages over them. Returns the errno on failure.
 pub fn bind_memory_to(
@@ -246,6 +257,17 @@ pub fn bind_memory_to(
     size: usize,
     mode: libc::c_int,
     nodes: &[usize],
+) -> Result<(), i32> {
+    bind_with_flags(address, size, mode, nodes, 0)
+}
+
+/// [`bind_memory_to`] with `mbind(2)`'s `flags`.
+fn bind_with_flags(
+    address: *mut u8,
+    size: usize,
+    mode: libc::c_int,
+    nodes: &[usize],
+    flags: libc::c_ulong,
 ) -> Result<(), i32> {
     let mut mask = [0u64; cpuset::MAX_NODE_WORDS];
     for &node in nodes {
@@ -264,7 +286,7 @@ pub fn bind_memory_to(
             mode as libc::c_long,
             mask.as_ptr(),
             (cpuset::MAX_NODE_WORDS * 64) as libc::c_ulong,
-            0 as libc::c_ulong,
+            flags,
         )
     };
     if result == 0 {

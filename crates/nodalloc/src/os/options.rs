@@ -202,6 +202,23 @@ pub const OPTIONS: &[OptionSpec] = &[
                   Rust, until memory of its tier is freed)",
         apply: apply_tier_full,
     },
+    OptionSpec {
+        name: "NODALLOC_TIERING",
+        default: "off",
+        meaning: "auto: automatic placement by call site on a machine with far memory, with \
+                  call-site partitions (NODALLOC_CALLSITE) and the maintenance thread: a \
+                  partition that stays quiet (few refills and returns) for the cooling period \
+                  turns cold, its new bags come from the far node and its full bags are moved \
+                  there; busy again, it comes back near. off: placement by hints only",
+        apply: apply_tiering,
+    },
+    OptionSpec {
+        name: "NODALLOC_COOLING",
+        default: "5000",
+        meaning: "automatic tiering's cooling period in ms (100 to 600000): how long a \
+                  partition stays quiet before it turns cold",
+        apply: apply_cooling,
+    },
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,6 +293,9 @@ pub struct Options {
     pub far_limit_bytes: u64,
     /// `NODALLOC_TIER_FULL=fail`: requests never leave their tier.
     pub tier_bound: bool,
+    /// `NODALLOC_TIERING=auto`, and `NODALLOC_COOLING` in ns.
+    pub tiering: bool,
+    pub cooling_ns: u64,
 }
 
 /// What the maintenance thread does (`NODALLOC_BACKGROUND`; see `instance/background.rs`).
@@ -329,6 +349,8 @@ impl Default for Options {
             near_limit_bytes: 0,
             far_limit_bytes: 0,
             tier_bound: false,
+            tiering: false,
+            cooling_ns: 5_000_000_000,
         }
     }
 }
@@ -441,6 +463,21 @@ fn apply_tier_full(options: &mut Options, value: &[u8]) -> Result<(), &'static s
         b"fail" => true,
         _ => return Err("spill or fail"),
     };
+    Ok(())
+}
+
+fn apply_tiering(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.tiering = match trim(value) {
+        b"auto" => true,
+        b"off" | b"0" => false,
+        _ => return Err("auto or off"),
+    };
+    Ok(())
+}
+
+fn apply_cooling(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    let ms = decimal_in(value, 100..=600_000, "100-600000 (ms)")?;
+    options.cooling_ns = ms as u64 * 1_000_000;
     Ok(())
 }
 

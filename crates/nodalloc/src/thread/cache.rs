@@ -260,6 +260,12 @@ impl FreeList {
         self.booked_push()
     }
 
+    /// Frees pushed since the counts were last taken (wrapping).
+    #[inline(always)]
+    pub(super) fn frees_since_publish(&self) -> u32 {
+        self.frees
+    }
+
     #[inline(always)]
     fn booked_push(&mut self) -> bool {
         self.count += 1;

@@ -67,6 +67,10 @@ fn set_of(key: u32) -> usize {
     ((key.wrapping_mul(0x9E37_79B9) >> (32 - SET_BITS)) as usize) * 2
 }
 
+/// Frees into a partition list that count as one operation of the partition for automatic
+/// tiering (about a batch, as a refill or a return moves).
+const FREES_PER_ACTIVITY: u32 = 64;
+
 impl ThreadHeap {
     /// The C face: the next allocations of this thread come from the call site `site` (a return
     /// address; 0 for none known). Nothing happens with the mode off.
@@ -166,12 +170,27 @@ impl ThreadHeap {
                 unsafe { set_next(object, list.head) };
                 if list.push(object) {
                     self.partition_mark_cold(set);
+                } else if list.frees_since_publish() % FREES_PER_ACTIVITY == 0 {
+                    self.partition_busy(set);
                 }
                 return;
             }
         }
         // SAFETY: forwarded contract.
         unsafe { self.partition_push_slow(object, class) }
+    }
+
+    /// Counts [`FREES_PER_ACTIVITY`] frees into slot `index` as one operation of its partition
+    /// for automatic tiering: a site whose objects churn inside the thread's list never
+    /// refills, yet it is busy.
+    #[cold]
+    #[inline(never)]
+    fn partition_busy(&mut self, index: usize) {
+        if let (Some(heaps), false) = (self.heaps(), self.parts.is_null()) {
+            // SAFETY: the cache is mapped (checked) and only this thread touches it.
+            let key = unsafe { (*self.parts).keys[index] };
+            heaps.note_activity(pair_of(key).0);
+        }
     }
 
     #[cold]
@@ -288,7 +307,7 @@ impl ThreadHeap {
         if class.cache_limit() == 0 {
             heaps.note_site(part, self.call_site);
             self.upkeep();
-            return heaps.alloc_single(self.node, part, class);
+            return self.alloc_single_in(heaps, part, class);
         }
         let Some(mut index) = self.slot(heaps, part, class) else {
             return heaps.alloc_single(self.node, part, class);
@@ -302,6 +321,15 @@ impl ThreadHeap {
                 Some(index) => index,
                 None => return heaps.alloc_single(self.node, part, class),
             };
+            if let Some(far) = heaps.cold_source(self.node, part) {
+                // A cold partition (automatic tiering): an object of the far node's bags of
+                // this partition, uncached, while the list is empty.
+                heaps.note_activity(part);
+                let object = heaps.alloc_single(far, part, class);
+                if !object.is_null() {
+                    return object;
+                }
+            }
             let Some(batch) = self.take_refill(heaps, part, class) else {
                 return null_mut();
             };
@@ -325,6 +353,24 @@ impl ThreadHeap {
             heaps.note_allocated(object);
         }
         object
+    }
+
+    /// One object of `class` in `part`, uncached: from the far node's bags while the partition
+    /// is cold, else from the thread's node's.
+    fn alloc_single_in(
+        &mut self,
+        heaps: &'static NodeHeaps,
+        part: Partition,
+        class: SizeClass,
+    ) -> *mut u8 {
+        if let Some(far) = heaps.cold_source(self.node, part) {
+            heaps.note_activity(part);
+            let object = heaps.alloc_single(far, part, class);
+            if !object.is_null() {
+                return object;
+            }
+        }
+        heaps.alloc_single(self.node, part, class)
     }
 
     /// [`ThreadHeap::limit_after_refill`] for slot `index`, just refilled.

@@ -181,6 +181,7 @@ impl ThreadHeap {
         class: SizeClass,
     ) -> Option<Batch> {
         let want = self.refill_want(part, class);
+        heaps.note_activity(part);
         let batch = heaps
             .ring_refill(self.node, part, class)
             .or_else(|| heaps.take_from_bags(self.node, part, class, want))?;
@@ -215,6 +216,7 @@ impl ThreadHeap {
         if batch.count == 0 {
             return;
         }
+        heaps.note_activity(part);
         if self.foreign {
             return heaps.release_by_origin(part, class, batch, to_bags);
         }

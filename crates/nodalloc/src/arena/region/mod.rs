@@ -413,16 +413,28 @@ impl Region {
     /// The range must be page aligned, inside a span of this region handed out and not freed,
     /// and hold no live object.
     pub unsafe fn release_in_use(&self, address: usize, bytes: usize) {
-        if address + bytes > self.huge_from {
-            let _guard = self.lock_span();
-            let mut chunk = (address & !(CHUNK_BYTES - 1)).max(self.huge_from);
-            while chunk < address + bytes {
-                self.keep_off_huge_pages(chunk);
-                chunk += CHUNK_BYTES;
-            }
-        }
+        self.keep_range_off_huge_pages(address, bytes);
         // SAFETY: forwarded contract.
         unsafe { os::decommit(address as *mut u8, bytes) };
+    }
+
+    /// The range the frontier has passed: where spans may be.
+    pub fn used_range(&self) -> (usize, usize) {
+        (self.start, self.frontier_hint.load(Ordering::Acquire))
+    }
+
+    /// Takes the chunks of `[address, address + bytes)` in the huge-page part off huge pages
+    /// (see `keep_off_huge_pages`), under the span lock.
+    pub fn keep_range_off_huge_pages(&self, address: usize, bytes: usize) {
+        if address + bytes <= self.huge_from {
+            return;
+        }
+        let _guard = self.lock_span();
+        let mut chunk = (address & !(CHUNK_BYTES - 1)).max(self.huge_from);
+        while chunk < address + bytes {
+            self.keep_off_huge_pages(chunk);
+            chunk += CHUNK_BYTES;
+        }
     }
 
     /// Bytes of free spans still committed (takes the span lock).

@@ -1,0 +1,263 @@
+//! Automatic tiering by call site (`NODALLOC_TIERING=auto`): with call-site partitions on, far
+//! memory present and the maintenance thread running, each partition's temperature follows
+//! its activity, and its bags follow its temperature.
+//!
+//! **Activity** is what a partition does through the shared structures: refills of a thread's
+//! partition list, returns of its objects, and its allocations from the far node while cold
+//! (`PartitionInfo::activity`, one relaxed add per batch, never per object). A request site
+//! allocates and frees all the time; a cache site allocates its entries and then leaves them.
+//!
+//! **Temperature**, decided on each upkeep pass ([`NodeHeaps::tiering_pass`]): a pass whose
+//! activity reaches [`BUSY_OPS_PER_SECOND`] marks the partition busy (and hot again if it was
+//! cold); a partition not busy for the cooling period (`NODALLOC_COOLING`) turns cold.
+//!
+//! **Placement.** A cold partition's refills come from its thread's far node (the far node's
+//! own class heap of that partition, so `node_of` stays arithmetic: the thread layer asks
+//! [`NodeHeaps::cold_source`]); its full bags near are moved to the far node by the pass
+//! (`mbind` with `MPOL_MF_MOVE`, `Arena::move_bag`), under their class lock, on the maintenance
+//! thread alone, and their descriptors record it (`BagState::moved`, which `node_of` reads, so
+//! it names where the pages are). A partition that turns hot again gets its moved bags back
+//! near the same way, and its refills come from its own node again. A bag belongs to one
+//! partition, so it never holds two temperatures. A moved bag whose objects all come back is
+//! decommitted as it returns to its region (`bags.rs`), so its span never serves another
+//! partition from far memory.
+//!
+//! Only size-class objects follow: large blocks are placed once, by hints.
+
+use super::bags::is_full;
+use super::*;
+
+/// A partition is busy in a pass whose activity reaches this many operations a second (a
+/// refill or a return moves a batch of objects).
+pub const BUSY_OPS_PER_SECOND: u64 = 64;
+
+/// The most bags one pass moves, both ways together: a pass stays short (a move is two
+/// `mbind` calls and the copy of a bag's pages), and what is left waits for the next pass.
+const MOVES_PER_PASS: usize = 2048;
+
+/// Automatic tiering's state in an instance.
+pub(super) struct Tiering {
+    /// The cooling period in ns; 0 while automatic tiering is off.
+    cooling_ns: AtomicU64,
+    /// When the last pass ran (monotonic ns; 0: none yet).
+    last_pass: AtomicU64,
+    /// Bags moved to far memory and back near, so far.
+    moved_far: AtomicU64,
+    moved_near: AtomicU64,
+    /// The kernel refused a move: no more are tried (a warning said why).
+    refused: AtomicBool,
+}
+
+impl Tiering {
+    /// Off, nothing moved.
+    pub(super) const fn off() -> Tiering {
+        Tiering {
+            cooling_ns: AtomicU64::new(0),
+            last_pass: AtomicU64::new(0),
+            moved_far: AtomicU64::new(0),
+            moved_near: AtomicU64::new(0),
+            refused: AtomicBool::new(false),
+        }
+    }
+}
+
+impl NodeHeaps {
+    /// Turns automatic tiering on with a cooling period of `cooling_ns` (0: off). It needs
+    /// call-site partitions and a node with far memory; false, changing nothing, without them.
+    pub(crate) fn set_tiering(&self, cooling_ns: u64) -> bool {
+        let topology = &self.arena.topology;
+        let far_memory =
+            (0..topology.node_count()).any(|node| topology.far_node_of(node).is_some());
+        if cooling_ns != 0 && (self.partitions() == 0 || !far_memory) {
+            return false;
+        }
+        self.partitions
+            .tiering
+            .cooling_ns
+            .store(cooling_ns, Ordering::Relaxed);
+        true
+    }
+
+    /// True while automatic tiering is on.
+    #[inline]
+    pub(crate) fn tiering_on(&self) -> bool {
+        self.partitions.tiering.cooling_ns.load(Ordering::Relaxed) != 0
+    }
+
+    /// Counts one operation of `part` (a refill, a return, a far allocation) while automatic
+    /// tiering is on.
+    #[inline]
+    pub(crate) fn note_activity(&self, part: Partition) {
+        if part.0 != 0 && self.tiering_on() {
+            if let Some(info) = self.partition_info(part) {
+                info.activity.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Where a refill of `part` for a thread of `node` comes from while the partition is cold:
+    /// `node`'s far node; `None` when it is not cold or `node` has no far node.
+    #[inline]
+    pub(crate) fn cold_source(&self, node: NodeId, part: Partition) -> Option<NodeId> {
+        if part.0 == 0 || !self.tiering_on() {
+            return None;
+        }
+        if !self.partition_info(part)?.cold.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.arena.topology.far_node_of(node.index()).map(NodeId)
+    }
+
+    /// True when `part` is cold now.
+    pub(crate) fn is_cold(&self, part: Partition) -> bool {
+        self.partition_info(part)
+            .is_some_and(|info| info.cold.load(Ordering::Relaxed))
+    }
+
+    /// Bags moved to far memory and back near so far.
+    pub(crate) fn bags_moved(&self) -> (u64, u64) {
+        let tiering = &self.partitions.tiering;
+        (
+            tiering.moved_far.load(Ordering::Relaxed),
+            tiering.moved_near.load(Ordering::Relaxed),
+        )
+    }
+
+    /// One pass of automatic tiering at `now` (monotonic ns), from the maintenance thread:
+    /// each used partition's temperature from its activity since the last pass, then the
+    /// moves its bags need.
+    pub(crate) fn tiering_pass(&self, now: u64) {
+        let cooling = self.partitions.tiering.cooling_ns.load(Ordering::Relaxed);
+        if cooling == 0 {
+            return;
+        }
+        let last = self
+            .partitions
+            .tiering
+            .last_pass
+            .swap(now, Ordering::Relaxed);
+        let elapsed = now.saturating_sub(last);
+        for index in 1..self.partitions() {
+            let Some(info) = self.partition_info(Partition(index as u16)) else {
+                break;
+            };
+            let activity = info.activity.load(Ordering::Relaxed);
+            if activity == 0 {
+                continue; // never used
+            }
+            let delta = activity - info.seen.swap(activity, Ordering::Relaxed);
+            let busy = last != 0
+                && elapsed != 0
+                && delta.saturating_mul(1_000_000_000)
+                    >= BUSY_OPS_PER_SECOND.saturating_mul(elapsed);
+            if busy || info.busy_at.load(Ordering::Relaxed) == 0 {
+                info.busy_at.store(now, Ordering::Relaxed);
+            }
+            let cold = info.cold.load(Ordering::Relaxed);
+            if busy && cold {
+                info.cold.store(false, Ordering::Relaxed);
+            } else if !busy
+                && !cold
+                && now.saturating_sub(info.busy_at.load(Ordering::Relaxed)) >= cooling
+            {
+                info.cold.store(true, Ordering::Relaxed);
+            }
+        }
+        self.move_bags();
+    }
+
+    /// Moves the bags whose place differs from their partition's temperature, up to
+    /// [`MOVES_PER_PASS`]: full bags of cold partitions to their node's far node, moved bags
+    /// of hot partitions back.
+    fn move_bags(&self) {
+        let tiering = &self.partitions.tiering;
+        if tiering.refused.load(Ordering::Relaxed) {
+            return;
+        }
+        let map = self.arena.map();
+        let mut budget = MOVES_PER_PASS;
+        for node in self.nodes() {
+            let Some(far) = self.arena.topology.far_node_of(node.index()) else {
+                continue;
+            };
+            self.arena.for_each_bag(node.index(), |bag| {
+                if budget == 0 {
+                    return;
+                }
+                let meta = map.meta(bag.first);
+                // SAFETY: the tag said `meta` heads a bag. Read without its lock, so volatile:
+                // a peek, checked again under the lock below.
+                let (part, moved) = unsafe {
+                    (
+                        core::ptr::addr_of!((*meta).role.bag.partition).read_volatile(),
+                        core::ptr::addr_of!((*meta).role.bag.moved).read_volatile(),
+                    )
+                };
+                if part == 0 || part as usize >= self.partitions() {
+                    return;
+                }
+                let part = Partition(part);
+                let cold = self.is_cold(part);
+                if cold == moved {
+                    return;
+                }
+                let class_heap = self.class_in(node, part, bag.class);
+                let _guard = class_heap.lock_counted(&self.node(node).ops);
+                // Still the same bag of the same partition, in the same place, and (to go
+                // far) full: its objects are all out, none is handed out from it meanwhile.
+                let tag = map.tag(bag.start);
+                // SAFETY: the class lock of the bag's class heap is held (if the tag still
+                // says it is that class's bag).
+                let current = tag.is_bag()
+                    && tag.offset_units() == 0
+                    && tag.class() == bag.class
+                    && unsafe {
+                        (*meta).role.bag.partition == part.0
+                            && (*meta).role.bag.moved == moved
+                            && (!cold || is_full(meta, bag.class.capacity() as u32))
+                    };
+                if !current {
+                    return;
+                }
+                let to = if cold { far } else { node.index() };
+                if !self.arena.move_bag(bag.start, bag.class.bag_bytes(), to) {
+                    tiering.refused.store(true, Ordering::Relaxed);
+                    budget = 0;
+                    os::warn(|w| {
+                        w.str("the kernel refused to move pages (mbind MPOL_MF_MOVE); ")
+                            .str("automatic tiering places new bags only");
+                    });
+                    return;
+                }
+                // SAFETY: the class lock is held and the bag is this class heap's.
+                unsafe { (*meta).role.bag.moved = cold };
+                let counter = if cold {
+                    &tiering.moved_far
+                } else {
+                    &tiering.moved_near
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                budget -= 1;
+            });
+        }
+    }
+
+    /// The node whose memory holds the small object at `address` of `origin`'s region: the
+    /// far node of `origin` when its bag was moved there, else `origin`.
+    pub(crate) fn placed_node(&self, origin: NodeId, address: usize) -> NodeId {
+        if !self.tiering_on() {
+            return origin;
+        }
+        let Some(bag) = self.arena.bag_at(address) else {
+            return origin;
+        };
+        let meta = self.arena.map().meta(bag.first);
+        // SAFETY: the tag says `meta` heads a bag; a racing move makes the answer one pass
+        // old, as any answer about placement is.
+        let moved = unsafe { core::ptr::addr_of!((*meta).role.bag.moved).read_volatile() };
+        match self.arena.topology.far_node_of(origin.index()) {
+            Some(far) if moved => NodeId(far),
+            _ => origin,
+        }
+    }
+}
