@@ -70,6 +70,7 @@ fn child_entry() {
         "limit" => scenarios::limit(),
         "tiers" => scenarios::tiers(),
         "tier-scope" => scenarios::tier_scope(),
+        "auto-tiering" => scenarios::auto_tiering(),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -229,6 +230,21 @@ fn far_requests_land_on_the_far_node_the_option_names() {
             ("NODALLOC_TIERS", "near:0,1;far:2"),
         ],
         "tiers ok",
+    );
+}
+
+#[test]
+fn automatic_tiering_sends_a_quiet_scopes_bags_far_and_brings_them_back_when_busy() {
+    expect_child(
+        "auto-tiering",
+        &[
+            ("NODALLOC_SIMULATE_NODES", "3"),
+            ("NODALLOC_TIERS", "near:0,1;far:2"),
+            ("NODALLOC_CALLSITE", "64"),
+            ("NODALLOC_TIERING", "auto"),
+            ("NODALLOC_COOLING", "200"),
+        ],
+        "auto-tiering ok",
     );
 }
 

@@ -457,3 +457,86 @@ pub fn tier_scope() {
     drop(kept);
     eprintln!("tier-scope ok: home {home}, far {far}");
 }
+
+/// Automatic tiering through partition scopes (run with 3 simulated nodes of which node 2 is
+/// far, `NODALLOC_CALLSITE=64`, `NODALLOC_TIERING=auto`, `NODALLOC_COOLING=200`): a cache built in
+/// one scope and left alone turns cold and its full bags are recorded as moved to the far node,
+/// while a scope that keeps allocating and freeing stays near; new allocations of the cold
+/// scope come from the far node; the cache busy again comes back near. Every entry keeps its
+/// contents.
+pub fn auto_tiering() {
+    const CACHE: usize = 5;
+    const REQUESTS: usize = 9;
+    assert!(nodalloc::start_background(), "the maintenance thread runs");
+    let node_of = |p: *const u8| nodalloc::node_of(p).expect("nodalloc's");
+    let cache: Vec<Box<[u8; 512]>> = {
+        let _scope = nodalloc::partition(CACHE);
+        (0..8192).map(|i| Box::new([i as u8; 512])).collect()
+    };
+    let home = node_of(cache[0].as_ptr());
+    let far = nodalloc::far_node().expect("a far node");
+    let far_share = |cache: &[Box<[u8; 512]>]| {
+        cache
+            .iter()
+            .filter(|entry| node_of(entry.as_ptr()) == far)
+            .count()
+            * 100
+            / cache.len()
+    };
+    let mut requests: Vec<Box<[u8; 256]>> = Vec::new();
+    let started = std::time::Instant::now();
+    while far_share(&cache) < 90 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "the cache did not go far: {}% far after 20 s",
+            far_share(&cache)
+        );
+        let _scope = nodalloc::partition(REQUESTS);
+        requests.clear();
+        requests.extend((0..4096).map(|i| Box::new([i as u8; 256])));
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let cooled = started.elapsed();
+    assert!(
+        requests
+            .iter()
+            .all(|request| node_of(request.as_ptr()) == home),
+        "the busy scope's objects stay near"
+    );
+    let stats = nodalloc::stats();
+    assert!(stats.tiering && stats.cold_partitions >= 1 && stats.bags_moved_far >= 100);
+    let fresh = {
+        let _scope = nodalloc::partition(CACHE);
+        Box::new([9u8; 512])
+    };
+    assert_eq!(
+        node_of(fresh.as_ptr()),
+        far,
+        "a new entry of the cold scope is far"
+    );
+    drop(fresh);
+    // The cache scope busy again: its entries come back near.
+    let started = std::time::Instant::now();
+    while far_share(&cache) > 10 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "the cache did not come back: {}% far after 20 s",
+            far_share(&cache)
+        );
+        let _scope = nodalloc::partition(CACHE);
+        let churn: Vec<Box<[u8; 512]>> = (0..4096).map(|_| Box::new([0u8; 512])).collect();
+        drop(churn);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    for (i, entry) in cache.iter().enumerate() {
+        assert!(
+            entry.iter().all(|&b| b == i as u8),
+            "entry {i} kept its contents"
+        );
+    }
+    assert!(nodalloc::stats().bags_moved_near >= 100);
+    eprintln!(
+        "auto-tiering ok: cold after {} ms, home {home}, far {far}",
+        cooled.as_millis()
+    );
+}
