@@ -230,7 +230,7 @@ void test_no_sysfs(const char *test) {
 /* ---- mbind_fails */
 
 /* In the child: a seccomp filter that fails mbind(2) with the errno at `argument`. */
-static int hook_seccomp_mbind(const void *argument) {
+int hook_seccomp_mbind(const void *argument) {
     unsigned int error = *(const int *)argument;
     struct sock_filter filter[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),

@@ -58,6 +58,9 @@ void child_hostile(const char *text);
 void test_memory_tiers(const char *test);
 void test_cold_on_far_node(const char *test);
 void test_auto_tiering(const char *test);
+void test_auto_tiering_refused(const char *test);
+/* In a child: a seccomp filter that fails mbind(2) with the errno at `argument` (hostile.c). */
+int hook_seccomp_mbind(const void *argument);
 void child_auto_tiering(const char *argument);
 void test_near_limit(const char *test);
 void child_near_limit(const char *argument);

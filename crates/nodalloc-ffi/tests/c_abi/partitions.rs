@@ -95,12 +95,21 @@ fn a_program_built_with_clangs_allocation_tokens_gets_a_partition_per_type() {
 }
 
 /// The fuzzer's random sequences of every entry point, and threads exchanging blocks across
-/// forks, with call-site partitions (and with secure mode beside them).
+/// forks, with call-site partitions (and with secure mode beside them, or automatic tiering).
 #[test]
 fn random_sequences_and_forks_keep_their_contract_with_call_site_partitions() {
     for env in [
         &[("NODALLOC_CALLSITE", "64")][..],
         &[("NODALLOC_CALLSITE", "7"), ("NODALLOC_SECURE", "1")],
+        // Automatic tiering on simulated nodes with a far one: partitions turn cold and bags
+        // move (as records) while threads exchange blocks and fork.
+        &[
+            ("NODALLOC_CALLSITE", "64"),
+            ("NODALLOC_TIERING", "auto"),
+            ("NODALLOC_COOLING", "100"),
+            ("NODALLOC_SIMULATE_NODES", "3"),
+            ("NODALLOC_TIERS", "far:2"),
+        ],
     ] {
         for mode in MODES {
             let mut fuzz = command("fuzz", mode);
