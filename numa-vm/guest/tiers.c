@@ -609,6 +609,31 @@ static void auto_count(char *const *blocks, int count, size_t size, int far_os, 
     xunmap(set, sizeof *set);
 }
 
+/* From nodalloc's statistics: the maintenance thread's passes and CPU ms, the bags automatic
+ * tiering moved far and back near (-1 for what is absent). */
+static void auto_figures(long *passes, long *cpu_ms, long *moved_far, long *moved_near) {
+    int fds[2];
+    if (pipe(fds) != 0)
+        die("pipe");
+    na_stats_print(fds[1]);
+    close(fds[1]);
+    static char text[65536];
+    size_t length = 0;
+    ssize_t got;
+    while (length < sizeof text - 1 &&
+           (got = read(fds[0], text + length, sizeof text - 1 - length)) > 0)
+        length += (size_t)got;
+    close(fds[0]);
+    text[length] = 0;
+    *passes = *cpu_ms = *moved_far = *moved_near = -1;
+    char *line = strstr(text, "maintenance thread: ");
+    if (line)
+        sscanf(line, "maintenance thread: %ld passes, %ld ms of CPU", passes, cpu_ms);
+    line = strstr(text, "bags moved far ");
+    if (line)
+        sscanf(line, "bags moved far %ld, back near %ld", moved_far, moved_near);
+}
+
 static void *auto_request_thread(void *argument) {
     struct worker *w = argument;
     struct auto_state *state = w->context;
@@ -733,6 +758,8 @@ void child_auto_tiering(const char *argument) {
     start_workers(&w[1], 1, auto_request_thread);
     start_workers(&w[0], 1, auto_cache_thread);
     join_workers(w, 2);
+    long passes, cpu_ms, moved_far, moved_near;
+    auto_figures(&passes, &cpu_ms, &moved_far, &moved_near);
     long *f = w[0].figures;
     int placed = f[1] > 0 && f[0] * 100 >= f[1] * 90 && f[4] > 0 && f[3] * 100 <= f[4] * 1 &&
                  f[6] > 0 && f[5] * 100 <= f[6] * 10;
@@ -742,6 +769,8 @@ void child_auto_tiering(const char *argument) {
     fraction(requests, sizeof requests, f[3], f[4]);
     fraction(back, sizeof back, f[5], f[6]);
     out("RESULT %s %s %s cache_far_when_cold=%s after_s=%ld request_far=%s "
-        "cache_far_when_busy_again=%s after_s=%ld wrong_bytes=%ld far_node=node%d\n",
-        test, allocator, verdict(met), cold, f[2], requests, back, f[7], f[8], state.far_os);
+        "cache_far_when_busy_again=%s after_s=%ld wrong_bytes=%ld far_node=node%d "
+        "bags_moved_far=%ld back_near=%ld maintenance_passes=%ld maintenance_cpu_ms=%ld\n",
+        test, allocator, verdict(met), cold, f[2], requests, back, f[7], f[8], state.far_os,
+        moved_far, moved_near, passes, cpu_ms);
 }
