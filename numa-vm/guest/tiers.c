@@ -575,8 +575,14 @@ void child_near_limit(const char *argument) {
 #define AUTO_WAIT_S 40.0
 #define AUTO_REFUSED_WAIT_S 3.0
 
+#define AUTO_SAMPLES 512
+
 struct auto_state {
     double wait_s;            /* how long each phase may wait for its placement */
+    /* The placement over time: ms since the cache was built, cache pages far and in all,
+     * request pages far and in all. */
+    long samples[AUTO_SAMPLES][5];
+    int sampled;
     volatile int stop;        /* the requests end */
     char **volatile requests; /* the request thread's objects (the second half lives on) */
     volatile int requests_ready;
@@ -634,6 +640,17 @@ static void auto_figures(long *passes, long *cpu_ms, long *moved_far, long *move
         sscanf(line, "bags moved far %ld, back near %ld", moved_far, moved_near);
 }
 
+/* Records one sample of the placement `ms` after the cache was built. */
+static void auto_sample(struct auto_state *state, char *const *cache, long ms) {
+    if (state->sampled == AUTO_SAMPLES || !state->requests_ready)
+        return;
+    long *sample = state->samples[state->sampled++];
+    sample[0] = ms;
+    auto_count(cache, AUTO_ENTRIES, AUTO_ENTRY, state->far_os, &sample[1], &sample[2]);
+    auto_count(state->requests + AUTO_REQUESTS / 2, AUTO_REQUESTS / 2, AUTO_REQUEST,
+               state->far_os, &sample[3], &sample[4]);
+}
+
 static void *auto_request_thread(void *argument) {
     struct worker *w = argument;
     struct auto_state *state = w->context;
@@ -671,8 +688,9 @@ static void *auto_cache_thread(void *argument) {
         memset(cache[i], i, AUTO_ENTRY);
     }
     long far = 0, total = 1;
-    double began = now_seconds();
+    double began = now_seconds(), built = began;
     while (now_seconds() - began < state->wait_s) {
+        auto_sample(state, cache, (long)((now_seconds() - built) * 1000));
         auto_count(cache, AUTO_ENTRIES, AUTO_ENTRY, state->far_os, &far, &total);
         if (far * 100 >= total * 90)
             break;
@@ -697,9 +715,15 @@ static void *auto_cache_thread(void *argument) {
             for (int i = 0; i < 4096; i++)
                 free(scratch[i]);
         }
+        auto_sample(state, cache, (long)((now_seconds() - built) * 1000));
         auto_count(cache, AUTO_ENTRIES, AUTO_ENTRY, state->far_os, &far, &total);
         if (far * 100 <= total * 10)
             break;
+    }
+    /* A last second of the cache left alone again (it cools once more). */
+    for (int i = 0; i < 4; i++) {
+        usleep(250000);
+        auto_sample(state, cache, (long)((now_seconds() - built) * 1000));
     }
     w->figures[5] = far;
     w->figures[6] = total;
@@ -768,6 +792,15 @@ void child_auto_tiering(const char *argument) {
     fraction(cold, sizeof cold, f[0], f[1]);
     fraction(requests, sizeof requests, f[3], f[4]);
     fraction(back, sizeof back, f[5], f[6]);
+    /* The series, for the benchmark's plot (docs/BENCHMARKS.md): MiB near and far. */
+    for (int i = 0; i < state.sampled; i++) {
+        long *sample = state.samples[i];
+        long page_kib = (long)PAGE >> 10;
+        out("SERIES %s ms=%ld cache_near_kib=%ld cache_far_kib=%ld request_near_kib=%ld "
+            "request_far_kib=%ld\n",
+            test, sample[0], (sample[2] - sample[1]) * page_kib, sample[1] * page_kib,
+            (sample[4] - sample[3]) * page_kib, sample[3] * page_kib);
+    }
     out("RESULT %s %s %s cache_far_when_cold=%s after_s=%ld request_far=%s "
         "cache_far_when_busy_again=%s after_s=%ld wrong_bytes=%ld far_node=node%d "
         "bags_moved_far=%ld back_near=%ld maintenance_passes=%ld maintenance_cpu_ms=%ld\n",
