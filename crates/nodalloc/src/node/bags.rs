@@ -240,8 +240,12 @@ impl NodeHeaps {
     }
 
     /// One object of `class` for the program, straight from the bags (a thread without a cache:
-    /// retired, detached, or `alloc_on_node`). Null when no memory is left.
+    /// retired, detached, or `alloc_on_node`). Null when no memory is left. The node's inbox is
+    /// drained first when it holds anything: a node without threads of its own (a far node
+    /// serving cold requests) has nobody else to take its freed objects back between upkeep
+    /// passes, and its bags would grow by every object freed.
     pub fn alloc_single(&self, node: NodeId, part: Partition, class: SizeClass) -> *mut u8 {
+        self.drain_inbox(node);
         let Some(batch) = self.take_from_bags(node, part, class, 1) else {
             return null_mut();
         };
