@@ -802,6 +802,28 @@ fn automatic_tiering_cools_quiet_partitions_moves_their_full_bags_and_warms_busy
     }
     assert!(heaps.is_cold(cache));
     assert_eq!(heaps.bags_moved(), (2, 1));
+    // Under a tier's limit no bag moves far (it would stay charged near): warm, then cool
+    // again with a near limit set; the bag comes back and stays.
+    for _ in 0..20 {
+        heaps.note_activity(cache);
+    }
+    now += 100 * ms;
+    heaps.tiering_pass(now);
+    assert_eq!(heaps.bags_moved(), (2, 2));
+    arena.tier_budget(false).set_limit(1 << 30);
+    for _ in 0..12 {
+        now += 100 * ms;
+        heaps.tiering_pass(now);
+    }
+    assert!(heaps.is_cold(cache));
+    assert_eq!(heaps.bags_moved(), (2, 2), "no move far under a limit");
+    assert_eq!(heaps.placed_node(NodeId(0), first as usize), NodeId(0));
+    arena.tier_budget(false).set_limit(0);
+    for _ in 0..2 {
+        now += 100 * ms;
+        heaps.tiering_pass(now);
+    }
+    assert_eq!(heaps.bags_moved(), (3, 2), "without the limit, far again");
     let start = arena.bag_at(first as usize).unwrap().start;
     // Both chains were handed out above, whole, and hold nothing the test uses.
     heaps

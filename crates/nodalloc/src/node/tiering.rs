@@ -20,7 +20,9 @@
 //! near the same way, and its refills come from its own node again. A bag belongs to one
 //! partition, so it never holds two temperatures. A moved bag whose objects all come back is
 //! decommitted as it returns to its region (`bags.rs`), so its span never serves another
-//! partition from far memory.
+//! partition from far memory. A bag stays charged to its region's tier, so under a tier's
+//! limit (`NODALLOC_NEAR_LIMIT`, `NODALLOC_FAR_LIMIT`) no bag moves far: the limits stay exact,
+//! and cold partitions still get their new bags far.
 //!
 //! Only size-class objects follow: large blocks are placed once, by hints.
 
@@ -176,6 +178,11 @@ impl NodeHeaps {
         }
         let map = self.arena.map();
         let mut budget = MOVES_PER_PASS;
+        // A bag stays charged to its region's tier: under a tier's limit, one moved far would
+        // hold far memory the far limit does not count (and near memory the near limit still
+        // does). So with a limit set, bags only come back; cold partitions still refill far.
+        let limited =
+            self.arena.tier_budget(false).limit() != 0 || self.arena.tier_budget(true).limit() != 0;
         for node in self.nodes() {
             let Some(far) = self.arena.topology.far_node_of(node.index()) else {
                 continue;
@@ -198,7 +205,7 @@ impl NodeHeaps {
                 }
                 let part = Partition(part);
                 let cold = self.is_cold(part);
-                if cold == moved {
+                if cold == moved || (cold && limited) {
                     return;
                 }
                 let class_heap = self.class_in(node, part, bag.class);
