@@ -341,18 +341,28 @@ int nodalloc_home_os_id(void) {
     return os_id_of_index(index);
 }
 
-/* The node count from nodalloc's statistics ("nodalloc <v>: N node(s), ..."), -1 if absent. */
-int nodalloc_reported_nodes(void) {
+/* nodalloc's statistics as nodalloc_stats_print writes them, read back through a pipe into a
+ * static buffer (overwritten by the next call). */
+const char *nodalloc_stats_text(void) {
     int fds[2];
     if (pipe(fds) != 0)
         die("pipe");
     na_stats_print(fds[1]);
     close(fds[1]);
-    char text[8192];
-    ssize_t length = read(fds[0], text, sizeof text - 1);
+    static char text[65536];
+    size_t length = 0;
+    ssize_t got;
+    while (length < sizeof text - 1 &&
+           (got = read(fds[0], text + length, sizeof text - 1 - length)) > 0)
+        length += (size_t)got;
     close(fds[0]);
-    text[length > 0 ? length : 0] = 0;
-    char *colon = strstr(text, ": ");
+    text[length] = 0;
+    return text;
+}
+
+/* The node count from nodalloc's statistics ("nodalloc <v>: N node(s), ..."), -1 if absent. */
+int nodalloc_reported_nodes(void) {
+    const char *colon = strstr(nodalloc_stats_text(), ": ");
     if (colon && strstr(colon, " node(s)"))
         return (int)strtol(colon + 2, NULL, 10);
     return -1;

@@ -97,6 +97,7 @@ extern void *(*na_malloc_cold)(size_t);
 extern void (*na_stats_print)(int);
 
 int nodalloc_home_os_id(void);
+const char *nodalloc_stats_text(void);
 int nodalloc_reported_nodes(void);
 void first_malloc(void);
 

@@ -19,19 +19,8 @@ enum {
 
 /* The maintenance thread's prepared chunks so far, from nodalloc's statistics, -1 if absent. */
 static long prepared_chunks(void) {
-    int fds[2];
-    if (pipe(fds) != 0)
-        die("pipe");
-    na_stats_print(fds[1]);
-    close(fds[1]);
-    static char text[65536];
-    size_t length = 0;
-    ssize_t got;
-    while (length < sizeof text - 1 && (got = read(fds[0], text + length, sizeof text - 1 - length)) > 0)
-        length += (size_t)got;
-    close(fds[0]);
-    text[length] = 0;
-    char *line = strstr(text, "maintenance thread: ");
+    const char *text = nodalloc_stats_text();
+    const char *line = strstr(text, "maintenance thread: ");
     if (!line)
         return -1;
     char *mark = strstr(line, " chunks and ");

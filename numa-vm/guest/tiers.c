@@ -347,8 +347,7 @@ void child_interleave_large(const char *argument) {
     /* As run_test decides for the parent: only a kernel with the weights judges. */
     const char *tiered = getenv("NUMATEST_TIERED");
     informing = !(tiered && !strcmp(tiered, "1"));
-    int far = cpuless_node();
-    int far_os = far >= 0 ? os_id_of_index(far) : -1;
+    int far_os = os_id_of_index(cpuless_node());
     first_malloc();
     struct worker w;
     memset(&w, 0, sizeof w);
@@ -383,8 +382,7 @@ void child_interleave_large(const char *argument) {
  * the far node cannot take on the nearest other node, as the region's preferred policy lets
  * it), the far node fills first, and every block's contents survive. */
 void test_far_node_full(const char *test) {
-    int far = cpuless_node();
-    int far_os = far >= 0 ? os_id_of_index(far) : -1;
+    int far_os = os_id_of_index(cpuless_node());
     first_malloc();
     char **blocks = xmap(sizeof *blocks * FULL_BLOCKS);
     int failed = 0;
@@ -482,8 +480,7 @@ static void tiering_run(void *(*cache_alloc)(size_t), long *cache_near, long *ca
  * time with its cache allocated by nodalloc_malloc_cold (the hint a program or MemProf gives).
  * nodalloc passes when the hinted cache is at least 99 % far and its requests stay near. */
 void test_tiering_workload(const char *test) {
-    int far = cpuless_node();
-    int far_os = far >= 0 ? os_id_of_index(far) : -1;
+    int far_os = os_id_of_index(cpuless_node());
     first_malloc();
     long cache_near, cache_far, hot_near, hot_far;
     tiering_run(malloc, &cache_near, &cache_far, &hot_near, &hot_far, far_os);
@@ -519,8 +516,7 @@ void test_near_limit(const char *test) {
 void child_near_limit(const char *argument) {
     (void)argument;
     const char *test = "near_limit";
-    int far = cpuless_node();
-    int far_os = far >= 0 ? os_id_of_index(far) : -1;
+    int far_os = os_id_of_index(cpuless_node());
     first_malloc();
     enum { BLOCKS = LIMITED_ASKED / LIMITED_BLOCK };
     char **blocks = xmap(sizeof *blocks * BLOCKS);
@@ -618,21 +614,9 @@ static void auto_count(char *const *blocks, int count, size_t size, int far_os, 
 /* From nodalloc's statistics: the maintenance thread's passes and CPU ms, the bags automatic
  * tiering moved far and back near (-1 for what is absent). */
 static void auto_figures(long *passes, long *cpu_ms, long *moved_far, long *moved_near) {
-    int fds[2];
-    if (pipe(fds) != 0)
-        die("pipe");
-    na_stats_print(fds[1]);
-    close(fds[1]);
-    static char text[65536];
-    size_t length = 0;
-    ssize_t got;
-    while (length < sizeof text - 1 &&
-           (got = read(fds[0], text + length, sizeof text - 1 - length)) > 0)
-        length += (size_t)got;
-    close(fds[0]);
-    text[length] = 0;
+    const char *text = nodalloc_stats_text();
     *passes = *cpu_ms = *moved_far = *moved_near = -1;
-    char *line = strstr(text, "maintenance thread: ");
+    const char *line = strstr(text, "maintenance thread: ");
     if (line)
         sscanf(line, "maintenance thread: %ld passes, %ld ms of CPU", passes, cpu_ms);
     line = strstr(text, "bags moved far ");
@@ -790,8 +774,7 @@ void child_auto_tiering(const char *argument) {
     struct auto_state state;
     memset(&state, 0, sizeof state);
     state.wait_s = refused ? AUTO_REFUSED_WAIT_S : AUTO_WAIT_S;
-    int far = cpuless_node();
-    state.far_os = far >= 0 ? os_id_of_index(far) : -1;
+    state.far_os = os_id_of_index(cpuless_node());
     first_malloc();
     struct worker w[2];
     memset(w, 0, sizeof w);

@@ -198,17 +198,26 @@ unsafe extern "C" fn free_general(ptr: *mut u8) {
 /// C's `calloc`.
 #[no_mangle]
 pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
-    if let Some(total) = count.checked_mul(size) {
-        let p = pop_small(total);
-        if !p.is_null() {
-            // SAFETY: a block of the thread's cache, of a class of at least `total` and 16
-            // bytes (the mark's word is cleared with the rest).
-            unsafe { p.write_bytes(0, total.max(16)) };
-            return p as *mut c_void;
-        }
+    if let Some(p) = calloc_hit(count, size) {
+        return p;
     }
     // SAFETY: the stub passes its arguments on; a tail jump, so it reads our caller.
     unsafe { nodalloc_calloc_entry(count, size) }
+}
+
+/// `calloc`'s hit: a block of the thread's cache for `count × size` bytes, zeroed, if it has
+/// one.
+#[inline(always)]
+pub(crate) fn calloc_hit(count: usize, size: usize) -> Option<*mut c_void> {
+    let total = count.checked_mul(size)?;
+    let p = pop_small(total);
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: a block of the thread's cache, of a class of at least `total` and 16 bytes (the
+    // mark's word is cleared with the rest).
+    unsafe { p.write_bytes(0, total.max(16)) };
+    Some(p as *mut c_void)
 }
 
 entry_stub!(fn nodalloc_calloc_entry(count: usize, size: usize) -> *mut c_void

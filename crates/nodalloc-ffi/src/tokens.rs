@@ -28,7 +28,7 @@ use crate::glibc::reallocarray_at;
 use crate::plain::MALLOC_ALIGN;
 use crate::secure::Kind;
 use crate::tiers::{aligned, hot_cold_operators};
-use crate::{calloc_at, malloc_slow, pop_small, realloc_at, tls};
+use crate::{calloc_at, calloc_hit, malloc_slow, pop_small, realloc_at, tls};
 use core::ffi::{c_int, c_void};
 
 /// The token Clang gives a call it knows no type for.
@@ -82,13 +82,8 @@ extern "C" fn malloc_token_at(size: usize, site: usize, frame: usize) -> *mut c_
 
 /// `calloc`'s path with `site` as the call site, after the thread cache's block zeroed.
 extern "C" fn calloc_token_at(count: usize, size: usize, site: usize, frame: usize) -> *mut c_void {
-    if let Some(total) = count.checked_mul(size) {
-        if let Some(p) = cached(total) {
-            // SAFETY: a block of the thread's cache, of a class of at least `total` and 16
-            // bytes (the mark's word is cleared with the rest).
-            unsafe { (p as *mut u8).write_bytes(0, total.max(16)) };
-            return p;
-        }
+    if let Some(p) = calloc_hit(count, size) {
+        return p;
     }
     calloc_at(count, size, site, frame)
 }

@@ -19,8 +19,7 @@ use core::sync::atomic::AtomicI32;
 impl Arena {
     /// The interleave mode for `config` on `topology`: an `mbind` mode, or 0 for none.
     pub(super) fn interleave_mode(config: &ArenaConfig, topology: &Topology) -> i32 {
-        let far_memory = (0..topology.node_count()).any(|node| topology.is_far(node));
-        if topology.is_simulated() || topology.node_count() < 2 || !far_memory {
+        if topology.is_simulated() || topology.node_count() < 2 || !topology.has_far_memory() {
             return 0;
         }
         match config.interleave {

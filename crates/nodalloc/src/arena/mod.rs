@@ -192,6 +192,11 @@ impl Arena {
         &self.tier_budgets[far as usize]
     }
 
+    /// True when a memory tier has a limit.
+    pub fn tier_limited(&self) -> bool {
+        self.tier_budgets.iter().any(|budget| budget.limit() != 0)
+    }
+
     /// Sets whether spans stay in their tier (`NODALLOC_TIER_FULL=fail`).
     pub fn set_tier_bound(&self, bound: bool) {
         self.tier_bound.store(bound, Ordering::Relaxed);

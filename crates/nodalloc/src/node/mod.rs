@@ -305,9 +305,7 @@ impl NodeHeaps {
     /// True under a hard limit on committed bytes (the arena's or a tier's): memory kept ahead
     /// of demand anywhere is memory an allocation the limit refuses could not get back.
     pub(crate) fn is_limited(&self) -> bool {
-        self.arena.budget().limit() != 0
-            || self.arena.tier_budget(false).limit() != 0
-            || self.arena.tier_budget(true).limit() != 0
+        self.arena.budget().limit() != 0 || self.arena.tier_limited()
     }
 
     /// Decommits every free span now, whatever the delay (after [`Self::flush_all`]).

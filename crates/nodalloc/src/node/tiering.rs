@@ -67,10 +67,7 @@ impl NodeHeaps {
     /// Turns automatic tiering on with a cooling period of `cooling_ns` (0: off). It needs
     /// call-site partitions and a node with far memory; false, changing nothing, without them.
     pub(crate) fn set_tiering(&self, cooling_ns: u64) -> bool {
-        let topology = &self.arena.topology;
-        let far_memory =
-            (0..topology.node_count()).any(|node| topology.far_node_of(node).is_some());
-        if cooling_ns != 0 && (self.partitions() == 0 || !far_memory) {
+        if cooling_ns != 0 && (self.partitions() == 0 || !self.arena.topology.has_far_memory()) {
             return false;
         }
         self.partitions
@@ -181,8 +178,7 @@ impl NodeHeaps {
         // A bag stays charged to its region's tier: under a tier's limit, one moved far would
         // hold far memory the far limit does not count (and near memory the near limit still
         // does). So with a limit set, bags only come back; cold partitions still refill far.
-        let limited =
-            self.arena.tier_budget(false).limit() != 0 || self.arena.tier_budget(true).limit() != 0;
+        let limited = self.arena.tier_limited();
         for node in self.nodes() {
             let Some(far) = self.arena.topology.far_node_of(node.index()) else {
                 continue;

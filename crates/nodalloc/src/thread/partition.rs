@@ -321,14 +321,11 @@ impl ThreadHeap {
                 Some(index) => index,
                 None => return heaps.alloc_single(self.node, part, class),
             };
-            if let Some(far) = heaps.cold_source(self.node, part) {
-                // A cold partition (automatic tiering): an object of the far node's bags of
-                // this partition, uncached, while the list is empty.
-                heaps.note_activity(part);
-                let object = heaps.alloc_single(far, part, class);
-                if !object.is_null() {
-                    return object;
-                }
+            // A cold partition (automatic tiering): objects of the far node's bags, uncached,
+            // while the list is empty.
+            let object = self.cold_object(heaps, part, class);
+            if !object.is_null() {
+                return object;
             }
             let Some(batch) = self.take_refill(heaps, part, class) else {
                 return null_mut();
@@ -363,14 +360,23 @@ impl ThreadHeap {
         part: Partition,
         class: SizeClass,
     ) -> *mut u8 {
-        if let Some(far) = heaps.cold_source(self.node, part) {
-            heaps.note_activity(part);
-            let object = heaps.alloc_single(far, part, class);
-            if !object.is_null() {
-                return object;
-            }
+        let object = self.cold_object(heaps, part, class);
+        if !object.is_null() {
+            return object;
         }
         heaps.alloc_single(self.node, part, class)
+    }
+
+    /// An object of `class` from the far node's bags of `part` while the partition is cold
+    /// (counted as its activity); null when it is not cold, or the far node has none.
+    fn cold_object(&self, heaps: &'static NodeHeaps, part: Partition, class: SizeClass) -> *mut u8 {
+        match heaps.cold_source(self.node, part) {
+            Some(far) => {
+                heaps.note_activity(part);
+                heaps.alloc_single(far, part, class)
+            }
+            None => null_mut(),
+        }
     }
 
     /// [`ThreadHeap::limit_after_refill`] for slot `index`, just refilled.

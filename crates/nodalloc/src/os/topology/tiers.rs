@@ -180,6 +180,11 @@ impl Topology {
         node < MAX_NODES && self.far & (1 << node) != 0
     }
 
+    /// True when some usable node is far memory.
+    pub fn has_far_memory(&self) -> bool {
+        (0..self.node_count).any(|node| self.is_far(node))
+    }
+
     /// Where `node`'s far memory comes from: its nearest far node; `None` for a far node and on
     /// a machine without far memory (a request for far memory is then served near).
     pub fn far_node_of(&self, node: usize) -> Option<usize> {
