@@ -78,6 +78,52 @@ int nodalloc_partition_of(const void *ptr);
  * those calls name are libnodalloc's (README "Call-site partitions"); no header declares them. */
 void *nodalloc_partition_site(int partition);
 
+/* First-class heaps (README "Heaps"): a heap per subsystem, on a chosen node, with its own limit,
+ * destroyed whole. A heap may be used from any thread; its blocks are freed with plain free()
+ * from any thread (realloc() keeps a block in its heap), and nodalloc_heap_destroy() gives every
+ * block it still holds back at once. Using a handle after its heap was destroyed (a second
+ * destroy, an allocation) aborts with a message naming the heap. */
+typedef struct nodalloc_heap nodalloc_heap_t;
+
+typedef struct nodalloc_heap_options {
+    int node;         /* node index (as nodalloc_node_of's), CPU-less nodes included; -1: the
+                         calling thread's node */
+    size_t limit;     /* the most bytes the heap may hold (its bags and large blocks); 0: none */
+    const char *name; /* for the statistics (first 40 bytes kept), or NULL */
+} nodalloc_heap_options_t;
+
+typedef struct nodalloc_heap_stats {
+    int node;
+    size_t limit;        /* 0: none */
+    size_t committed;    /* bytes of the bags and large blocks the heap holds: what the limit counts */
+    size_t peak;         /* the most it ever held */
+    size_t live;         /* bytes of the blocks the program holds (at their class size) */
+    size_t blocks;       /* blocks the program holds */
+    size_t bags;
+    size_t large_blocks; /* blocks above 256 KiB, and their bytes */
+    size_t large_bytes;
+    unsigned long long allocs, frees; /* since it was created */
+    char name[41];
+} nodalloc_heap_stats_t;
+
+/* Creates a heap (options NULL: the calling thread's node, no limit, no name). NULL with errno
+ * EINVAL for a node that does not exist or a limit below 32 KiB, EAGAIN when 1024 heaps are
+ * alive, ENOMEM when memory runs out. */
+nodalloc_heap_t *nodalloc_heap_new(const nodalloc_heap_options_t *options);
+/* Destroys the heap and frees every block it still holds. */
+void nodalloc_heap_destroy(nodalloc_heap_t *heap);
+/* As malloc, calloc, aligned_alloc and realloc, in `heap`: NULL with errno ENOMEM past the
+ * heap's limit (or NODALLOC_LIMIT) or when memory runs out. nodalloc_heap_realloc moves a block
+ * of elsewhere into `heap`. */
+void *nodalloc_heap_malloc(nodalloc_heap_t *heap, size_t size);
+void *nodalloc_heap_calloc(nodalloc_heap_t *heap, size_t count, size_t size);
+void *nodalloc_heap_aligned_alloc(nodalloc_heap_t *heap, size_t alignment, size_t size);
+void *nodalloc_heap_realloc(nodalloc_heap_t *heap, void *ptr, size_t size);
+/* Fills `out` with what the heap holds. 0, or -1 with errno EINVAL for a NULL `out`. */
+int nodalloc_heap_stats(nodalloc_heap_t *heap, nodalloc_heap_stats_t *out);
+/* The heap holding the live block `ptr`, or NULL for a block of no heap (malloc's). */
+nodalloc_heap_t *nodalloc_heap_of(const void *ptr);
+
 #ifdef __cplusplus
 }
 #endif

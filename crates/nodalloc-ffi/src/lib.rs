@@ -26,6 +26,7 @@ mod cxx;
 mod extras;
 mod foreign;
 mod glibc;
+mod heaps;
 mod plain;
 mod screen;
 mod secure;
@@ -186,6 +187,12 @@ unsafe extern "C" fn free_slow(ptr: *mut u8) {
 #[cold]
 #[inline(never)]
 unsafe extern "C" fn free_general(ptr: *mut u8) {
+    if raw::is_owned(ptr) {
+        // A first-class heap's block goes back to its heap (secure mode's layer never saw
+        // it: the core's checks apply).
+        // SAFETY: forwarded contract.
+        return unsafe { raw::free_any(ptr) };
+    }
     if secure::on() {
         // SAFETY: forwarded contract.
         return unsafe { secure::free(ptr as *mut c_void, secure::Kind::Malloc, None) };
@@ -272,6 +279,10 @@ pub(crate) unsafe extern "C" fn realloc_at(
     site: usize,
     frame: usize,
 ) -> *mut c_void {
+    if raw::is_owned(ptr as *const u8) && size != 0 {
+        // A first-class heap's block stays in its heap (secure mode's layer never saw it).
+        return heaps::realloc_owned(ptr as *mut u8, size);
+    }
     if secure::on() {
         // SAFETY: forwarded contract.
         return unsafe { secure::realloc(ptr, size, site, frame) };
@@ -299,6 +310,7 @@ pub(crate) unsafe extern "C" fn realloc_at(
             }
             bytes
         }
+        Ok(Pointer::Owned { bytes, .. }) => bytes,
         Ok(Pointer::Foreign) => foreign::readable_bytes(old),
         Err(misuse) => raw::report_misuse(old, misuse),
     };
@@ -321,7 +333,7 @@ pub unsafe extern "C" fn malloc_usable_size(ptr: *mut c_void) -> usize {
     if ptr.is_null() {
         return 0;
     }
-    if secure::on() {
+    if secure::on() && !raw::is_owned(ptr as *const u8) {
         return secure::usable(ptr);
     }
     // A block from before nodalloc started has no size we know: report 0 (and abort, naming the

@@ -176,6 +176,8 @@ pub(crate) unsafe fn free_core(ptr: *mut u8) {
             screen::free_classified(heap_or_create(), ptr, class, origin)
         },
         Ok(Pointer::Large { .. }) => raw::free_large(heap_or_create(), ptr),
+        // SAFETY: a live block of a heap, which the caller gives up.
+        Ok(Pointer::Owned { .. }) => unsafe { raw::free_any(ptr) },
         Err(misuse) => raw::report_misuse(ptr, misuse),
     }
 }
@@ -191,6 +193,7 @@ pub(crate) fn usable_and_size_kind(ptr: *mut u8) -> Option<(usize, bool)> {
     match raw::classify(ptr) {
         Ok(Pointer::Small { class, .. }) => Some((class.size(), false)),
         Ok(Pointer::Large { bytes }) => Some((bytes, true)),
+        Ok(Pointer::Owned { bytes, large }) => Some((bytes, large)),
         Ok(Pointer::Foreign) => None,
         Err(misuse) => raw::report_misuse(ptr, misuse),
     }

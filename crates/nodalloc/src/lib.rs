@@ -45,6 +45,8 @@ pub mod ds;
 #[cfg(not(loom))]
 mod ds;
 #[cfg(not(loom))]
+pub mod heap;
+#[cfg(not(loom))]
 mod instance;
 #[cfg(not(loom))]
 mod node;
@@ -63,6 +65,8 @@ mod thread;
 
 #[cfg(not(loom))]
 pub use face::*;
+#[cfg(not(loom))]
+pub use heap::{heap_of, Heap, HeapBuilder, HeapError, HeapId, HeapStats};
 
 #[cfg(not(loom))]
 mod face {

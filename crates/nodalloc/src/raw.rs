@@ -13,7 +13,7 @@ pub use crate::bind::BindBase;
 pub use crate::instance::background::PthreadCreate;
 pub use crate::instance::Pointer;
 pub use crate::node::Misuse as PointerMisuse;
-pub use crate::node::{NodeId, Partition};
+pub use crate::node::{NodeId, OwnedId, OwnedRefusal, OwnedStats, Partition, NAME_BYTES};
 pub use crate::os::cpuset::CpuSet;
 pub use crate::os::options::{parse_size, switch_in_env};
 pub use crate::os::{mapping_of, mix, process_secret, read_file, thread_affinity};
@@ -80,6 +80,39 @@ pub fn large_is_zeroed(ptr: *const u8) -> bool {
             instance.large_is_zeroed(ptr as usize)
         },
         _ => false,
+    }
+}
+
+/// True when `ptr` lies in the memory of first-class heaps: a heap's block (or a misuse),
+/// which [`free_any`] gives back to its heap.
+pub fn is_owned(ptr: *const u8) -> bool {
+    Instance::existing().is_some_and(|instance| instance.owned().is_owned(ptr as usize))
+}
+
+/// Frees any live block nodalloc handed out (a global heap's or a first-class heap's) through
+/// the general path, or aborts naming a pointer that is none (null is ignored).
+///
+/// # Safety
+/// `ptr` is null or a live block the caller gives up (a pointer that is no block is reported,
+/// but one freed already may be taken for the block carved there since).
+pub unsafe fn free_any(ptr: *mut u8) {
+    if ptr.is_null() {
+        return;
+    }
+    let Some(instance) = Instance::existing() else {
+        report_misuse(ptr, PointerMisuse::InvalidPointer);
+    };
+    match instance.classify(ptr) {
+        Ok(Pointer::Owned { .. }) => instance.free_owned(ptr),
+        Ok(Pointer::Small { class, origin }) => crate::instance::with_heap(|heap| {
+            // SAFETY: a live small block of `class` and `origin` the caller gives up.
+            unsafe { free_small(Some(heap), ptr, class, origin) }
+        }),
+        Ok(Pointer::Large { .. }) => {
+            crate::instance::with_heap(|heap| instance.free_large(Some(heap), ptr))
+        }
+        Ok(Pointer::Foreign) => report_misuse(ptr, PointerMisuse::InvalidPointer),
+        Err(misuse) => report_misuse(ptr, misuse),
     }
 }
 
@@ -211,4 +244,53 @@ pub fn object_before(ptr: *const u8) -> Option<*mut u8> {
 /// face at a safe point (outside any allocator call). True when one runs afterwards.
 pub fn start_background(create: PthreadCreate) -> bool {
     Instance::get().is_some() && instance::background::start(create)
+}
+
+/// Creates a first-class heap (see [`crate::Heap`]) on `node` (`None`: the calling thread's),
+/// with a limit of `limit` bytes (0: none) and the name `name`.
+pub fn heap_new(node: Option<usize>, limit: usize, name: &[u8]) -> Result<OwnedId, OwnedRefusal> {
+    let instance = Instance::get().ok_or(OwnedRefusal::NoMemory)?;
+    let node = node.unwrap_or_else(crate::current_node);
+    instance.owned().owned_create(NodeId(node), limit, name)
+}
+
+/// A block of `size` bytes at `align` from heap `id` (zeroed when `zero`); null when the heap
+/// has no room. Aborts, naming the heap, for a handle whose heap was destroyed.
+pub fn heap_alloc(id: OwnedId, size: usize, align: usize, zero: bool) -> *mut u8 {
+    match Instance::existing() {
+        Some(instance) => instance.owned().owned_alloc(id, size, align, zero),
+        None => null_mut(),
+    }
+}
+
+/// Destroys heap `id` and every block it holds. Aborts, naming the heap, if it was destroyed
+/// already.
+pub fn heap_destroy(id: OwnedId) {
+    match Instance::existing() {
+        Some(instance) => instance.owned().owned_drop(id),
+        None => crate::instance::report_misuse(null_mut(), PointerMisuse::InvalidPointer),
+    }
+}
+
+/// What heap `id` holds.
+pub fn heap_stats(id: OwnedId) -> OwnedStats {
+    match Instance::existing() {
+        Some(instance) => instance.owned().owned_stats(id),
+        None => OwnedStats::default(),
+    }
+}
+
+/// The heap holding the live block `ptr`, if a first-class heap does.
+pub fn heap_of(ptr: *const u8) -> Option<OwnedId> {
+    Instance::existing()?.owned().owned_of(ptr as usize)
+}
+
+/// Heap `id`'s name (cut to [`NAME_BYTES`]) and its length.
+pub fn heap_name(id: OwnedId) -> ([u8; NAME_BYTES], usize) {
+    let mut name = [0u8; NAME_BYTES];
+    let len = match Instance::existing() {
+        Some(instance) => instance.owned().owned_name(id, &mut name),
+        None => 0,
+    };
+    (name, len)
 }

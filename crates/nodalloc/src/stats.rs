@@ -422,6 +422,12 @@ node_summed_fields! {
             pub background_bags: u64 = 0,
             /// Bytes of free spans the maintenance thread decommitted.
             pub background_decommitted: u64 = 0,
+            /// First-class heaps alive now (`nodalloc::Heap`, `nodalloc_heap_new`).
+            pub heaps: usize = 0,
+            /// First-class heaps created so far.
+            pub heaps_created: u64 = 0,
+            /// First-class heaps dropped so far.
+            pub heaps_dropped: u64 = 0,
             /// Call-site partitions, P (0: the mode is off).
             pub partitions: usize = 0,
             /// Partitions that ever had a bag.
@@ -592,6 +598,17 @@ impl Stats {
                 .str(" bags prepared, ")
                 .size(self.background_decommitted)
                 .str(" decommitted\n");
+            w.write_to(fd);
+        }
+        if self.heaps_created != 0 {
+            w.clear();
+            w.str("  first-class heaps: ")
+                .decimal(self.heaps as u64)
+                .str(" alive, ")
+                .decimal(self.heaps_created)
+                .str(" created, ")
+                .decimal(self.heaps_dropped)
+                .str(" dropped\n");
             w.write_to(fd);
         }
         if self.partitions != 0 {

@@ -48,11 +48,14 @@ impl Arena {
         let total = region.checked_mul(nodes)?;
         let units = total >> UNIT_SHIFT;
         let header = round_up(core::mem::size_of::<Arena>(), os::PAGE_SIZE);
-        // The pools, then each pool's chunk bitmap, then each dense pool's filler records.
-        let pool_bytes = region / 2;
-        let pools = 2 * nodes;
-        let chunk_words = Region::chunk_words(pool_bytes);
-        let filler_bytes = Region::chunk_count(pool_bytes) * core::mem::size_of::<ChunkNode>();
+        // The pools, then each pool's chunk bitmap (sized for the largest pool), then each
+        // dense pool's filler records.
+        let eighth = region / 8;
+        let pool_bytes = |pool: Pool| pool.eighths().1 * eighth;
+        let dense_bytes = pool_bytes(Pool::Dense);
+        let pools = POOLS_PER_NODE * nodes;
+        let chunk_words = Region::chunk_words(dense_bytes);
+        let filler_bytes = Region::chunk_count(dense_bytes) * core::mem::size_of::<ChunkNode>();
         let regions_bytes = round_up(
             pools * (core::mem::size_of::<Region>() + chunk_words * 8) + nodes * filler_bytes,
             os::PAGE_SIZE,
@@ -103,11 +106,11 @@ impl Arena {
         // The first chunks of each pool stay on small pages: a program whose heap stays small
         // (most processes) then pays for the pages it touches, not for a whole huge page per
         // node, and never waits for the kernel to compact memory into one.
-        let advise_pool = |start: usize, body: Option<libc::c_int>| {
-            os::advise(start as *mut u8, SMALL_PAGE_HEAD, libc::MADV_NOHUGEPAGE);
-            if let Some(advice) = body {
-                let body_start = start + SMALL_PAGE_HEAD;
-                os::advise(body_start as *mut u8, pool_bytes - SMALL_PAGE_HEAD, advice);
+        let advise_pool = |start: usize, bytes: usize, body: Option<libc::c_int>| {
+            let head = SMALL_PAGE_HEAD.min(bytes);
+            os::advise(start as *mut u8, head, libc::MADV_NOHUGEPAGE);
+            if let (Some(advice), true) = (body, bytes > head) {
+                os::advise((start + head) as *mut u8, bytes - head, advice);
             }
         };
         let sparse_advice = if sparse_huge {
@@ -116,16 +119,22 @@ impl Arena {
             libc::MADV_NOHUGEPAGE
         };
         for node in 0..nodes {
-            let dense = base as usize + node * region;
-            advise_pool(dense, huge);
-            advise_pool(dense + pool_bytes, Some(sparse_advice));
+            let region_start = base as usize + node * region;
+            for pool in [Pool::Dense, Pool::Sparse, Pool::Owned] {
+                let advice = if pool == Pool::Dense {
+                    huge
+                } else {
+                    Some(sparse_advice)
+                };
+                let start = region_start + pool.eighths().0 * eighth;
+                advise_pool(start, pool_bytes(pool), advice);
+            }
         }
         let arena = metadata as *mut Arena;
         // SAFETY: `metadata` is a fresh zeroed mapping large enough for the header, the regions
         // and the page map, laid out in that order; nothing else can see it yet.
         unsafe {
             let regions = metadata.add(header) as *mut Region;
-            let pool_shift = shift - 1;
             let map = PageMap::new(
                 base as usize,
                 units,
@@ -157,11 +166,13 @@ impl Arena {
             let chunk_bits = regions.add(pools) as *mut u64;
             let filler = chunk_bits.add(pools * chunk_words) as *mut ChunkNode;
             for index in 0..pools {
-                let start = base as usize + (index << pool_shift);
+                let node = index / POOLS_PER_NODE;
+                let pool = [Pool::Dense, Pool::Sparse, Pool::Owned][index % POOLS_PER_NODE];
+                let start = base as usize + node * region + pool.eighths().0 * eighth;
                 let budget = core::ptr::addr_of!((*arena).budget);
                 let tier_budget =
-                    core::ptr::addr_of!((*arena).tier_budgets[topology.is_far(index / 2) as usize]);
-                let dense = index % 2 == Pool::Dense as usize;
+                    core::ptr::addr_of!((*arena).tier_budgets[topology.is_far(node) as usize]);
+                let dense = pool == Pool::Dense;
                 let huge = if dense {
                     huge_pages_possible
                 } else {
@@ -175,7 +186,7 @@ impl Arena {
                 Region::init(
                     regions.add(index),
                     start,
-                    start + pool_bytes,
+                    start + pool_bytes(pool),
                     on_demand,
                     !config.secure,
                     budget,
@@ -183,7 +194,7 @@ impl Arena {
                     huge_from,
                     chunk_bits.add(index * chunk_words),
                     if dense {
-                        filler.add(index / 2 * Region::chunk_count(pool_bytes))
+                        filler.add(node * Region::chunk_count(dense_bytes))
                     } else {
                         core::ptr::null_mut()
                     },

@@ -4,13 +4,17 @@
 //! simulated topology) and hands out whole 32 KiB units as bags and large spans (see
 //! [`region`]); the [`pagemap`] describes every unit.
 //!
-//! Each region is two span **pools** of equal, power-of-two size (so the pool of a pointer is
-//! `(p - base) >> (region_shift - 1)`): the **dense** pool holds bags of objects no larger than
-//! a page, which the allocator itself fills densely, and may be backed by transparent huge pages
-//! shared by all threads of the node; the **sparse** pool holds large objects, aligned blocks
+//! Each region is three span **pools**, laid out in eighths of the region (so the pool of a
+//! pointer is its eighth, `(p - base) >> (region_shift - 3)`, through a table): the **dense**
+//! pool (the first half) holds bags of objects no larger than a page, which the allocator
+//! itself fills densely, and may be backed by transparent huge pages shared by all threads of
+//! the node; the **sparse** pool (the next three eighths) holds large objects, aligned blocks
 //! and bags of classes whose objects span pages, and stays on base pages, so a program that
-//! touches such memory sparsely pays for the pages it touches, not for 2 MiB per touch. See
-//! [`Pool`].
+//! touches such memory sparsely pays for the pages it touches, not for 2 MiB per touch; the
+//! **owned** pool (the last eighth) holds the bags and large blocks of first-class heaps
+//! (`node/owned.rs`) and nothing else, so the thread caches' fast paths, which look at the
+//! first two pools alone ([`Arena::shared_bytes`]), never take a heap's block for their own.
+//! See [`Pool`].
 //!
 //! The reservation is `MAP_NORESERVE` and large (1 TiB per node by default) so no workload meets
 //! a wall; it shrinks to fit `RLIMIT_AS` and halves until the kernel accepts it. When a node's
@@ -64,17 +68,34 @@ impl BagAt {
 /// touch (the tail of a 100 KB buffer of which it writes a header).
 pub const DENSE_OBJECT_MAX: usize = os::PAGE_SIZE;
 
-/// The two span pools of a node region (see the module docs).
+/// The span pools of a node region (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pool {
     /// Bags of classes up to [`DENSE_OBJECT_MAX`]: may sit on transparent huge pages.
     Dense = 0,
     /// Large spans, aligned blocks, bags of larger classes: base pages.
     Sparse = 1,
+    /// Spans of first-class heaps (bags and large blocks): base pages.
+    Owned = 2,
 }
 
+/// Pools per node region.
+pub const POOLS_PER_NODE: usize = 3;
+
+/// The pool of each eighth of a region.
+const POOL_OF_EIGHTH: [Pool; 8] = [
+    Pool::Dense,
+    Pool::Dense,
+    Pool::Dense,
+    Pool::Dense,
+    Pool::Sparse,
+    Pool::Sparse,
+    Pool::Sparse,
+    Pool::Owned,
+];
+
 impl Pool {
-    /// The pool that serves spans of `usage`.
+    /// The shared pool that serves spans of `usage`.
     pub fn for_use(usage: SpanUse) -> Pool {
         match usage {
             SpanUse::Bag(class) if class.size() <= DENSE_OBJECT_MAX => Pool::Dense,
@@ -82,10 +103,20 @@ impl Pool {
         }
     }
 
+    /// The other shared pool (the owned pool has none).
     fn other(self) -> Pool {
         match self {
             Pool::Dense => Pool::Sparse,
-            Pool::Sparse => Pool::Dense,
+            Pool::Sparse | Pool::Owned => Pool::Dense,
+        }
+    }
+
+    /// Where the pool starts in its region, in eighths, and how many eighths it spans.
+    pub const fn eighths(self) -> (usize, usize) {
+        match self {
+            Pool::Dense => (0, 4),
+            Pool::Sparse => (4, 3),
+            Pool::Owned => (7, 1),
         }
     }
 }
@@ -123,8 +154,8 @@ pub struct Arena {
     region_shift: u32,
     node_count: usize,
     map: PageMap,
-    /// Two pools per node: node `n`'s dense pool at index `2n`, its sparse pool at `2n + 1`,
-    /// in address order.
+    /// Three pools per node: node `n`'s dense pool at index `3n`, its sparse pool at `3n + 1`,
+    /// its owned pool at `3n + 2`, in address order.
     pools: *const Region,
     /// Spans a node took from another node's region because its own was exhausted.
     steals: [AtomicUsize; MAX_NODES],
@@ -175,6 +206,8 @@ const SMALL_PAGE_HEAD: usize = 4 * CHUNK_UNITS * UNIT;
 
 /// Smallest region: 32 chunks, enough for any bag and a few large objects.
 pub const MIN_REGION_SHIFT: u32 = 26;
+
+const _: () = assert!(MIN_REGION_SHIFT >= 3 + 22);
 
 impl Arena {
     #[cfg(test)]
@@ -231,9 +264,21 @@ impl Arena {
         self.base + (node << self.region_shift)
     }
 
-    /// Bytes of each pool: half a region. The largest span the arena can hand out.
-    pub fn pool_bytes(&self) -> usize {
-        1 << (self.region_shift - 1)
+    /// Bytes of `pool` in each region.
+    pub fn pool_bytes(&self, pool: Pool) -> usize {
+        pool.eighths().1 << (self.region_shift - 3)
+    }
+
+    /// The largest span the shared pools can hand out (the sparse pool's size).
+    pub fn largest_span(&self) -> usize {
+        self.pool_bytes(Pool::Sparse)
+    }
+
+    /// Bytes at the start of each region that its shared pools cover (the dense and sparse
+    /// pools): the thread caches' view of a region stops there, so the owned pool's blocks
+    /// always take the slow paths.
+    pub fn shared_bytes(&self) -> usize {
+        7 << (self.region_shift - 3)
     }
 
     #[inline(always)]
@@ -299,23 +344,34 @@ impl Arena {
             node < self.node_count,
             "a pool of a node that does not exist",
         );
-        // SAFETY: `pools` holds two initialised pools per node (see `try_create`).
-        unsafe { &*self.pools.add(2 * node + pool as usize) }
+        // SAFETY: `pools` holds three initialised pools per node (see `try_create`).
+        unsafe { &*self.pools.add(POOLS_PER_NODE * node + pool as usize) }
     }
 
     /// Every pool of every node, in address order.
     fn all_pools(&self) -> impl Iterator<Item = &Region> {
-        // SAFETY: `pools` holds two initialised pools per node (see `try_create`).
-        (0..2 * self.node_count).map(|index| unsafe { &*self.pools.add(index) })
+        // SAFETY: `pools` holds three initialised pools per node (see `try_create`).
+        (0..POOLS_PER_NODE * self.node_count).map(|index| unsafe { &*self.pools.add(index) })
+    }
+
+    /// The kind of pool whose range holds `address`, which must be inside the arena.
+    #[inline]
+    pub fn pool_kind_of(&self, address: usize) -> Pool {
+        os::invariant(self.contains(address), "a pool looked up outside the arena");
+        POOL_OF_EIGHTH[((address - self.base) >> (self.region_shift - 3)) & 7]
+    }
+
+    /// True when `address` lies in a node's owned pool (a first-class heap's span).
+    #[inline]
+    pub fn is_owned(&self, address: usize) -> bool {
+        self.contains(address) && self.pool_kind_of(address) == Pool::Owned
     }
 
     /// The pool whose range holds `address`, which must be inside the arena.
     #[inline]
     pub fn pool_of(&self, address: usize) -> &Region {
-        os::invariant(self.contains(address), "a pool looked up outside the arena");
-        let index = (address - self.base) >> (self.region_shift - 1);
-        // SAFETY: inside the arena, so `index` is below `2 * node_count` (see `try_create`).
-        unsafe { &*self.pools.add(index) }
+        let node = (address.wrapping_sub(self.base)) >> self.region_shift;
+        self.pool(node, self.pool_kind_of(address))
     }
 
     /// Hands out a span for `node` from the pool `usage` calls for, else (that pool exhausted)
@@ -384,6 +440,22 @@ impl Arena {
             })
     }
 
+    /// A span of `node`'s owned pool (a first-class heap's bag or large block): that pool
+    /// alone, never another node's (a heap's placement is its node).
+    pub fn alloc_owned_span(
+        &self,
+        node: usize,
+        units: usize,
+        align_units: usize,
+        usage: SpanUse,
+    ) -> Option<usize> {
+        if self.strict && !self.node_has_room(node, (units << UNIT_SHIFT) as u64) {
+            return None;
+        }
+        self.pool(node, Pool::Owned)
+            .alloc(&self.map, units, align_units, usage)
+    }
+
     /// Strict binding: true when `node` can give `bytes` more and keep a reserve (a 16th of
     /// its memory, at least 32 MiB: the kernel keeps watermarks of its own), by its `meminfo`
     /// (read again every 2 ms, or sooner once the spans handed out since reach half of what it
@@ -446,9 +518,10 @@ impl Arena {
         self.deferred.load(Ordering::Relaxed)
     }
 
-    /// Calls `f` with every bag of `node`'s region (both pools, up to their frontiers), in
-    /// address order, as its page map tags say at the time: a caller that acts on a bag takes
-    /// its class lock and checks the tag again.
+    /// Calls `f` with every bag of `node`'s shared pools (up to their frontiers; not the owned
+    /// pool's, which first-class heaps place themselves), in address order, as its page map
+    /// tags say at the time: a caller that acts on a bag takes its class lock and checks the
+    /// tag again.
     pub fn for_each_bag(&self, node: usize, mut f: impl FnMut(BagAt)) {
         for pool in [Pool::Dense, Pool::Sparse] {
             let (start, end) = self.pool(node, pool).used_range();
@@ -501,10 +574,10 @@ impl Arena {
         unsafe { self.pool_of(address).release_in_use(address, bytes) };
     }
 
-    /// What `node`'s pools hold, summed over both.
+    /// What `node`'s pools hold, summed over all three.
     pub fn usage(&self, node: usize) -> PoolUsage {
         let mut usage = PoolUsage::default();
-        for pool in [Pool::Dense, Pool::Sparse] {
+        for pool in [Pool::Dense, Pool::Sparse, Pool::Owned] {
             let region = self.pool(node, pool);
             usage.active += region.active.load(Ordering::Relaxed);
             usage.committed += region.committed.load(Ordering::Relaxed);
@@ -529,7 +602,7 @@ impl Arena {
 
     /// Decommits free spans the policy says are due in `node`'s pools (all, when `force`).
     pub fn purge_node(&self, node: usize, force: bool) {
-        for pool in [Pool::Dense, Pool::Sparse] {
+        for pool in [Pool::Dense, Pool::Sparse, Pool::Owned] {
             self.pool(node, pool).purge(&self.map, self.decommit, force);
         }
     }

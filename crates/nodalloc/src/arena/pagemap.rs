@@ -173,6 +173,7 @@ impl Role {
                 guard_pages: 0,
                 zeroed,
                 interleaved: false,
+                owner: 0,
             },
         }
     }
@@ -230,6 +231,9 @@ pub struct LargeState {
     /// Its pages are interleaved with the far nodes (`arena/interleave.rs`): its span gets the
     /// region's policy back when it is freed.
     pub interleaved: bool,
+    /// The first-class heap that owns it (its partition, `node/owned.rs`); 0 for a block of
+    /// the shared pools.
+    pub owner: u16,
 }
 
 /// A free span's own state.
@@ -421,6 +425,20 @@ impl PageMap {
         let (word, bit) = self.bit_of(address);
         // Relaxed: as in `mark_allocated`.
         word.fetch_and(!bit, Ordering::Relaxed) & bit != 0
+    }
+
+    /// Clears the allocation bits of `bytes` from `start` (secure mode; both multiples of 512
+    /// bytes, one bitmap word): a first-class heap dropped whole takes back every object of
+    /// its bags at once.
+    pub fn clear_allocated_range(&self, start: usize, bytes: usize) {
+        let step = BYTES_PER_BIT * 64;
+        debug_assert!(start % step == 0 && bytes % step == 0);
+        let mut address = start;
+        while address < start + bytes {
+            let (word, _) = self.bit_of(address);
+            word.store(0, Ordering::Relaxed);
+            address += step;
+        }
     }
 
     /// True while the object at `address` is the program's (secure mode).

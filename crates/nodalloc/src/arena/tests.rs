@@ -235,11 +235,20 @@ fn small_object_bags_go_to_the_dense_pool_and_the_rest_to_the_sparse_pool_on_bas
         let dense = arena.pool(node, Pool::Dense);
         let sparse = arena.pool(node, Pool::Sparse);
         assert_eq!(dense.start(), arena.region_start(node));
+        let owned = arena.pool(node, Pool::Owned);
         assert_eq!(sparse.start(), dense.end());
+        assert_eq!(owned.start(), sparse.end());
         assert_eq!(
             sparse.end(),
-            arena.region_start(node) + arena.region_bytes()
+            arena.region_start(node) + arena.shared_bytes()
         );
+        assert_eq!(owned.end(), arena.region_start(node) + arena.region_bytes());
+        // Shared requests never land in the owned pool, which serves owned requests alone.
+        let address = arena
+            .alloc_owned_span(node, 1, 1, SpanUse::Bag(small))
+            .unwrap();
+        assert!(core::ptr::eq(arena.pool_of(address), owned));
+        assert!(arena.is_owned(address) && !arena.is_owned(dense.start()));
         let cases = [
             (SpanUse::Bag(small), 1, dense),
             (SpanUse::Bag(spanning), 1, sparse),
@@ -348,7 +357,7 @@ fn the_filler_never_takes_a_tag_left_inside_a_merged_span_for_a_head() {
 fn a_full_pool_borrows_from_the_other_pool_of_its_node() {
     let arena = test_arena(1, 64 << 20, usize::MAX);
     let sparse = arena.pool(0, Pool::Sparse);
-    let pool_units = arena.pool_bytes() / UNIT;
+    let pool_units = arena.pool_bytes(Pool::Sparse) / UNIT;
     let (first, _) = arena.alloc_span(0, pool_units, 1, SpanUse::Large).unwrap();
     assert_eq!(first, sparse.start());
     let (second, from) = arena.alloc_span(0, 4, 1, SpanUse::Large).unwrap();
@@ -504,8 +513,8 @@ fn a_full_tier_spills_to_the_other_or_fails_and_its_limit_is_never_exceeded() {
 #[test]
 fn an_exhausted_region_merges_dirty_and_clean_free_spans_before_failing() {
     let arena = test_arena(1, 64 << 20, usize::MAX);
-    // Fill the whole region (64 MiB = 2048 units) with 64-unit spans.
-    let spans: Vec<usize> = (0..32)
+    // Fill the shared pools (7/8 of 64 MiB = 1792 units) with 64-unit spans.
+    let spans: Vec<usize> = (0..28)
         .map(|_| arena.alloc_span(0, 64, 1, SpanUse::Large).unwrap().0)
         .collect();
     assert!(
@@ -620,8 +629,8 @@ fn aligned_spans_are_aligned() {
 #[test]
 fn a_full_region_spills_to_the_nearest_node() {
     let arena = test_arena(4, 64 << 20, usize::MAX);
-    // Fill node 1 (64 MiB = 2048 units) with 2 MiB spans.
-    for _ in 0..32 {
+    // Fill node 1's shared pools (7/8 of 64 MiB = 1792 units) with 2 MiB spans.
+    for _ in 0..28 {
         assert_eq!(arena.alloc_span(1, 64, 1, SpanUse::Large).unwrap().1, 1);
     }
     let (_, from) = arena.alloc_span(1, 64, 1, SpanUse::Large).unwrap();

@@ -87,6 +87,14 @@ pub enum Pointer {
         /// Bytes the program may use.
         bytes: usize,
     },
+    /// A block of a first-class heap (`nodalloc::Heap`, `nodalloc_heap_new`): freed back to
+    /// its heap through `Instance::free_owned`, never into a thread's cache.
+    Owned {
+        /// Bytes the program may use.
+        bytes: usize,
+        /// A large block (whole pages of a span of its own) rather than a class's object.
+        large: bool,
+    },
     /// Not in nodalloc's heap at all (or nodalloc has not started).
     Foreign,
 }
@@ -248,12 +256,44 @@ impl Instance {
         let Some(origin) = self.heaps.origin_of(address) else {
             return Ok(Pointer::Foreign);
         };
+        if self.heaps.is_owned(address) {
+            return Ok(match self.heaps.small_class_at(address)? {
+                Some(class) => Pointer::Owned {
+                    bytes: class.size(),
+                    large: false,
+                },
+                None => Pointer::Owned {
+                    bytes: self.heaps.large_usable(address)?,
+                    large: true,
+                },
+            });
+        }
         if let Some(class) = self.heaps.small_class_at(address)? {
             return Ok(Pointer::Small { class, origin });
         }
         self.heaps
             .large_usable(address)
             .map(|bytes| Pointer::Large { bytes })
+    }
+
+    /// Frees a block of a first-class heap back to its heap, or reports the misuse.
+    pub(crate) fn free_owned(self, ptr: *mut u8) {
+        let address = ptr as usize;
+        let Some(origin) = self.heaps.origin_of(address) else {
+            report_misuse(ptr, Misuse::InvalidPointer);
+        };
+        match self.heaps.small_class_at(address) {
+            // SAFETY: a live object of `class` (checked again under its class lock) that the
+            // caller gives up.
+            Ok(Some(class)) => unsafe { self.heaps.free_single(origin, class, ptr) },
+            Ok(None) => self.heaps.free_large(address),
+            Err(misuse) => report_misuse(ptr, misuse),
+        }
+    }
+
+    /// The node layer, for the first-class heaps' face (`heap.rs`).
+    pub(crate) fn owned(self) -> &'static NodeHeaps {
+        self.heaps
     }
 
     /// See [`crate::raw::object_before`].

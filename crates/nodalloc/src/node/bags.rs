@@ -122,9 +122,12 @@ impl NodeHeaps {
                 break;
             }
             if created {
-                let Some(address) =
+                let span = if part.is_owned() {
+                    self.owned_bag_span(part, class)
+                } else {
                     arena.alloc_span_on(node.index(), class.bag_units(), 1, SpanUse::Bag(class))
-                else {
+                };
+                let Some(address) = span else {
                     break;
                 };
                 class_heap.bags.fetch_add(1, Ordering::Relaxed);
@@ -220,6 +223,10 @@ impl NodeHeaps {
                 }
                 if is_full(bag, capacity) {
                     unlink(partial, bag);
+                    // A heap keeps its full bags on a list of their own, for its drop.
+                    if let Some(full) = self.full_list(part, class) {
+                        push_front(full, bag);
+                    }
                 }
             }
         }
@@ -398,7 +405,7 @@ impl NodeHeaps {
         let map = self.arena.map();
         let size = class.size();
         let capacity = class.capacity() as u32;
-        let partitioned = self.partitions() != 0;
+        let partitioned = self.partitions() != 0 || self.arena.is_owned(chain as usize);
         // The node's next upkeep deadline dates the returns for the sweep.
         let stamp = self.node(node).next_upkeep.load(Ordering::Relaxed).max(1);
         let mut part = self.partition_of(chain as usize);
@@ -432,7 +439,7 @@ impl NodeHeaps {
                 let owner =
                     unsafe { core::ptr::addr_of!((*bag).role.bag.partition).read_volatile() };
                 if owner != part.0 {
-                    if switched || owner as usize >= self.partitions() {
+                    if switched || !self.is_partition(owner) {
                         break Err((object, Misuse::InvalidPointer));
                     }
                     self.finish_run(node, class_heap, run, count_frees);
@@ -472,9 +479,12 @@ impl NodeHeaps {
                 (*bag).role.bag.live -= 1;
                 (*bag).role.bag.sweep.returned_at = stamp;
                 run += 1;
+                let full = self.full_list(part, class);
                 if (*bag).role.bag.live == 0 {
                     if !was_full {
                         unlink(partial, bag);
+                    } else if let Some(full) = full {
+                        unlink(full, bag);
                     }
                     class_heap.bags.fetch_sub(1, Ordering::Relaxed);
                     if let Some(info) = self.partition_info(part) {
@@ -488,8 +498,15 @@ impl NodeHeaps {
                             .release_in_use(start, (*bag).units << crate::size_class::UNIT_SHIFT);
                     }
                     // SAFETY: no object of the bag is out any more.
-                    self.arena.free_span(start, (*bag).units);
+                    if part.is_owned() {
+                        self.owned_free_bag(part, start, (*bag).units);
+                    } else {
+                        self.arena.free_span(start, (*bag).units);
+                    }
                 } else if was_full {
+                    if let Some(full) = full {
+                        unlink(full, bag);
+                    }
                     push_front(partial, bag);
                 }
             }
@@ -597,7 +614,7 @@ pub(super) unsafe fn unlink(list: &mut *mut UnitMeta, bag: *mut UnitMeta) {
 
 /// # Safety
 /// The class lock owning the list is held and `bag` is on no list.
-unsafe fn push_front(list: &mut *mut UnitMeta, bag: *mut UnitMeta) {
+pub(super) unsafe fn push_front(list: &mut *mut UnitMeta, bag: *mut UnitMeta) {
     // SAFETY: forwarded contract.
     unsafe {
         (*bag).prev = null_mut();

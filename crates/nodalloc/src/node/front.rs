@@ -82,12 +82,13 @@ impl NodeHeaps {
         self.home_view_of_region(node)
     }
 
-    /// The view of `node`'s region, whatever the mode.
+    /// The view of `node`'s region, whatever the mode: its shared pools, not the owned pool
+    /// of first-class heaps, whose blocks go back to their heap through the slow paths.
     pub(super) fn home_view_of_region(&self, node: NodeId) -> HomeView {
         let arena = self.arena;
         let region_base = arena.region_start(node.index());
         let map = arena.map();
-        let region_units = arena.region_bytes() >> UNIT_SHIFT;
+        let region_units = arena.shared_bytes() >> UNIT_SHIFT;
         HomeView {
             region_base,
             region_units,

@@ -16,21 +16,12 @@ impl NodeHeaps {
         {
             return null_mut();
         }
-        // Zero bytes at a large alignment still need a unique address: one unit. Secure mode
-        // adds at least a page of guard after the usable bytes.
         let secure = self.arena.is_secure();
-        let layout = if secure {
-            guarded_layout(size)
-        } else {
-            size.max(1)
-                .checked_add(UNIT - 1)
-                .map(|s| (0, s >> UNIT_SHIFT))
-        };
-        let Some((usable, units)) = layout else {
+        let Some((usable, units)) = self.large_layout(size) else {
             return null_mut();
         };
         let align_units = (align >> UNIT_SHIFT).max(1);
-        if units > self.arena.pool_bytes() >> UNIT_SHIFT || align_units > units.max(1) << 20 {
+        if units > self.arena.largest_span() >> UNIT_SHIFT || align_units > units.max(1) << 20 {
             return null_mut();
         }
         match self
@@ -63,6 +54,20 @@ impl NodeHeaps {
                 address as *mut u8
             }
             None => null_mut(),
+        }
+    }
+
+    /// The span of a large object of `size` bytes: its usable bytes (0: the whole span; secure
+    /// mode's guard follows them) and its units. Zero bytes at a large alignment still need a
+    /// unique address: one unit. Secure mode adds at least a page of guard after the usable
+    /// bytes. `None` on overflow.
+    pub(super) fn large_layout(&self, size: usize) -> Option<(usize, usize)> {
+        if self.arena.is_secure() {
+            guarded_layout(size)
+        } else {
+            size.max(1)
+                .checked_add(UNIT - 1)
+                .map(|s| (0, s >> UNIT_SHIFT))
         }
     }
 
@@ -118,6 +123,7 @@ impl NodeHeaps {
     /// Frees a large object, or reports misuse.
     pub fn free_large(&self, address: usize) {
         match self.large_units(address) {
+            Ok(units) if self.arena.is_owned(address) => self.owned_free_large(address, units),
             Ok(units) => {
                 if self.arena.is_secure() {
                     // SAFETY: a live large span of `units` units that the caller gives up.
@@ -153,8 +159,9 @@ impl NodeHeaps {
         let Ok(units) = self.large_units(address) else {
             return false;
         };
-        if self.is_interleaved(address) {
-            // Its policy covers its span as it is: a copy keeps every part's placement right.
+        if self.is_interleaved(address) || self.arena.is_owned(address) {
+            // Interleaved: its policy covers its span as it is. A heap's: its limit counts
+            // its span. A copy keeps either right.
             return false;
         }
         if self.arena.is_secure() {
@@ -194,7 +201,7 @@ impl NodeHeaps {
                 .fetch_sub((units - new_units) << UNIT_SHIFT, Ordering::Relaxed);
             true
         } else if new_units > units {
-            let grown = new_units <= self.arena.pool_bytes() >> UNIT_SHIFT
+            let grown = new_units <= self.arena.largest_span() >> UNIT_SHIFT
                 && region.grow(self.arena.map(), address, units, new_units);
             if grown {
                 node_heap

@@ -44,6 +44,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 mod bags;
 mod front;
 mod large;
+mod owned;
 mod partition;
 mod prepare;
 mod shards;
@@ -55,6 +56,8 @@ mod upkeep;
 
 pub(crate) use crate::ds::ring::Batch;
 pub(crate) use front::{HomeView, DENSE_OBJECT_MAX};
+use owned::Owned;
+pub use owned::{OwnedId, OwnedRefusal, OwnedStats, NAME_BYTES};
 pub use partition::Partition;
 use partition::Partitions;
 pub(crate) use partition::{partition_of_site, PartitionView};
@@ -217,6 +220,8 @@ pub struct NodeHeaps {
     heaps: *const NodeHeap,
     /// Call-site partitions (`partition.rs`); none with the mode off.
     partitions: Partitions,
+    /// First-class heaps (`owned.rs`).
+    owned: Owned,
     /// Ring shards per class of each node's default partition (`shards.rs`), the rings past
     /// the class heaps' own (`nodes × (shards − 1) × NUM_CLASSES`), and the shard of each CPU
     /// (`MAX_CPUS` bytes; null with one shard).
@@ -427,6 +432,7 @@ impl NodeHeaps {
                 arena,
                 heaps,
                 partitions,
+                owned: Owned::new(),
                 shards,
                 extra_rings: memory.add(rings_offset) as *const RingShard,
                 cpu_shards,
@@ -476,6 +482,7 @@ impl NodeHeaps {
     /// so every class lock a thread could hold is one taken here.
     pub fn lock_all(&self) {
         self.lock_activation();
+        self.lock_owned();
         for node in self.nodes() {
             self.for_each_class_heap(node, |_, _, class_heap| class_heap.lock.acquire());
         }
@@ -487,6 +494,7 @@ impl NodeHeaps {
         for node in self.nodes() {
             self.for_each_class_heap(node, |_, _, class_heap| class_heap.lock.release());
         }
+        self.unlock_owned();
         self.unlock_activation();
     }
 }

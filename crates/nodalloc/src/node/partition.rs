@@ -137,6 +137,9 @@ impl NodeHeaps {
 
     /// The record of `part` (`None` with the mode off).
     pub(crate) fn partition_info(&self, part: Partition) -> Option<&PartitionInfo> {
+        if part.is_owned() {
+            return self.owned_info(part);
+        }
         if part.index() >= self.partitions.count {
             return None;
         }
@@ -184,12 +187,22 @@ impl NodeHeaps {
         if part.0 == 0 {
             return self.class(node, class);
         }
+        if part.is_owned() {
+            return self.owned_class(part, class);
+        }
         &self.partition_heap(node, part).classes[class.index()]
     }
 
     /// Marks the class heap of (`node`, `part`, `class`) in use, before its lock is first taken.
     pub(super) fn activate(&self, node: NodeId, part: Partition, class: SizeClass) {
         if part.0 == 0 {
+            return;
+        }
+        if part.is_owned() {
+            if !self.owned_class_used(part, class) {
+                let _guard = self.partitions.activation.lock();
+                self.owned_activate(part, class);
+            }
             return;
         }
         let heap = self.partition_heap(node, part);
@@ -233,7 +246,8 @@ impl NodeHeaps {
     /// not in a bag). Stable while the object is out: a bag keeps its partition until it goes
     /// back to the region, which needs all its objects back.
     pub(crate) fn partition_of(&self, address: usize) -> Partition {
-        if self.partitions.count == 0 {
+        let owned = self.arena.is_owned(address);
+        if self.partitions.count == 0 && !owned {
             return Partition::DEFAULT;
         }
         let Some(at) = self.arena.bag_at(address) else {
@@ -245,10 +259,16 @@ impl NodeHeaps {
         // bag's reuse could change it, and then it is refused below, as the checks that follow
         // refuse the object).
         let part = unsafe { core::ptr::addr_of!((*bag).role.bag.partition).read_volatile() };
-        if part as usize >= self.partitions.count {
+        if !self.is_partition(part) {
             return Partition::DEFAULT;
         }
         Partition(part)
+    }
+
+    /// True when `raw` (a bag's partition field) names a partition that exists: a call-site
+    /// partition, or a first-class heap whose slot is in use.
+    pub(super) fn is_partition(&self, raw: u16) -> bool {
+        (raw as usize) < self.partitions.count.max(1) || self.is_owned_partition(raw)
     }
 
     /// The call-site partitions' share of a statistics snapshot: totals and the top partitions

@@ -353,7 +353,9 @@ impl ThreadHeap {
         let Some(origin) = heaps.origin_of(object as usize) else {
             report(object, Misuse::InvalidPointer)
         };
-        if self.state == HeapState::Retired {
+        if self.state == HeapState::Retired || heaps.is_owned(object as usize) {
+            // A first-class heap's block goes back to its heap (`free_single` finds it from
+            // the bag), never into this thread's caches.
             // SAFETY: forwarded contract.
             return unsafe { heaps.free_single(origin, class, object) };
         }

@@ -24,7 +24,6 @@ impl CommitBudget {
     }
 
     /// Bytes charged now.
-    #[cfg(test)]
     pub fn charged(&self) -> usize {
         self.charged.load(Ordering::Relaxed)
     }

@@ -1,0 +1,33 @@
+//! First-class heaps through the C API (`tests/c/heaps.c`): the contract, and the misuse of a
+//! handle whose heap was destroyed.
+
+use super::*;
+
+#[test]
+fn heaps_serve_free_realloc_limit_and_destroy_through_the_c_api() {
+    for mode in MODES {
+        run_passing("heaps", mode, &mut command("heaps", mode));
+    }
+}
+
+/// The contract again in secure mode: heap blocks skip secure mode's wrapping layer and its
+/// quarantine, and plain `free` still takes them back.
+#[test]
+fn heaps_keep_their_contract_in_secure_mode() {
+    for mode in MODES {
+        let mut program = command("heaps", mode);
+        program.env("NODALLOC_SECURE", "1");
+        run_passing("heaps", mode, &mut program);
+    }
+}
+
+/// A second destroy, and an allocation from a destroyed heap, abort naming the heap.
+#[test]
+fn a_destroyed_heaps_handle_is_refused_with_an_abort() {
+    for (case, what) in [
+        ("double-destroy", "a drop of heap "),
+        ("malloc-after-destroy", "an allocation of heap "),
+    ] {
+        assert_program_aborts("heaps", case, &[], |_| format!("nodalloc: {what}"));
+    }
+}
