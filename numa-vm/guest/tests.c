@@ -130,6 +130,8 @@ const struct test tests[] = {
      .child = child_auto_tiering,
      .peers = PEERS_SKIPPED,
      .needs = NEEDS_CPULESS_NODE},
+    /* A heap on each node, CPU-less ones included, from a thread of the first CPU node. */
+    {.name = "heaps_on_node", .run = test_heaps_on_node, .peers = PEERS_SKIPPED},
     {.name = "near_limit",
      .run = test_near_limit,
      .child = child_near_limit,

@@ -62,6 +62,7 @@ void test_auto_tiering_refused(const char *test);
 /* In a child: a seccomp filter that fails mbind(2) with the errno at `argument` (hostile.c). */
 int hook_seccomp_mbind(const void *argument);
 void child_auto_tiering(const char *argument);
+void test_heaps_on_node(const char *test);
 void test_near_limit(const char *test);
 void child_near_limit(const char *argument);
 void test_interleave_large(const char *test);

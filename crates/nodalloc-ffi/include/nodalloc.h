@@ -85,9 +85,12 @@ void *nodalloc_partition_site(int partition);
  * destroy, an allocation) aborts with a message naming the heap. */
 typedef struct nodalloc_heap nodalloc_heap_t;
 
+#define NODALLOC_HEAP_NODE_HERE (-1) /* the calling thread's node */
+#define NODALLOC_HEAP_NODE_FAR (-2)  /* its far node (near on a machine without far memory) */
+
 typedef struct nodalloc_heap_options {
-    int node;         /* node index (as nodalloc_node_of's), CPU-less nodes included; -1: the
-                         calling thread's node */
+    int node;         /* node index (as nodalloc_node_of's), CPU-less nodes included, or
+                         NODALLOC_HEAP_NODE_HERE, NODALLOC_HEAP_NODE_FAR */
     size_t limit;     /* the most bytes the heap may hold (its bags and large blocks); 0: none */
     const char *name; /* for the statistics (first 40 bytes kept), or NULL */
 } nodalloc_heap_options_t;

@@ -11,7 +11,8 @@ use nodalloc_core::raw::{self, OwnedId, OwnedRefusal, Pointer, NAME_BYTES};
 /// `nodalloc_heap_options_t`.
 #[repr(C)]
 pub struct HeapOptions {
-    /// The node (index into nodalloc's usable nodes); -1 for the calling thread's.
+    /// The node (index into nodalloc's usable nodes); -1 for the calling thread's, -2 for its
+    /// far node.
     node: c_int,
     /// The most bytes the heap may hold (0: no limit).
     limit: usize,
@@ -79,6 +80,9 @@ pub unsafe extern "C" fn nodalloc_heap_new(options: *const HeapOptions) -> *mut 
     }
     let node = match node {
         -1 => None,
+        // NODALLOC_HEAP_NODE_FAR: the far node of the calling thread's node (near without far
+        // memory).
+        -2 => Some(nodalloc_core::far_node().unwrap_or_else(nodalloc_core::current_node)),
         n if n < 0 || n as usize >= raw::node_count() => {
             set_errno(libc::EINVAL);
             return null_mut();

@@ -10,6 +10,20 @@ fn heaps_serve_free_realloc_limit_and_destroy_through_the_c_api() {
     }
 }
 
+/// Heaps on a chosen node and on the far node, on three simulated nodes of which node 2 is
+/// far memory: every block is on its heap's node.
+#[test]
+fn heaps_hand_out_blocks_of_their_node() {
+    for mode in MODES {
+        let mut program = command("heaps", mode);
+        program.arg("placement").envs([
+            ("NODALLOC_SIMULATE_NODES", "3"),
+            ("NODALLOC_TIERS", "far:2"),
+        ]);
+        run_passing("heaps", mode, &mut program);
+    }
+}
+
 /// The contract again in secure mode: heap blocks skip secure mode's wrapping layer and its
 /// quarantine, and plain `free` still takes them back.
 #[test]
@@ -29,5 +43,20 @@ fn a_destroyed_heaps_handle_is_refused_with_an_abort() {
         ("malloc-after-destroy", "an allocation of heap "),
     ] {
         assert_program_aborts("heaps", case, &[], |_| format!("nodalloc: {what}"));
+    }
+}
+
+/// A heap's block freed after its heap was destroyed: its memory went back with the heap, so
+/// the free is refused with an abort naming the block (default mode finds a free span where
+/// the block was, a double free; secure mode finds no object there).
+#[test]
+fn a_block_freed_after_its_heap_was_destroyed_is_refused() {
+    for (env, message) in [
+        (&[][..], "double free of"),
+        (&[("NODALLOC_SECURE", "1")][..], "invalid pointer"),
+    ] {
+        assert_program_aborts("heaps", "free-after-destroy", env, |pointer| {
+            format!("nodalloc: free(): {message} {pointer}")
+        });
     }
 }

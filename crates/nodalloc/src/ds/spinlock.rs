@@ -139,7 +139,7 @@ impl SpinLock {
         }
     }
 
-    #[cfg(any(test, loom))]
+    /// Takes the lock if it is free (never waits).
     pub fn try_lock(&self) -> Option<SpinGuard<'_>> {
         self.state
             .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)

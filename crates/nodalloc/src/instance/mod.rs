@@ -285,7 +285,7 @@ impl Instance {
         match self.heaps.small_class_at(address) {
             // SAFETY: a live object of `class` (checked again under its class lock) that the
             // caller gives up.
-            Ok(Some(class)) => unsafe { self.heaps.free_single(origin, class, ptr) },
+            Ok(Some(class)) => unsafe { self.heaps.owned_free_small(origin, class, ptr) },
             Ok(None) => self.heaps.free_large(address),
             Err(misuse) => report_misuse(ptr, misuse),
         }

@@ -87,7 +87,7 @@ impl NodeHeaps {
     /// [`Self::take_untouched`]; not in secure mode), the batch stops before an object would be
     /// carved; if it is empty then, one object is carved without writing its link, put in
     /// `fresh`, and the batch is `None`.
-    fn take_from_node_bags(
+    pub(super) fn take_from_node_bags(
         &self,
         node: NodeId,
         part: Partition,

@@ -10,6 +10,13 @@
 //! help: every bag and large block it holds is on one of its lists (partial bags, full bags,
 //! large blocks), and goes back to the region list by list, in time proportional to its spans.
 //!
+//! In front of each class heap, a **front list** of free objects under a lock of its own
+//! (`Front`): an allocation pops it, a free pushes it, and only a refill (a batch carved or
+//! taken from the bags) or an overflow (a batch returned) takes the class lock, so an
+//! allocation costs one uncontended lock, as a thread cache's miss would not. The front list
+//! belongs to the heap, not to a thread, so a drop simply forgets it. Secure mode keeps the
+//! direct path (one object from or to its bag, the allocation bitmap checked each time).
+//!
 //! Each heap has its own [`CommitBudget`]: a bag or large block is charged to it before its
 //! span is taken and uncharged when the span goes back, so a heap's limit holds exactly, and
 //! the process-wide limit (charged by the region) still holds over all heaps.
@@ -127,6 +134,26 @@ pub struct OwnedStats {
     pub frees: u64,
 }
 
+/// A heap's free objects of one class, in front of its class heap (see the module docs):
+/// linked in the arena's encoding, at most two batches, under `lock`. The counts of blocks
+/// handed to and taken back from the program are written under the lock (loads and stores,
+/// no read-modify-write), read by the statistics.
+#[repr(C, align(64))]
+struct Front {
+    lock: SpinLock,
+    head: UnsafeCell<*mut u8>,
+    count: UnsafeCell<usize>,
+    allocs: AtomicU64,
+    frees: AtomicU64,
+}
+
+impl Front {
+    /// Adds one to `counter` (the front lock held: no other writer).
+    fn bump(counter: &AtomicU64) {
+        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+}
+
 /// One heap's state in the owned table. All-zero is a free, empty record.
 #[repr(C, align(64))]
 struct OwnedRecord {
@@ -146,6 +173,8 @@ struct OwnedRecord {
     used: [AtomicU64; 2],
     /// Per class, its bags with nothing left to hand out (class lock), so a drop finds them.
     full: [UnsafeCell<*mut UnitMeta>; NUM_CLASSES],
+    /// Per class, the front list (see [`Front`]).
+    fronts: [Front; NUM_CLASSES],
     classes: [ClassHeap; NUM_CLASSES],
 }
 
@@ -314,7 +343,7 @@ impl NodeHeaps {
         let Some(class) = class_of(size, align) else {
             return self.owned_alloc_large(record, part, node, size, align, zero);
         };
-        let Some((object, zeroed)) = self.alloc_single_zeroed(node, part, class) else {
+        let Some((object, zeroed)) = self.owned_pop(record, node, part, class) else {
             return null_mut();
         };
         if zero {
@@ -328,6 +357,100 @@ impl NodeHeaps {
             }
         }
         object
+    }
+
+    /// One object of `class` of heap `part`, and whether it reads as zero but for its first
+    /// word: the front list's head, or the head of a batch taken from the bags (the rest goes
+    /// on the front list). Secure mode takes one object from the bags each time.
+    fn owned_pop(
+        &self,
+        record: &OwnedRecord,
+        node: NodeId,
+        part: Partition,
+        class: SizeClass,
+    ) -> Option<(*mut u8, bool)> {
+        if self.arena.is_secure() {
+            return self.alloc_single_zeroed(node, part, class);
+        }
+        let front = &record.fronts[class.index()];
+        let _guard = front.lock.lock();
+        // SAFETY: the front lock owns the list.
+        let (head, count) = unsafe { (&mut *front.head.get(), &mut *front.count.get()) };
+        let mut zeroed = false;
+        let object = if head.is_null() {
+            let batch =
+                self.take_from_node_bags(node, part, class, class.batch(), &mut zeroed, None)?;
+            // SAFETY: the batch's objects are ours, linked through their first words.
+            *head = unsafe { self.arena.read_link(batch.head, Expect::Class(class)) };
+            *count = batch.count - 1;
+            batch.head
+        } else {
+            let object = *head;
+            // SAFETY: a free object of the front list (front lock held), linked as above.
+            *head = unsafe { self.arena.read_link(object, Expect::Class(class)) };
+            *count -= 1;
+            object
+        };
+        Front::bump(&front.allocs);
+        Some((object, zeroed))
+    }
+
+    /// Takes back a small block of a heap (its class `class` from the free's caller, checked
+    /// against its bag), or reports the misuse: onto its heap's front list, whose overflow goes
+    /// back to the bags (secure mode: straight to its bag, checked by the allocation bitmap).
+    ///
+    /// # Safety
+    /// `object` is a live object of `class` of `origin`'s owned pool that the caller gives up.
+    pub(crate) unsafe fn owned_free_small(
+        &self,
+        origin: NodeId,
+        class: SizeClass,
+        object: *mut u8,
+    ) {
+        if self.arena.is_secure() {
+            // SAFETY: forwarded contract (checked by the bitmap).
+            return unsafe { self.free_single(origin, class, object) };
+        }
+        match self.small_class_at(object as usize) {
+            Ok(Some(found)) if found == class => {}
+            Ok(_) => report(object, Misuse::InvalidPointer),
+            Err(misuse) => report(object, misuse),
+        }
+        let part = self.partition_of(object as usize);
+        if !part.is_owned() {
+            report(object, Misuse::InvalidPointer);
+        }
+        let record = self.owned.record(part.owned_index());
+        let front = &record.fronts[class.index()];
+        let guard = front.lock.lock();
+        // SAFETY: the front lock owns the list.
+        let (head, count) = unsafe { (&mut *front.head.get(), &mut *front.count.get()) };
+        // SAFETY: the object is ours now, at least 8 bytes.
+        unsafe { self.arena.write_link(object, *head) };
+        *head = object;
+        *count += 1;
+        Front::bump(&front.frees);
+        if *count <= 2 * class.batch() {
+            return;
+        }
+        // The overflow: a batch's worth goes back to the bags, the rest stays.
+        let chain = *head;
+        let mut last = chain;
+        for _ in 1..class.batch() {
+            // SAFETY: a free object of the list (front lock held).
+            last = unsafe { self.arena.read_link(last, Expect::Class(class)) };
+        }
+        // SAFETY: as above; the chain ends at `last`.
+        unsafe {
+            *head = self.arena.read_link(last, Expect::Class(class));
+            self.arena.write_link(last, null_mut());
+        }
+        *count -= class.batch();
+        drop(guard);
+        let node = NodeId(record.node.load(Ordering::Relaxed));
+        if let Err((object, misuse)) = self.return_to_bags(node, class, chain, false) {
+            report(object, misuse);
+        }
     }
 
     fn owned_alloc_large(
@@ -346,7 +469,7 @@ impl NodeHeaps {
         let align_units = (align >> UNIT_SHIFT).max(1);
         let bytes = units << UNIT_SHIFT;
         if units > self.arena.pool_bytes(crate::arena::Pool::Owned) >> UNIT_SHIFT
-            || !record.budget.try_charge(bytes)
+            || !self.owned_charge(record, part, bytes, None)
         {
             return null_mut();
         }
@@ -418,7 +541,7 @@ impl NodeHeaps {
     pub(super) fn owned_bag_span(&self, part: Partition, class: SizeClass) -> Option<usize> {
         let record = self.owned.record(part.owned_index());
         let bytes = class.bag_bytes();
-        if !record.budget.try_charge(bytes) {
+        if !self.owned_charge(record, part, bytes, Some(class)) {
             return None;
         }
         let node = record.node.load(Ordering::Relaxed);
@@ -429,6 +552,61 @@ impl NodeHeaps {
             record.budget.uncharge(bytes);
         }
         span
+    }
+
+    /// Charges `bytes` to heap `part`'s limit. When the limit refuses, the objects its front
+    /// lists keep go back to their bags first (bags that fall empty give their bytes back) and
+    /// the charge is tried again: a heap whose blocks were freed has its whole limit again.
+    /// `locked`: the class whose class lock the caller holds (its front list is left alone).
+    fn owned_charge(
+        &self,
+        record: &OwnedRecord,
+        part: Partition,
+        bytes: usize,
+        locked: Option<SizeClass>,
+    ) -> bool {
+        if record.budget.try_charge(bytes) {
+            return true;
+        }
+        if record.budget.limit() == 0 {
+            return false;
+        }
+        self.owned_flush_fronts(record, part, locked);
+        record.budget.try_charge(bytes)
+    }
+
+    /// Returns every front list of heap `part` to its bags. With `skip`, the caller holds that
+    /// class's front and class locks (a refill): its list is left alone, and the others are
+    /// taken only if their front lock is free (a refill of another class that holds its front
+    /// lock may be flushing this one: neither waits for the other).
+    fn owned_flush_fronts(&self, record: &OwnedRecord, part: Partition, skip: Option<SizeClass>) {
+        let node = NodeId(record.node.load(Ordering::Relaxed));
+        for index in 0..NUM_CLASSES {
+            let class = SizeClass(index as u8);
+            if skip == Some(class) || !self.owned_class_used(part, class) {
+                continue;
+            }
+            let front = &record.fronts[index];
+            let chain = {
+                let _front = match skip {
+                    Some(_) => match front.lock.try_lock() {
+                        Some(guard) => guard,
+                        None => continue,
+                    },
+                    None => front.lock.lock(),
+                };
+                // SAFETY: the front lock owns the list; the chain taken is ours.
+                unsafe {
+                    *front.count.get() = 0;
+                    core::mem::replace(&mut *front.head.get(), null_mut())
+                }
+            };
+            if !chain.is_null() {
+                if let Err((object, misuse)) = self.return_to_bags(node, class, chain, false) {
+                    report(object, misuse);
+                }
+            }
+        }
     }
 
     /// Gives a heap's empty bag of `units` units at `start` back to the region, and its bytes
@@ -544,6 +722,18 @@ impl NodeHeaps {
             if !self.owned_class_used(part, class) {
                 continue;
             }
+            let front = &record.fronts[index];
+            {
+                let _front = front.lock.lock();
+                // SAFETY: the front lock owns the list; its objects go with their bags below.
+                unsafe {
+                    *front.head.get() = null_mut();
+                    *front.count.get() = 0;
+                }
+                front
+                    .frees
+                    .store(front.allocs.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
             let class_heap = &record.classes[index];
             let _guard = class_heap.lock.lock();
             // SAFETY: the class lock owns both lists and every bag on them.
@@ -626,8 +816,11 @@ impl NodeHeaps {
                 continue;
             }
             let class_heap = &record.classes[index];
-            let allocs = class_heap.allocs.load(Ordering::Relaxed);
-            let frees = class_heap.frees.load(Ordering::Relaxed);
+            let front = &record.fronts[index];
+            let allocs =
+                class_heap.allocs.load(Ordering::Relaxed) + front.allocs.load(Ordering::Relaxed);
+            let frees =
+                class_heap.frees.load(Ordering::Relaxed) + front.frees.load(Ordering::Relaxed);
             let out = allocs.saturating_sub(frees) as usize;
             stats.blocks += out;
             stats.live += out * class.size();
@@ -720,10 +913,179 @@ impl NodeHeaps {
             let part = Partition(OWNED_BIT | index as u16);
             for class in 0..NUM_CLASSES {
                 if self.owned_class_used(part, SizeClass(class as u8)) {
+                    f(&record.fronts[class].lock);
                     f(&record.classes[class].lock);
                 }
             }
             f(&record.large_lock);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arena::tests::test_arena;
+
+    fn free(heaps: &NodeHeaps, object: *mut u8) {
+        let address = object as usize;
+        let origin = heaps.origin_of(address).unwrap();
+        match heaps.small_class_at(address).unwrap() {
+            // SAFETY: a live block of a heap, given up here.
+            Some(class) => unsafe { heaps.owned_free_small(origin, class, object) },
+            None => heaps.free_large(address),
+        }
+    }
+
+    /// A drop gives back every span the heap held: partial bags, full bags (every object out)
+    /// and large blocks; the slot is reused by the next heap under a new generation.
+    #[test]
+    fn a_drop_gives_back_every_span_of_the_heap() {
+        let heaps = NodeHeaps::create(test_arena(2, 1 << 30, 0)).unwrap();
+        let before = heaps.arena.usage(1).active;
+        let id = heaps.owned_create(NodeId(1), 0, b"test").unwrap();
+        let mut blocks = Vec::new();
+        for i in 0..20_000 {
+            let size = 16 + (i % 7) * 100;
+            let p = heaps.owned_alloc(id, size, 8, false);
+            assert!(!p.is_null());
+            assert!(heaps.is_owned(p as usize));
+            assert_eq!(heaps.origin_of(p as usize), Some(NodeId(1)));
+            assert_eq!(heaps.owned_of(p as usize), Some(id));
+            blocks.push(p);
+        }
+        let large = heaps.owned_alloc(id, 3 << 20, 4096, true);
+        assert!(!large.is_null() && heaps.owned_of(large as usize) == Some(id));
+        // Some blocks back, so the heap has partial bags as well as full ones.
+        for &p in blocks.iter().step_by(3) {
+            free(heaps, p);
+        }
+        let stats = heaps.owned_stats(id);
+        assert_eq!(stats.blocks, 20_000 - 20_000usize.div_ceil(3) + 1);
+        assert_eq!(stats.large_blocks, 1);
+        assert!(heaps.arena.usage(1).active >= before + stats.committed);
+        heaps.owned_drop(id);
+        assert_eq!(
+            heaps.arena.usage(1).active,
+            before,
+            "spans left after the drop"
+        );
+        let again = heaps.owned_create(NodeId(0), 0, b"").unwrap();
+        assert_eq!(again.index, id.index);
+        assert_ne!(again.generation, id.generation);
+        assert_eq!(heaps.owned_of(blocks[1] as usize), None);
+        heaps.owned_drop(again);
+    }
+
+    /// A heap's limit is exact, counts large and small blocks, refuses past it, and is whole
+    /// again once the blocks come back (its front lists flushed when the limit refuses).
+    #[test]
+    fn a_limit_is_exact_and_recovers() {
+        let heaps = NodeHeaps::create(test_arena(1, 1 << 30, 0)).unwrap();
+        const LIMIT: usize = 2 << 20;
+        let id = heaps.owned_create(NodeId(0), LIMIT, b"bounded").unwrap();
+        let mut blocks = Vec::new();
+        let mut refused = 0;
+        for i in 0..100_000 {
+            let size = if i % 50 == 0 {
+                300 << 10
+            } else {
+                24 + i % 3000
+            };
+            let p = heaps.owned_alloc(id, size, 8, false);
+            if p.is_null() {
+                refused += 1;
+                if refused > 100 {
+                    break;
+                }
+                continue;
+            }
+            blocks.push(p);
+        }
+        let stats = heaps.owned_stats(id);
+        assert!(refused > 100);
+        assert!(
+            stats.peak <= LIMIT && stats.committed > LIMIT / 2,
+            "{stats:?}"
+        );
+        for p in blocks {
+            free(heaps, p);
+        }
+        let whole = heaps.owned_alloc(id, LIMIT - UNIT, UNIT, false);
+        assert!(!whole.is_null(), "{:?}", heaps.owned_stats(id));
+        assert!(heaps.owned_stats(id).peak <= LIMIT);
+        heaps.owned_drop(id);
+        assert_eq!(
+            heaps.owned_create(NodeId(0), UNIT - 1, b""),
+            Err(OwnedRefusal::LimitTooSmall)
+        );
+        assert_eq!(
+            heaps.owned_create(NodeId(5), 0, b""),
+            Err(OwnedRefusal::NoSuchNode)
+        );
+    }
+
+    /// Threads allocate from and free into one heap with a limit, every block checked by the
+    /// thread that frees it (another thread than the allocating one half of the time).
+    #[test]
+    fn threads_share_a_heap_within_its_limit() {
+        let heaps = NodeHeaps::create(test_arena(1, 1 << 30, 0)).unwrap();
+        const LIMIT: usize = 8 << 20;
+        let id = heaps.owned_create(NodeId(0), LIMIT, b"shared").unwrap();
+        let (sender, receiver) = std::sync::mpsc::channel::<(usize, usize, u8)>();
+        let receiver = std::sync::Arc::new(std::sync::Mutex::new(receiver));
+        let workers: Vec<_> = (0..4u64)
+            .map(|t| {
+                let sender = sender.clone();
+                let receiver = std::sync::Arc::clone(&receiver);
+                std::thread::spawn(move || {
+                    let mut state = 0x9E37_79B9u64 + t;
+                    let mut mine = Vec::new();
+                    for round in 0..20_000u32 {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        let size = 8 + (state % 2000) as usize;
+                        let p = heaps.owned_alloc(id, size, 8, false);
+                        if !p.is_null() {
+                            let fill = (round % 251) as u8;
+                            // SAFETY: `size` writable bytes.
+                            unsafe { p.write_bytes(fill, size) };
+                            if state % 2 == 0 {
+                                mine.push((p as usize, size, fill));
+                            } else {
+                                sender.send((p as usize, size, fill)).unwrap();
+                            }
+                        }
+                        let theirs = receiver.lock().unwrap().try_recv().ok();
+                        for (p, size, fill) in theirs
+                            .into_iter()
+                            .chain((mine.len() > 64).then(|| mine.swap_remove(0)))
+                        {
+                            // SAFETY: a live block of `size` bytes.
+                            let bytes =
+                                unsafe { core::slice::from_raw_parts(p as *const u8, size) };
+                            assert!(bytes.iter().all(|&b| b == fill), "a block was overwritten");
+                            free(heaps, p as *mut u8);
+                        }
+                    }
+                    mine
+                })
+            })
+            .collect();
+        drop(sender);
+        for worker in workers {
+            for (p, _, _) in worker.join().unwrap() {
+                free(heaps, p as *mut u8);
+            }
+        }
+        while let Ok((p, _, _)) = receiver.lock().unwrap().try_recv() {
+            free(heaps, p as *mut u8);
+        }
+        let stats = heaps.owned_stats(id);
+        assert_eq!(stats.blocks, 0, "{stats:?}");
+        assert!(stats.peak <= LIMIT, "{stats:?}");
+        assert_eq!(stats.allocs, stats.frees);
+        heaps.owned_drop(id);
     }
 }

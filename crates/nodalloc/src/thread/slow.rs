@@ -353,9 +353,13 @@ impl ThreadHeap {
         let Some(origin) = heaps.origin_of(object as usize) else {
             report(object, Misuse::InvalidPointer)
         };
-        if self.state == HeapState::Retired || heaps.is_owned(object as usize) {
-            // A first-class heap's block goes back to its heap (`free_single` finds it from
-            // the bag), never into this thread's caches.
+        if heaps.is_owned(object as usize) {
+            // A first-class heap's block goes back to its heap (found from the bag), never
+            // into this thread's caches.
+            // SAFETY: forwarded contract.
+            return unsafe { heaps.owned_free_small(origin, class, object) };
+        }
+        if self.state == HeapState::Retired {
             // SAFETY: forwarded contract.
             return unsafe { heaps.free_single(origin, class, object) };
         }
