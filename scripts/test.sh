@@ -66,6 +66,14 @@ echo "== release-mode C ABI tests (the 15-second soak with its RSS bound; the mi
 echo "   the library as shipped, where a debug check's panic cannot stand in for nodalloc's abort)"
 cargo_test cargo test --release -p nodalloc-ffi --test c_abi --test misuse_suite
 
+echo "== nightly Rust: core::alloc::Allocator for &Heap (the nightly feature), std's collections in a heap"
+if cargo +nightly --version >/dev/null 2>&1; then
+    CARGO_TARGET_DIR=target/nightly cargo_test cargo +nightly test -p nodalloc --features nightly \
+        --test heaps
+else
+    echo "nightly: no nightly toolchain (rustup toolchain install nightly)" >>"$NODALLOC_SKIP_LOG"
+fi
+
 echo "== loom models of the lock-free structures and of the lock"
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo_test cargo test -p nodalloc \
     --test loom --release

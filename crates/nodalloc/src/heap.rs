@@ -22,6 +22,9 @@
 //! drop(heap); // whatever the heap still held goes back here
 //! ```
 //!
+//! With the `nightly` feature (nightly Rust), `&Heap` is also a `core::alloc::Allocator`, so
+//! std's `Vec::new_in(&heap)` and `Box::new_in(value, &heap)` take it too.
+//!
 //! A heap is `Send + Sync`: a thread pool may share one. Its blocks may be freed through any
 //! path (the heap's `deallocate`, `GlobalAlloc::dealloc` of [`crate::NodAlloc`], C's `free`,
 //! another thread): the block's bag knows its heap. Heap blocks are never cached by threads;
@@ -45,12 +48,24 @@ pub struct HeapId(OwnedId);
 
 impl HeapId {
     /// The heap's slot (reused by a later heap once it is dropped).
+    ///
+    /// ```
+    /// let a = nodalloc::Heap::new();
+    /// let b = nodalloc::Heap::new();
+    /// assert_ne!(a.id().index(), b.id().index()); // two live heaps, two slots
+    /// ```
     pub fn index(self) -> usize {
         self.0.index()
     }
 
     /// The slot's generation when the heap was created: with [`HeapId::index`], unique over
     /// the process's heaps (until a slot is reused 2^32 times).
+    ///
+    /// ```
+    /// let first = nodalloc::Heap::new().id(); // dropped at once: its slot is free again
+    /// let second = nodalloc::Heap::new().id();
+    /// assert_ne!(first, second);
+    /// ```
     pub fn generation(self) -> u32 {
         self.0.generation()
     }
@@ -101,6 +116,13 @@ pub struct HeapBuilder {
 impl HeapBuilder {
     /// Places the heap on `node` (an index into [`crate::topology`]'s usable nodes, CPU-less
     /// memory nodes included). Default: the node of the thread that builds it.
+    ///
+    /// ```
+    /// let last = nodalloc::topology().unwrap().node_count() - 1;
+    /// let heap = nodalloc::Heap::builder().node(last).build().unwrap();
+    /// let block = heap.alloc(std::alloc::Layout::new::<[u8; 64]>());
+    /// assert_eq!(nodalloc::node_of(block), Some(last));
+    /// ```
     pub fn node(mut self, node: usize) -> HeapBuilder {
         self.node = Some(node);
         self
@@ -109,6 +131,13 @@ impl HeapBuilder {
     /// Places the heap on far memory: the far node of the building thread's node (see
     /// [`crate::far_node`]); near, at home, on a machine without far memory. A
     /// [`HeapBuilder::node`] wins over it.
+    ///
+    /// ```
+    /// let cold = nodalloc::Heap::builder().far().name("history").build().unwrap();
+    /// // On a machine without far memory, the heap is on the building thread's node.
+    /// let expected = nodalloc::far_node().unwrap_or_else(nodalloc::current_node);
+    /// assert_eq!(cold.node(), expected);
+    /// ```
     pub fn far(mut self) -> HeapBuilder {
         self.far = true;
         self
@@ -117,12 +146,26 @@ impl HeapBuilder {
     /// Caps the bytes the heap may hold (its bags and large blocks) at `bytes`; 0, the
     /// default, for no cap. Past it, allocations fail (`AllocError`, null); freeing the heap's
     /// blocks makes room again.
+    ///
+    /// ```
+    /// use std::alloc::Layout;
+    /// let heap = nodalloc::Heap::builder().limit(1 << 20).build().unwrap();
+    /// // A block larger than the limit is refused; one within it is served.
+    /// assert!(heap.alloc(Layout::from_size_align(2 << 20, 8).unwrap()).is_null());
+    /// assert!(!heap.alloc(Layout::from_size_align(512 << 10, 8).unwrap()).is_null());
+    /// assert!(heap.stats().peak <= 1 << 20);
+    /// ```
     pub fn limit(mut self, bytes: usize) -> HeapBuilder {
         self.limit = bytes;
         self
     }
 
     /// Names the heap (the first 40 bytes are kept) for the statistics.
+    ///
+    /// ```
+    /// let heap = nodalloc::Heap::builder().name("request 42").build().unwrap();
+    /// assert_eq!(heap.name(), "request 42");
+    /// ```
     pub fn name(mut self, name: &str) -> HeapBuilder {
         let bytes = name.as_bytes();
         self.name_len = bytes.len().min(NAME_BYTES);
@@ -198,11 +241,22 @@ impl Heap {
     }
 
     /// The heap's identity, as [`heap_of`] reports it for its blocks.
+    ///
+    /// ```
+    /// let heap = nodalloc::Heap::new();
+    /// let block = heap.alloc(std::alloc::Layout::new::<u32>());
+    /// assert_eq!(nodalloc::heap_of(block), Some(heap.id()));
+    /// ```
     pub fn id(&self) -> HeapId {
         HeapId(self.id)
     }
 
     /// Its node (an index into [`crate::topology`]'s usable nodes).
+    ///
+    /// ```
+    /// let heap = nodalloc::Heap::builder().node(0).build().unwrap();
+    /// assert_eq!(heap.node(), 0);
+    /// ```
     pub fn node(&self) -> usize {
         self.stats().node
     }
@@ -278,6 +332,12 @@ impl Heap {
     }
 
     /// True when `ptr` is a live block of this heap.
+    ///
+    /// ```
+    /// let (a, b) = (nodalloc::Heap::new(), nodalloc::Heap::new());
+    /// let block = a.alloc(std::alloc::Layout::new::<u64>());
+    /// assert!(a.contains(block) && !b.contains(block));
+    /// ```
     pub fn contains(&self, ptr: *const u8) -> bool {
         heap_of(ptr) == Some(self.id())
     }
@@ -349,24 +409,48 @@ unsafe impl Sync for Heap {}
 // heap; a copy of `&Heap` is the same allocator.
 unsafe impl allocator_api2::alloc::Allocator for &Heap {
     fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, allocator_api2::alloc::AllocError> {
-        let ptr =
-            NonNull::new(Heap::alloc(self, layout)).ok_or(allocator_api2::alloc::AllocError)?;
-        Ok(NonNull::slice_from_raw_parts(ptr, usable(layout)))
+        block_for(self, layout, false).ok_or(allocator_api2::alloc::AllocError)
     }
 
     fn allocate_zeroed(
         &self,
         layout: Layout,
     ) -> Result<NonNull<[u8]>, allocator_api2::alloc::AllocError> {
-        let ptr = NonNull::new(Heap::alloc_zeroed(self, layout))
-            .ok_or(allocator_api2::alloc::AllocError)?;
-        Ok(NonNull::slice_from_raw_parts(ptr, layout.size()))
+        block_for(self, layout, true).ok_or(allocator_api2::alloc::AllocError)
     }
 
     unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
         // SAFETY: forwarded contract.
         unsafe { Heap::dealloc(self, ptr.as_ptr(), layout) };
     }
+}
+
+// SAFETY: as for `allocator_api2`'s trait above, which this one mirrors.
+#[cfg(feature = "nightly")]
+unsafe impl core::alloc::Allocator for &Heap {
+    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, core::alloc::AllocError> {
+        block_for(self, layout, false).ok_or(core::alloc::AllocError)
+    }
+
+    fn allocate_zeroed(&self, layout: Layout) -> Result<NonNull<[u8]>, core::alloc::AllocError> {
+        block_for(self, layout, true).ok_or(core::alloc::AllocError)
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+        // SAFETY: forwarded contract.
+        unsafe { Heap::dealloc(self, ptr.as_ptr(), layout) };
+    }
+}
+
+/// A block for `layout` from `heap` (zeroed when `zero`) as the `Allocator` traits return
+/// it: with the bytes it may use (its class's size; for a zeroed block, the bytes zeroed).
+fn block_for(heap: &Heap, layout: Layout, zero: bool) -> Option<NonNull<[u8]>> {
+    let (ptr, len) = if zero {
+        (heap.alloc_zeroed(layout), layout.size())
+    } else {
+        (heap.alloc(layout), usable(layout))
+    };
+    NonNull::new(ptr).map(|ptr| NonNull::slice_from_raw_parts(ptr, len))
 }
 
 /// Bytes a block for `layout` may use: its class's size, or the size asked for a large block.

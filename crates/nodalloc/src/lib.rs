@@ -34,6 +34,7 @@
 //! heaps) → `instance` (the process-wide allocator) → the faces (this file's `GlobalAlloc`;
 //! [`raw`] for the C library).
 #![deny(missing_docs)]
+#![cfg_attr(feature = "nightly", feature(allocator_api))]
 
 #[cfg(not(loom))]
 mod arena;
