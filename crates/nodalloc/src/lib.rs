@@ -67,7 +67,7 @@ mod thread;
 #[cfg(not(loom))]
 pub use face::*;
 #[cfg(not(loom))]
-pub use heap::{heap_of, Heap, HeapBuilder, HeapError, HeapId, HeapStats};
+pub use heap::{heap_of, Heap, HeapBuilder, HeapError, HeapId, HeapStats, LocalHeap};
 
 #[cfg(not(loom))]
 mod face {

@@ -23,6 +23,7 @@ use common::{expect_child, Rng};
 fn child_entry() {
     match std::env::var("NODALLOC_TEST_CHILD").as_deref() {
         Ok("heap-drop-rss") => heap_drop_returns_memory(),
+        Ok("process-limit") => the_process_limit_holds_over_heaps(),
         Ok(other) => panic!("unknown scenario {other}"),
         Err(_) => {}
     }
@@ -147,6 +148,42 @@ fn heap_drop_returns_memory() {
         after >> 20,
         before >> 20
     );
+}
+
+/// The process-wide limit (`set_limit`, as `NODALLOC_LIMIT`) holds over heaps without limits
+/// of their own: two heaps fill until the process limit refuses, and together they never hold
+/// more than it.
+fn the_process_limit_holds_over_heaps() {
+    const LIMIT: usize = 64 << 20;
+    assert!(nodalloc::set_limit(LIMIT));
+    let (a, b) = (Heap::new(), Heap::new());
+    let layout = Layout::from_size_align(3000, 8).unwrap();
+    let mut refused = false;
+    for i in 0..200_000 {
+        let heap = if i % 2 == 0 { &a } else { &b };
+        if heap.alloc(layout).is_null() {
+            refused = true;
+            break;
+        }
+    }
+    let held = a.stats().committed + b.stats().committed;
+    // The process is at its limit: room for the message first.
+    drop((a, b));
+    eprintln!(
+        "process-limit: refused {refused}, heaps hold {} MiB",
+        held >> 20
+    );
+    assert!(refused, "64 MiB limit never refused");
+    assert!(
+        held <= LIMIT,
+        "heaps hold {held} bytes past the process limit"
+    );
+    assert!(held > LIMIT / 2, "heaps hold only {held} bytes");
+}
+
+#[test]
+fn the_process_limit_holds_over_heaps_without_limits() {
+    expect_child("process-limit", &[], "process-limit: ");
 }
 
 #[test]
@@ -396,4 +433,66 @@ fn std_collections_take_a_heap_on_nightly() {
     assert_eq!(numbers.iter().sum::<u64>(), 10_000 * 9_999 / 2);
     drop((numbers, boxed));
     assert_eq!(heap.stats().blocks, 0);
+}
+
+/// A local heap: collections in it, blocks freed through its cache and through other paths
+/// (another thread's `dealloc`), statistics that do not count its cached objects, a limit that
+/// refills after the cache gives its objects back, and a drop that gives everything back.
+#[test]
+fn a_local_heap_serves_its_thread_and_takes_frees_from_anywhere() {
+    let local = Heap::builder()
+        .name("local")
+        .limit(4 << 20)
+        .build_local()
+        .unwrap();
+    let mut map: hashbrown::HashMap<
+        u64,
+        HeapVec<u8, &nodalloc::LocalHeap>,
+        _,
+        &nodalloc::LocalHeap,
+    > = hashbrown::HashMap::with_hasher_in(hashbrown::DefaultHashBuilder::default(), &local);
+    for key in 0..2000u64 {
+        let mut bytes = HeapVec::with_capacity_in(1 + (key % 300) as usize, &local);
+        bytes.extend((0..bytes.capacity()).map(|i| pattern(key, i)));
+        map.insert(key, bytes);
+    }
+    for key in (0..2000u64).step_by(2) {
+        let bytes = map.remove(&key).unwrap();
+        assert!(bytes.iter().enumerate().all(|(i, &b)| b == pattern(key, i)));
+    }
+    assert_eq!(local.stats().blocks, 1000 + 1, "{:?}", local.stats());
+    // Blocks allocated here, freed by another thread through the global allocator.
+    let layout = Layout::from_size_align(200, 8).unwrap();
+    let blocks: Vec<usize> = (0..500).map(|_| local.alloc(layout) as usize).collect();
+    assert!(blocks
+        .iter()
+        .all(|&b| b != 0 && local.contains(b as *const u8)));
+    std::thread::spawn(move || {
+        for b in blocks {
+            // SAFETY: live heap blocks of this layout, given up here.
+            unsafe { GLOBAL.dealloc(b as *mut u8, layout) };
+        }
+    })
+    .join()
+    .unwrap();
+    drop(map);
+    let stats = local.stats();
+    assert_eq!(stats.blocks, 0, "{stats:?}");
+    // The limit: fill it, free everything through the cache, and it is whole again.
+    let small = Layout::from_size_align(1000, 8).unwrap();
+    let mut held = Vec::new();
+    loop {
+        let b = local.alloc(small);
+        if b.is_null() {
+            break;
+        }
+        held.push(b);
+    }
+    assert!(local.stats().peak <= 4 << 20);
+    for b in held {
+        // SAFETY: live blocks of this layout.
+        unsafe { local.dealloc(b, small) };
+    }
+    let big = Layout::from_size_align(3 << 20, 4096).unwrap();
+    assert!(!local.alloc(big).is_null(), "{:?}", local.stats());
 }

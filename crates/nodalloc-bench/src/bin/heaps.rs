@@ -2,7 +2,7 @@
 //!
 //! 1. **Tree**: build a binary search tree of N small nodes (random keys, 32-byte nodes) and
 //!    drop it, per allocator: nodalloc's `malloc`/`free` path (`NodAlloc`) freeing node by
-//!    node, a `nodalloc::Heap` dropped whole, mimalloc per object and `mi_heap_destroy`
+//!    node, a `nodalloc::Heap` and a `nodalloc::LocalHeap` dropped whole, mimalloc per object and `mi_heap_destroy`
 //!    (libmimalloc's heap API), glibc per object, and `bumpalo` (a bump arena dropped whole).
 //!    Build and drop times are medians over the rounds.
 //! 2. **Bounded heaps** (FancyAllocator's bounded-arena table): a mixed workload (allocations
@@ -147,6 +147,14 @@ fn nodalloc_heap(keys: &[u64]) -> (f64, f64) {
     (built, dropped)
 }
 
+fn nodalloc_local_heap(keys: &[u64]) -> (f64, f64) {
+    let heap = nodalloc::LocalHeap::new();
+    let (root, built) = timed(|| build(keys, || heap.alloc(NODE)));
+    std::hint::black_box(checksum(root));
+    let ((), dropped) = timed(|| drop(heap));
+    (built, dropped)
+}
+
 fn mimalloc_per_object(keys: &[u64]) -> (f64, f64) {
     let alloc = || {
         // SAFETY: mimalloc's malloc, paired with mi_free below.
@@ -193,7 +201,7 @@ fn bumpalo_arena(keys: &[u64]) -> (f64, f64) {
     (built, dropped)
 }
 
-const CONTENDERS: [Contender; 6] = [
+const CONTENDERS: [Contender; 7] = [
     Contender {
         name: "nodalloc, free per node",
         run: nodalloc_per_object,
@@ -201,6 +209,10 @@ const CONTENDERS: [Contender; 6] = [
     Contender {
         name: "nodalloc Heap, dropped whole",
         run: nodalloc_heap,
+    },
+    Contender {
+        name: "nodalloc LocalHeap, dropped whole",
+        run: nodalloc_local_heap,
     },
     Contender {
         name: "mimalloc, free per node",

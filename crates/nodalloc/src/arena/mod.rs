@@ -432,12 +432,28 @@ impl Arena {
         usage: SpanUse,
     ) -> Option<usize> {
         let first = Pool::for_use(usage);
-        self.pool(node, first)
-            .alloc(&self.map, units, align_units, usage)
-            .or_else(|| {
-                self.pool(node, first.other())
-                    .alloc(&self.map, units, align_units, usage)
-            })
+        let attempt = || {
+            self.pool(node, first)
+                .alloc(&self.map, units, align_units, usage)
+                .or_else(|| {
+                    self.pool(node, first.other())
+                        .alloc(&self.map, units, align_units, usage)
+                })
+        };
+        attempt().or_else(|| self.again_after_purge(attempt))
+    }
+
+    /// For a request a limit may have refused: when a limit is set, decommits the free spans of
+    /// every pool (a pool decommits its own before it refuses, but the others' still count
+    /// against the limit: a heap's dropped spans for a `malloc`, or the other way round) and
+    /// tries `attempt` once more.
+    #[cold]
+    fn again_after_purge(&self, attempt: impl Fn() -> Option<usize>) -> Option<usize> {
+        if self.budget.limit() == 0 && !self.tier_limited() {
+            return None;
+        }
+        self.purge(true);
+        attempt()
     }
 
     /// A span of `node`'s owned pool (a first-class heap's bag or large block): that pool
@@ -452,8 +468,11 @@ impl Arena {
         if self.strict && !self.node_has_room(node, (units << UNIT_SHIFT) as u64) {
             return None;
         }
-        self.pool(node, Pool::Owned)
-            .alloc(&self.map, units, align_units, usage)
+        let attempt = || {
+            self.pool(node, Pool::Owned)
+                .alloc(&self.map, units, align_units, usage)
+        };
+        attempt().or_else(|| self.again_after_purge(attempt))
     }
 
     /// Strict binding: true when `node` can give `bytes` more and keep a reserve (a 16th of

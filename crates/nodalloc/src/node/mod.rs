@@ -57,7 +57,7 @@ mod upkeep;
 pub(crate) use crate::ds::ring::Batch;
 pub(crate) use front::{HomeView, DENSE_OBJECT_MAX};
 use owned::Owned;
-pub use owned::{OwnedId, OwnedRefusal, OwnedStats, NAME_BYTES};
+pub use owned::{OwnedCache, OwnedId, OwnedRefusal, OwnedStats, NAME_BYTES};
 pub use partition::Partition;
 use partition::Partitions;
 pub(crate) use partition::{partition_of_site, PartitionView};

@@ -142,7 +142,9 @@ pub struct OwnedStats {
 struct Front {
     lock: SpinLock,
     head: UnsafeCell<*mut u8>,
-    count: UnsafeCell<usize>,
+    /// Objects on the list: written under the lock, read without it by a flush that skips
+    /// empty lists.
+    count: AtomicUsize,
     allocs: AtomicU64,
     frees: AtomicU64,
 }
@@ -175,6 +177,9 @@ struct OwnedRecord {
     full: [UnsafeCell<*mut UnitMeta>; NUM_CLASSES],
     /// Per class, the front list (see [`Front`]).
     fronts: [Front; NUM_CLASSES],
+    /// Set when an object is left on a front list, cleared by a flush before it looks: a heap
+    /// at its limit whose front lists stay empty refuses without looking at them.
+    fronted: AtomicBool,
     classes: [ClassHeap; NUM_CLASSES],
 }
 
@@ -249,6 +254,15 @@ impl Owned {
 
 // SAFETY: the UnsafeCell fields are only touched under the locks their comments name.
 unsafe impl Sync for OwnedRecord {}
+
+/// Notes that heap `record` has an object on a front list (a store only when the flag is clear:
+/// the line stays shared while it is set).
+#[inline]
+fn note_fronted(record: &OwnedRecord) {
+    if !record.fronted.load(Ordering::Relaxed) {
+        record.fronted.store(true, Ordering::Relaxed);
+    }
+}
 
 /// The word of a live slot of `generation`.
 fn live_word(generation: u32) -> u64 {
@@ -375,20 +389,31 @@ impl NodeHeaps {
         let front = &record.fronts[class.index()];
         let _guard = front.lock.lock();
         // SAFETY: the front lock owns the list.
-        let (head, count) = unsafe { (&mut *front.head.get(), &mut *front.count.get()) };
+        let head = unsafe { &mut *front.head.get() };
+        let count = front.count.load(Ordering::Relaxed);
         let mut zeroed = false;
         let object = if head.is_null() {
-            let batch =
-                self.take_from_node_bags(node, part, class, class.batch(), &mut zeroed, None)?;
+            // Near its limit a heap refills one object at a time: a batch would pin bags the
+            // limit may need for another class (and flushing batches back and forth on every
+            // refusal made a heap at its limit 20 times slower).
+            let want = if self.owned_near_limit(record) {
+                1
+            } else {
+                class.batch()
+            };
+            let batch = self.take_from_node_bags(node, part, class, want, &mut zeroed, None)?;
             // SAFETY: the batch's objects are ours, linked through their first words.
             *head = unsafe { self.arena.read_link(batch.head, Expect::Class(class)) };
-            *count = batch.count - 1;
+            front.count.store(batch.count - 1, Ordering::Relaxed);
+            if batch.count > 1 {
+                note_fronted(record);
+            }
             batch.head
         } else {
             let object = *head;
             // SAFETY: a free object of the front list (front lock held), linked as above.
             *head = unsafe { self.arena.read_link(object, Expect::Class(class)) };
-            *count -= 1;
+            front.count.store(count - 1, Ordering::Relaxed);
             object
         };
         Front::bump(&front.allocs);
@@ -421,16 +446,28 @@ impl NodeHeaps {
             report(object, Misuse::InvalidPointer);
         }
         let record = self.owned.record(part.owned_index());
+        if self.owned_near_limit(record) {
+            // Near its limit a heap keeps no free objects in front: back to the bag at once.
+            // SAFETY: the object is ours; a chain of one.
+            unsafe { self.arena.write_link(object, null_mut()) };
+            let node = NodeId(record.node.load(Ordering::Relaxed));
+            if let Err((object, misuse)) = self.return_to_bags(node, class, object, true) {
+                report(object, misuse);
+            }
+            return;
+        }
         let front = &record.fronts[class.index()];
         let guard = front.lock.lock();
         // SAFETY: the front lock owns the list.
-        let (head, count) = unsafe { (&mut *front.head.get(), &mut *front.count.get()) };
+        let head = unsafe { &mut *front.head.get() };
         // SAFETY: the object is ours now, at least 8 bytes.
         unsafe { self.arena.write_link(object, *head) };
         *head = object;
-        *count += 1;
+        let count = front.count.load(Ordering::Relaxed) + 1;
+        front.count.store(count, Ordering::Relaxed);
         Front::bump(&front.frees);
-        if *count <= 2 * class.batch() {
+        note_fronted(record);
+        if count <= 2 * class.batch() {
             return;
         }
         // The overflow: a batch's worth goes back to the bags, the rest stays.
@@ -445,7 +482,7 @@ impl NodeHeaps {
             *head = self.arena.read_link(last, Expect::Class(class));
             self.arena.write_link(last, null_mut());
         }
-        *count -= class.batch();
+        front.count.store(count - class.batch(), Ordering::Relaxed);
         drop(guard);
         let node = NodeId(record.node.load(Ordering::Relaxed));
         if let Err((object, misuse)) = self.return_to_bags(node, class, chain, false) {
@@ -554,6 +591,15 @@ impl NodeHeaps {
         span
     }
 
+    /// True when heap `record` has a limit and holds within a sixteenth of it (at least four
+    /// bags' worth, at most 4 MiB: about what full front lists of many classes keep): its front
+    /// lists then stay empty.
+    #[inline]
+    fn owned_near_limit(&self, record: &OwnedRecord) -> bool {
+        let limit = record.budget.limit();
+        limit != 0 && record.budget.charged() + (limit / 16).clamp(4 * UNIT, 4 << 20) >= limit
+    }
+
     /// Charges `bytes` to heap `part`'s limit. When the limit refuses, the objects its front
     /// lists keep go back to their bags first (bags that fall empty give their bytes back) and
     /// the charge is tried again: a heap whose blocks were freed has its whole limit again.
@@ -568,7 +614,7 @@ impl NodeHeaps {
         if record.budget.try_charge(bytes) {
             return true;
         }
-        if record.budget.limit() == 0 {
+        if record.budget.limit() == 0 || !record.fronted.swap(false, Ordering::Relaxed) {
             return false;
         }
         self.owned_flush_fronts(record, part, locked);
@@ -587,6 +633,9 @@ impl NodeHeaps {
                 continue;
             }
             let front = &record.fronts[index];
+            if front.count.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
             let chain = {
                 let _front = match skip {
                     Some(_) => match front.lock.try_lock() {
@@ -595,11 +644,9 @@ impl NodeHeaps {
                     },
                     None => front.lock.lock(),
                 };
+                front.count.store(0, Ordering::Relaxed);
                 // SAFETY: the front lock owns the list; the chain taken is ours.
-                unsafe {
-                    *front.count.get() = 0;
-                    core::mem::replace(&mut *front.head.get(), null_mut())
-                }
+                unsafe { core::mem::replace(&mut *front.head.get(), null_mut()) }
             };
             if !chain.is_null() {
                 if let Err((object, misuse)) = self.return_to_bags(node, class, chain, false) {
@@ -726,10 +773,8 @@ impl NodeHeaps {
             {
                 let _front = front.lock.lock();
                 // SAFETY: the front lock owns the list; its objects go with their bags below.
-                unsafe {
-                    *front.head.get() = null_mut();
-                    *front.count.get() = 0;
-                }
+                unsafe { *front.head.get() = null_mut() };
+                front.count.store(0, Ordering::Relaxed);
                 front
                     .frees
                     .store(front.allocs.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -918,6 +963,175 @@ impl NodeHeaps {
                 }
             }
             f(&record.large_lock);
+        }
+    }
+}
+
+/// A thread's own cache of one heap's free objects (`nodalloc::LocalHeap`): per class, a list
+/// that only the owning thread touches, with no lock. Refills take a batch from the heap's
+/// front list or bags (under the front lock); an overflow gives a batch back. Objects in the
+/// cache count as the program's in the heap's statistics until they are given back; the
+/// cache's owner subtracts them ([`OwnedCache::cached`]). The heap's drop forgets the cache
+/// with everything else.
+pub struct OwnedCache {
+    heads: [*mut u8; NUM_CLASSES],
+    counts: [u32; NUM_CLASSES],
+}
+
+impl OwnedCache {
+    /// An empty cache.
+    pub const fn new() -> OwnedCache {
+        OwnedCache {
+            heads: [null_mut(); NUM_CLASSES],
+            counts: [0; NUM_CLASSES],
+        }
+    }
+
+    /// Objects cached, and their bytes.
+    pub fn cached(&self) -> (usize, usize) {
+        self.counts
+            .iter()
+            .enumerate()
+            .fold((0, 0), |(count, bytes), (class, &n)| {
+                let n = n as usize;
+                (count + n, bytes + n * SizeClass(class as u8).size())
+            })
+    }
+}
+
+impl Default for OwnedCache {
+    fn default() -> OwnedCache {
+        OwnedCache::new()
+    }
+}
+
+impl NodeHeaps {
+    /// [`Self::owned_alloc`] through `cache` (heap `id`'s, owned by the calling thread): a
+    /// small block pops the cache's list, refilled by a batch when empty.
+    #[inline]
+    pub(crate) fn cached_alloc(
+        &self,
+        cache: &mut OwnedCache,
+        id: OwnedId,
+        size: usize,
+        align: usize,
+    ) -> *mut u8 {
+        let class = match class_of(size, align) {
+            Some(class) if !self.arena.is_secure() => class,
+            _ => return self.owned_alloc(id, size, align, false),
+        };
+        let index = class.index();
+        if cache.heads[index].is_null() && !self.cache_refill(cache, id, class) {
+            return null_mut();
+        }
+        let object = cache.heads[index];
+        // SAFETY: a free object of the cache (this thread's alone), linked in the arena's
+        // encoding.
+        cache.heads[index] = unsafe { self.arena.read_link(object, Expect::Class(class)) };
+        cache.counts[index] -= 1;
+        object
+    }
+
+    /// Fills `cache`'s list of `class` with a batch of heap `id`'s (its front list whole, or a
+    /// batch of its bags). When the heap's limit refuses, the cache gives everything back
+    /// first and tries again. False when the heap has no room.
+    #[cold]
+    #[inline(never)]
+    fn cache_refill(&self, cache: &mut OwnedCache, id: OwnedId, class: SizeClass) -> bool {
+        let record = self.live_record(id, "an allocation");
+        let node = NodeId(record.node.load(Ordering::Relaxed));
+        let part = id.partition();
+        for attempt in 0..2 {
+            let front = &record.fronts[class.index()];
+            let guard = front.lock.lock();
+            // SAFETY: the front lock owns the list.
+            let head = unsafe { &mut *front.head.get() };
+            let taken = if head.is_null() {
+                let mut zeroed = false;
+                self.take_from_node_bags(node, part, class, class.batch(), &mut zeroed, None)
+                    .map(|batch| (batch.head, batch.count))
+            } else {
+                Some((
+                    core::mem::replace(head, null_mut()),
+                    front.count.swap(0, Ordering::Relaxed),
+                ))
+            };
+            if let Some((chain, taken)) = taken {
+                front.allocs.store(
+                    front.allocs.load(Ordering::Relaxed) + taken as u64,
+                    Ordering::Relaxed,
+                );
+                cache.heads[class.index()] = chain;
+                cache.counts[class.index()] = taken as u32;
+                return true;
+            }
+            drop(guard);
+            if attempt == 0 {
+                self.cache_flush(cache, id);
+            }
+        }
+        false
+    }
+
+    /// Gives a small block of heap `id` of `class` (the caller knows both: it allocated it)
+    /// back to `cache`; an overflow returns a batch to the heap.
+    ///
+    /// # Safety
+    /// `object` is a live object of `class` of heap `id`, which the caller gives up.
+    #[inline]
+    pub(crate) unsafe fn cached_free(
+        &self,
+        cache: &mut OwnedCache,
+        id: OwnedId,
+        class: SizeClass,
+        object: *mut u8,
+    ) {
+        if self.arena.is_secure() {
+            let origin = NodeId(self.owned.record(id.index()).node.load(Ordering::Relaxed));
+            // SAFETY: forwarded contract.
+            return unsafe { self.owned_free_small(origin, class, object) };
+        }
+        let index = class.index();
+        // SAFETY: the object is ours now, at least 8 bytes.
+        unsafe { self.arena.write_link(object, cache.heads[index]) };
+        cache.heads[index] = object;
+        cache.counts[index] += 1;
+        if cache.counts[index] as usize > 2 * class.batch() {
+            self.cache_give_back(cache, id, class);
+        }
+    }
+
+    /// Returns the whole list of `class` of `cache` to heap `id`'s bags.
+    #[cold]
+    #[inline(never)]
+    fn cache_give_back(&self, cache: &mut OwnedCache, id: OwnedId, class: SizeClass) {
+        let index = class.index();
+        let chain = core::mem::replace(&mut cache.heads[index], null_mut());
+        let count = core::mem::replace(&mut cache.counts[index], 0);
+        if chain.is_null() {
+            return;
+        }
+        let record = self.live_record(id, "a free");
+        let front = &record.fronts[index];
+        {
+            let _front = front.lock.lock();
+            front.frees.store(
+                front.frees.load(Ordering::Relaxed) + count as u64,
+                Ordering::Relaxed,
+            );
+        }
+        let node = NodeId(record.node.load(Ordering::Relaxed));
+        if let Err((object, misuse)) = self.return_to_bags(node, class, chain, false) {
+            report(object, misuse);
+        }
+    }
+
+    /// Returns everything `cache` holds to heap `id`'s bags.
+    pub(crate) fn cache_flush(&self, cache: &mut OwnedCache, id: OwnedId) {
+        for index in 0..NUM_CLASSES {
+            if !cache.heads[index].is_null() {
+                self.cache_give_back(cache, id, SizeClass(index as u8));
+            }
         }
     }
 }
