@@ -36,6 +36,8 @@ void nodalloc_stats_print(int fd);
 int nodalloc_node_of(const void *ptr);
 
 /* Allocates `size` bytes on node `node` whatever the calling thread's node; free it with free().
+ * To place many blocks of a structure on a node, a heap on that node (nodalloc_heap_new below)
+ * keeps them together, within a limit if it has one, and frees them all at once.
  * When nodalloc's region of the node is full, the block comes from the nearest node's region,
  * as any allocation's would (under NODALLOC_POLICY=bind, never when the node's memory runs
  * out). NULL with errno EINVAL for a node that does not exist, ENOMEM when memory runs out. */

@@ -93,9 +93,11 @@ mod face {
             NodAlloc
         }
 
-        /// Allocates memory on `node` (an index into [`topology`]'s usable nodes), whatever the
-        /// calling thread's node; the only way to place data on a node without CPUs. When the
-        /// node's region is full it comes from the nearest node's, as any allocation does (but
+        /// Allocates one block on `node` (an index into [`topology`]'s usable nodes), whatever
+        /// the calling thread's node. To place a whole structure on a node (CPU-less nodes
+        /// included), use a [`Heap`](crate::Heap) built with [`HeapBuilder::node`](crate::HeapBuilder::node):
+        /// its collections then live there, within a limit if it has one. When the node's
+        /// region is full the block comes from the nearest node's, as any allocation does (but
         /// not when a node bound with `NODALLOC_POLICY=bind` runs out of memory). Null when the
         /// node does not exist or no memory is left. Free it like any other allocation.
         ///
