@@ -80,7 +80,8 @@ mod face {
     pub use crate::os::options::{OptionSpec, OPTIONS};
     pub use crate::os::topology::{NodeInfo, OvercommitMode, ThpMode, TierSource, Topology};
     pub use crate::stats::{
-        ClassStats, NodeStats, PartitionStats, SharedOpCounts, Stats, TOP_PARTITIONS,
+        ClassStats, HeapLine, NodeStats, PartitionStats, SharedOpCounts, Stats, TOP_HEAPS,
+        TOP_PARTITIONS,
     };
 
     /// The allocator. Zero-sized and `const`: all state is process-wide, created at the first

@@ -364,6 +364,52 @@ impl NodeStats {
 /// Partitions a snapshot details: the ones holding the most live bytes.
 pub const TOP_PARTITIONS: usize = 16;
 
+/// First-class heaps the statistics list, most live bytes first.
+pub const TOP_HEAPS: usize = 8;
+
+/// One first-class heap as the statistics list it (see [`Stats::top_heaps`]).
+#[derive(Clone, Copy, Debug)]
+pub struct HeapLine {
+    /// Its slot and generation (as `nodalloc::HeapId` gives them).
+    pub index: usize,
+    /// The slot's generation when the heap was created.
+    pub generation: u32,
+    /// Its node.
+    pub node: usize,
+    /// Bytes of its blocks the program holds.
+    pub live: usize,
+    /// Bytes of its bags and large blocks.
+    pub committed: usize,
+    /// Its limit, 0 for none.
+    pub limit: usize,
+    /// Its name's first bytes (`name_len` of them).
+    pub name: [u8; crate::node::NAME_BYTES],
+    /// Bytes of `name` in use.
+    pub name_len: usize,
+}
+
+impl Default for HeapLine {
+    fn default() -> HeapLine {
+        HeapLine {
+            index: 0,
+            generation: 0,
+            node: 0,
+            live: 0,
+            committed: 0,
+            limit: 0,
+            name: [0; crate::node::NAME_BYTES],
+            name_len: 0,
+        }
+    }
+}
+
+impl HeapLine {
+    /// Its name as given (cut to 40 bytes; empty for none).
+    pub fn name(&self) -> &[u8] {
+        &self.name[..self.name_len]
+    }
+}
+
 /// One call-site partition's figures, summed over the nodes (`NODALLOC_CALLSITE`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PartitionStats {
@@ -461,6 +507,8 @@ node_summed_fields! {
             pub(crate) top: [PartitionStats; TOP_PARTITIONS] =
                 [PartitionStats::default(); TOP_PARTITIONS],
             pub(crate) top_len: usize = 0,
+            pub(crate) heap_lines: [HeapLine; TOP_HEAPS] = [HeapLine::default(); TOP_HEAPS],
+            pub(crate) heap_lines_len: usize = 0,
         }
     }
 }
@@ -474,17 +522,19 @@ impl Stats {
 
     /// Keeps `partition` among the top ones if it holds more live bytes than the last.
     pub(crate) fn offer_partition(&mut self, partition: PartitionStats) {
-        let mut at = self.top_len;
-        while at > 0 && self.top[at - 1].live < partition.live {
-            at -= 1;
-        }
-        if at >= TOP_PARTITIONS {
-            return;
-        }
-        let end = (self.top_len + 1).min(TOP_PARTITIONS);
-        self.top.copy_within(at..end - 1, at + 1);
-        self.top[at] = partition;
-        self.top_len = end;
+        offer_top(&mut self.top, &mut self.top_len, partition, |p| p.live);
+    }
+
+    /// The first-class heaps with the most live bytes, most first (at most [`TOP_HEAPS`]).
+    pub fn top_heaps(&self) -> &[HeapLine] {
+        &self.heap_lines[..self.heap_lines_len]
+    }
+
+    /// Keeps `heap` among the listed heaps if it holds more live bytes than the last.
+    pub(crate) fn offer_heap(&mut self, heap: HeapLine) {
+        offer_top(&mut self.heap_lines, &mut self.heap_lines_len, heap, |h| {
+            h.live
+        });
     }
 
     /// Usable nodes.
@@ -542,13 +592,8 @@ impl Stats {
         }
         if self.nodes().iter().any(|node| node.far) || self.far_limit != 0 {
             w.str("  far memory: allocated ")
-                .size(self.far_allocated as u64)
-                .str(", committed ")
-                .size(self.far_committed as u64);
-            if self.far_limit != 0 {
-                w.str(" (limit ").size(self.far_limit as u64).str(")");
-            }
-            w.str("\n");
+                .size(self.far_allocated as u64);
+            write_committed(&mut w, self.far_committed, self.far_limit);
         }
         w.write_to(fd);
         for (node, stats) in self.nodes().iter().enumerate() {
@@ -610,6 +655,22 @@ impl Stats {
                 .decimal(self.heaps_dropped)
                 .str(" dropped\n");
             w.write_to(fd);
+            for heap in self.top_heaps() {
+                w.clear();
+                w.str("    heap ")
+                    .decimal(heap.index as u64)
+                    .str(".")
+                    .decimal(heap.generation as u64);
+                if heap.name_len != 0 {
+                    w.str(" '").bytes(&heap.name[..heap.name_len]).str("'");
+                }
+                w.str(" on node ")
+                    .decimal(heap.node as u64)
+                    .str(": live ")
+                    .size(heap.live as u64);
+                write_committed(&mut w, heap.committed, heap.limit);
+                w.write_to(fd);
+            }
         }
         if self.partitions != 0 {
             self.write_partitions(fd, &mut w);
@@ -678,6 +739,31 @@ impl Stats {
             w.write_to(fd);
         }
     }
+}
+
+/// Ends a line with `, committed X` and, when there is one, ` (limit Y)`.
+fn write_committed(w: &mut Writer, committed: usize, limit: usize) {
+    w.str(", committed ").size(committed as u64);
+    if limit != 0 {
+        w.str(" (limit ").size(limit as u64).str(")");
+    }
+    w.str("\n");
+}
+
+/// Inserts `item` into `list[..*len]`, kept in decreasing `key` order and at most
+/// `list.len()` long, if it ranks among them (an allocation-free top-N).
+fn offer_top<T: Copy>(list: &mut [T], len: &mut usize, item: T, key: impl Fn(&T) -> usize) {
+    let mut at = *len;
+    while at > 0 && key(&list[at - 1]) < key(&item) {
+        at -= 1;
+    }
+    if at >= list.len() {
+        return;
+    }
+    let end = (*len + 1).min(list.len());
+    list.copy_within(at..end - 1, at + 1);
+    list[at] = item;
+    *len = end;
 }
 
 /// A node's shared-structure operations per 1 000 of its allocations, one line.

@@ -496,3 +496,52 @@ fn a_local_heap_serves_its_thread_and_takes_frees_from_anywhere() {
     let big = Layout::from_size_align(3 << 20, 4096).unwrap();
     assert!(!local.alloc(big).is_null(), "{:?}", local.stats());
 }
+
+/// The statistics list live heaps with their name, node, live and committed bytes and limit,
+/// in the snapshot and in the text `NODALLOC_STATS` prints.
+#[test]
+fn the_statistics_list_live_heaps() {
+    let heap = Heap::builder()
+        .name("listed-heap")
+        .limit(64 << 20)
+        .build()
+        .unwrap();
+    let big = heap.alloc(Layout::from_size_align(40 << 20, 4096).unwrap());
+    assert!(!big.is_null());
+    let stats = nodalloc::stats();
+    let line = stats
+        .top_heaps()
+        .iter()
+        .find(|line| line.name() == b"listed-heap")
+        .expect("the heap is listed (it holds the most live bytes of this binary's heaps)");
+    assert_eq!(line.index, heap.id().index());
+    assert_eq!(line.limit, 64 << 20);
+    assert!(
+        line.live >= 40 << 20 && line.committed >= line.live,
+        "{line:?}"
+    );
+    let mut fds = [0; 2];
+    // SAFETY: a pipe for the statistics text.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    stats.write_to(fds[1]);
+    // SAFETY: closing our write end.
+    unsafe { libc::close(fds[1]) };
+    let mut text = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        // SAFETY: reading into our buffer.
+        let got = unsafe { libc::read(fds[0], buffer.as_mut_ptr().cast(), buffer.len()) };
+        if got <= 0 {
+            break;
+        }
+        text.extend_from_slice(&buffer[..got as usize]);
+    }
+    // SAFETY: closing our read end.
+    unsafe { libc::close(fds[0]) };
+    let text = String::from_utf8_lossy(&text);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("'listed-heap' on node ") && l.contains("(limit 64.0 MiB)")),
+        "no line for the heap in:\n{text}"
+    );
+}

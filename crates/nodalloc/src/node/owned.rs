@@ -841,6 +841,11 @@ impl NodeHeaps {
     /// What heap `id` holds.
     pub(crate) fn owned_stats(&self, id: OwnedId) -> OwnedStats {
         let record = self.live_record(id, "a statistics read");
+        self.owned_figures(id, record)
+    }
+
+    /// What heap `id`, whose record is `record`, holds (no check of the handle).
+    fn owned_figures(&self, id: OwnedId, record: &OwnedRecord) -> OwnedStats {
         let part = id.partition();
         let mut stats = OwnedStats {
             node: record.node.load(Ordering::Relaxed),
@@ -920,6 +925,42 @@ impl NodeHeaps {
     #[inline]
     pub(crate) fn is_owned(&self, address: usize) -> bool {
         self.arena.is_owned(address)
+    }
+
+    /// Offers every live heap to the statistics' list of heaps.
+    pub(crate) fn collect_owned_stats(&self, stats: &mut crate::stats::Stats) {
+        let owned = &self.owned;
+        if !owned.is_mapped() {
+            return;
+        }
+        for index in 0..MAX_OWNED {
+            let word = owned.slot(index).load(Ordering::Acquire);
+            if word & 0xff != LIVE {
+                continue;
+            }
+            let id = OwnedId {
+                index: index as u16,
+                generation: (word >> 32) as u32,
+            };
+            // A heap dropped meanwhile is skipped, not reported: the statistics only look.
+            let record = owned.record(index);
+            let figures = self.owned_figures(id, record);
+            let mut line = crate::stats::HeapLine {
+                index,
+                generation: id.generation,
+                node: figures.node,
+                live: figures.live,
+                committed: figures.committed,
+                limit: figures.limit,
+                ..Default::default()
+            };
+            line.name_len = record.name_len.load(Ordering::Relaxed).min(NAME_BYTES);
+            // SAFETY: the name is written before the slot goes live, and only then.
+            line.name = unsafe { *record.name.get() };
+            if owned.slot(index).load(Ordering::Acquire) == word {
+                stats.offer_heap(line);
+            }
+        }
     }
 
     /// Heaps alive now, and created and dropped so far.

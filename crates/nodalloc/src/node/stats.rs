@@ -95,6 +95,7 @@ impl NodeHeaps {
             });
         self.collect_partition_stats(&mut stats);
         (stats.heaps, stats.heaps_created, stats.heaps_dropped) = self.owned_counts();
+        self.collect_owned_stats(&mut stats);
         for (class, out_minus_live) in stats.classes.iter_mut().zip(out_minus_live) {
             class.cached = out_minus_live.max(0) as usize * class.size;
             stats.allocs += class.allocs;
