@@ -439,6 +439,14 @@ impl Arena {
                     self.pool(node, first.other())
                         .alloc(&self.map, units, align_units, usage)
                 })
+                // Both shared pools exhausted (a small region under `RLIMIT_AS`): the owned
+                // pool, whose blocks the caches never take for a heap's (a heap's block is
+                // told by its owner, not its pool), but which the thread caches' views do
+                // not cover: its blocks take the slow paths.
+                .or_else(|| {
+                    self.pool(node, Pool::Owned)
+                        .alloc(&self.map, units, align_units, usage)
+                })
         };
         attempt().or_else(|| self.again_after_purge(attempt))
     }

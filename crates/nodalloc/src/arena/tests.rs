@@ -513,8 +513,9 @@ fn a_full_tier_spills_to_the_other_or_fails_and_its_limit_is_never_exceeded() {
 #[test]
 fn an_exhausted_region_merges_dirty_and_clean_free_spans_before_failing() {
     let arena = test_arena(1, 64 << 20, usize::MAX);
-    // Fill the shared pools (7/8 of 64 MiB = 1792 units) with 64-unit spans.
-    let spans: Vec<usize> = (0..28)
+    // Fill the whole region (64 MiB = 2048 units: the shared pools, then the owned pool they
+    // spill into) with 64-unit spans.
+    let spans: Vec<usize> = (0..32)
         .map(|_| arena.alloc_span(0, 64, 1, SpanUse::Large).unwrap().0)
         .collect();
     assert!(
@@ -629,8 +630,8 @@ fn aligned_spans_are_aligned() {
 #[test]
 fn a_full_region_spills_to_the_nearest_node() {
     let arena = test_arena(4, 64 << 20, usize::MAX);
-    // Fill node 1's shared pools (7/8 of 64 MiB = 1792 units) with 2 MiB spans.
-    for _ in 0..28 {
+    // Fill node 1's region (64 MiB = 2048 units, the owned pool last) with 2 MiB spans.
+    for _ in 0..32 {
         assert_eq!(arena.alloc_span(1, 64, 1, SpanUse::Large).unwrap().1, 1);
     }
     let (_, from) = arena.alloc_span(1, 64, 1, SpanUse::Large).unwrap();

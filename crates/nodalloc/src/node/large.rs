@@ -123,7 +123,7 @@ impl NodeHeaps {
     /// Frees a large object, or reports misuse.
     pub fn free_large(&self, address: usize) {
         match self.large_units(address) {
-            Ok(units) if self.arena.is_owned(address) => self.owned_free_large(address, units),
+            Ok(units) if self.is_owned(address) => self.owned_free_large(address, units),
             Ok(units) => {
                 if self.arena.is_secure() {
                     // SAFETY: a live large span of `units` units that the caller gives up.

@@ -889,10 +889,11 @@ impl NodeHeaps {
         record.name_len.load(Ordering::Relaxed)
     }
 
-    /// The heap that holds the block at `address` (a live block of the program's), if a
-    /// first-class heap does.
-    pub(crate) fn owned_of(&self, address: usize) -> Option<OwnedId> {
-        if !self.arena.is_owned(address) || !self.owned.is_mapped() {
+    /// The partition that owns the bag or large block at `address` in a node's owned pool
+    /// (a heap's, or the default partition's for a span the shared pools spilled there), or
+    /// `None` when the address is in no bag or large block of the owned pool.
+    fn owner_in_owned_pool(&self, address: usize) -> Option<Partition> {
+        if !self.arena.is_owned(address) {
             return None;
         }
         let tag = self.arena.tag_checked(address)?;
@@ -909,7 +910,16 @@ impl NodeHeaps {
         } else {
             return None;
         };
-        let part = Partition(raw);
+        Some(Partition(raw))
+    }
+
+    /// The heap that holds the block at `address` (a live block of the program's), if a
+    /// first-class heap does.
+    pub(crate) fn owned_of(&self, address: usize) -> Option<OwnedId> {
+        if !self.owned.is_mapped() {
+            return None;
+        }
+        let part = self.owner_in_owned_pool(address)?;
         if !part.is_owned() || part.owned_index() >= MAX_OWNED {
             return None;
         }
@@ -920,11 +930,15 @@ impl NodeHeaps {
         })
     }
 
-    /// True when `address` lies in a node's owned pool: a first-class heap's block (or a
-    /// misuse), which goes back to its heap, never into a thread's cache.
+    /// True when `address` is in a bag or large block of a first-class heap (live, or a misuse
+    /// of one), which goes back to its heap, never into a thread's cache. Reads the page map
+    /// only for an address of an owned pool.
     #[inline]
     pub(crate) fn is_owned(&self, address: usize) -> bool {
         self.arena.is_owned(address)
+            && self
+                .owner_in_owned_pool(address)
+                .is_some_and(|part| part.is_owned())
     }
 
     /// Offers every live heap to the statistics' list of heaps.
@@ -1230,6 +1244,35 @@ mod tests {
         assert_ne!(again.generation, id.generation);
         assert_eq!(heaps.owned_of(blocks[1] as usize), None);
         heaps.owned_drop(again);
+    }
+
+    /// Shared spans spill into the owned pool once the shared pools are full (a small region):
+    /// their blocks are no heap's (told by the owner, not the pool), go back as any block does,
+    /// and a heap's block beside them is still its heap's.
+    #[test]
+    fn shared_spans_spilled_into_the_owned_pool_are_no_heaps() {
+        let heaps = NodeHeaps::create(test_arena(1, 64 << 20, 0)).unwrap();
+        let id = heaps.owned_create(NodeId(0), 0, b"beside").unwrap();
+        let heap_block = heaps.owned_alloc(id, 100, 8, false);
+        assert!(heaps.is_owned(heap_block as usize));
+        let mut larges = Vec::new();
+        let spilled = loop {
+            let p = heaps.alloc_large(NodeId(0), 2 << 20, 8);
+            assert!(!p.is_null(), "the region filled before a span spilled");
+            larges.push(p);
+            if heaps.arena.is_owned(p as usize) {
+                break p;
+            }
+        };
+        assert!(!heaps.is_owned(spilled as usize));
+        assert_eq!(heaps.owned_of(spilled as usize), None);
+        assert_eq!(heaps.owned_of(heap_block as usize), Some(id));
+        for p in larges {
+            heaps.free_large(p as usize);
+        }
+        free(heaps, heap_block);
+        assert_eq!(heaps.owned_stats(id).blocks, 0);
+        heaps.owned_drop(id);
     }
 
     /// A heap's limit is exact, counts large and small blocks, refuses past it, and is whole
