@@ -646,31 +646,7 @@ impl Stats {
             w.write_to(fd);
         }
         if self.heaps_created != 0 {
-            w.clear();
-            w.str("  first-class heaps: ")
-                .decimal(self.heaps as u64)
-                .str(" alive, ")
-                .decimal(self.heaps_created)
-                .str(" created, ")
-                .decimal(self.heaps_dropped)
-                .str(" dropped\n");
-            w.write_to(fd);
-            for heap in self.top_heaps() {
-                w.clear();
-                w.str("    heap ")
-                    .decimal(heap.index as u64)
-                    .str(".")
-                    .decimal(heap.generation as u64);
-                if heap.name_len != 0 {
-                    w.str(" '").bytes(&heap.name[..heap.name_len]).str("'");
-                }
-                w.str(" on node ")
-                    .decimal(heap.node as u64)
-                    .str(": live ")
-                    .size(heap.live as u64);
-                write_committed(&mut w, heap.committed, heap.limit);
-                w.write_to(fd);
-            }
+            self.write_heaps(fd, &mut w);
         }
         if self.partitions != 0 {
             self.write_partitions(fd, &mut w);
@@ -691,6 +667,35 @@ impl Stats {
                 .str(" (in ring ")
                 .size(class.in_rings as u64)
                 .str(")\n");
+            w.write_to(fd);
+        }
+    }
+
+    /// The first-class heaps' lines: their counts, then the heaps with the most live bytes.
+    fn write_heaps(&self, fd: i32, w: &mut Writer) {
+        w.clear();
+        w.str("  first-class heaps: ")
+            .decimal(self.heaps as u64)
+            .str(" alive, ")
+            .decimal(self.heaps_created)
+            .str(" created, ")
+            .decimal(self.heaps_dropped)
+            .str(" dropped\n");
+        w.write_to(fd);
+        for heap in self.top_heaps() {
+            w.clear();
+            w.str("    heap ")
+                .decimal(heap.index as u64)
+                .str(".")
+                .decimal(heap.generation as u64);
+            if !heap.name().is_empty() {
+                w.str(" '").bytes(heap.name()).str("'");
+            }
+            w.str(" on node ")
+                .decimal(heap.node as u64)
+                .str(": live ")
+                .size(heap.live as u64);
+            write_committed(w, heap.committed, heap.limit);
             w.write_to(fd);
         }
     }

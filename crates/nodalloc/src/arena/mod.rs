@@ -12,7 +12,7 @@
 //! and bags of classes whose objects span pages, and stays on base pages, so a program that
 //! touches such memory sparsely pays for the pages it touches, not for 2 MiB per touch; the
 //! **owned** pool (the last eighth) holds the bags and large blocks of first-class heaps
-//! (`node/owned.rs`) and nothing else, so the thread caches' fast paths, which look at the
+//! (`node/owned/`) and nothing else, so the thread caches' fast paths, which look at the
 //! first two pools alone ([`Arena::shared_bytes`]), never take a heap's block for their own.
 //! See [`Pool`].
 //!
@@ -387,7 +387,7 @@ impl Arena {
     ) -> Option<(usize, usize)> {
         // A strictly bound node out of memory: no spill (the policy asks for this node's
         // memory); a full region still spills below.
-        if self.strict && !self.node_has_room(node, (units << UNIT_SHIFT) as u64) {
+        if !self.room_for(node, units) {
             return None;
         }
         if let Some(address) = self.alloc_from_pools(node, units, align_units, usage) {
@@ -417,7 +417,7 @@ impl Arena {
         align_units: usize,
         usage: SpanUse,
     ) -> Option<usize> {
-        if self.strict && !self.node_has_room(node, (units << UNIT_SHIFT) as u64) {
+        if !self.room_for(node, units) {
             return None;
         }
         self.alloc_from_pools(node, units, align_units, usage)
@@ -432,36 +432,45 @@ impl Arena {
         usage: SpanUse,
     ) -> Option<usize> {
         let first = Pool::for_use(usage);
-        let attempt = || {
-            self.pool(node, first)
-                .alloc(&self.map, units, align_units, usage)
-                .or_else(|| {
-                    self.pool(node, first.other())
-                        .alloc(&self.map, units, align_units, usage)
-                })
-                // Both shared pools exhausted (a small region under `RLIMIT_AS`): the owned
-                // pool, whose blocks the caches never take for a heap's (a heap's block is
-                // told by its owner, not its pool), but which the thread caches' views do
-                // not cover: its blocks take the slow paths.
-                .or_else(|| {
-                    self.pool(node, Pool::Owned)
-                        .alloc(&self.map, units, align_units, usage)
-                })
-        };
-        attempt().or_else(|| self.again_after_purge(attempt))
+        // Both shared pools exhausted (a small region under `RLIMIT_AS`): the owned pool,
+        // whose blocks the caches never take for a heap's (a heap's block is told by its
+        // owner, not its pool), but which the thread caches' views do not cover: its blocks
+        // take the slow paths.
+        let pools = [first, first.other(), Pool::Owned];
+        self.alloc_in_pools(node, &pools, units, align_units, usage)
     }
 
-    /// For a request a limit may have refused: when a limit is set, decommits the free spans of
-    /// every pool (a pool decommits its own before it refuses, but the others' still count
-    /// against the limit: a heap's dropped spans for a `malloc`, or the other way round) and
-    /// tries `attempt` once more.
-    #[cold]
-    fn again_after_purge(&self, attempt: impl Fn() -> Option<usize>) -> Option<usize> {
-        if self.budget.limit() == 0 && !self.tier_limited() {
-            return None;
-        }
-        self.purge(true);
-        attempt()
+    /// A span from `node`'s `pools`, the first that has one; when a limit refused them all,
+    /// the free spans of every pool are decommitted (a pool decommits its own before it
+    /// refuses, but the others' still count against the limit: a heap's dropped spans for a
+    /// `malloc`, or the other way round) and the pools are tried once more.
+    fn alloc_in_pools(
+        &self,
+        node: usize,
+        pools: &[Pool],
+        units: usize,
+        align_units: usize,
+        usage: SpanUse,
+    ) -> Option<usize> {
+        let attempt = || {
+            pools.iter().find_map(|&pool| {
+                self.pool(node, pool)
+                    .alloc(&self.map, units, align_units, usage)
+            })
+        };
+        attempt().or_else(|| {
+            if self.budget.limit() == 0 && !self.tier_limited() {
+                return None;
+            }
+            self.purge(true);
+            attempt()
+        })
+    }
+
+    /// False when `node` is strictly bound and short of memory for `units` more units (see
+    /// [`Self::node_has_room`]); true otherwise.
+    fn room_for(&self, node: usize, units: usize) -> bool {
+        !self.strict || self.node_has_room(node, (units << UNIT_SHIFT) as u64)
     }
 
     /// A span of `node`'s owned pool (a first-class heap's bag or large block): that pool
@@ -473,14 +482,10 @@ impl Arena {
         align_units: usize,
         usage: SpanUse,
     ) -> Option<usize> {
-        if self.strict && !self.node_has_room(node, (units << UNIT_SHIFT) as u64) {
+        if !self.room_for(node, units) {
             return None;
         }
-        let attempt = || {
-            self.pool(node, Pool::Owned)
-                .alloc(&self.map, units, align_units, usage)
-        };
-        attempt().or_else(|| self.again_after_purge(attempt))
+        self.alloc_in_pools(node, &[Pool::Owned], units, align_units, usage)
     }
 
     /// Strict binding: true when `node` can give `bytes` more and keep a reserve (a 16th of

@@ -231,7 +231,7 @@ pub struct LargeState {
     /// Its pages are interleaved with the far nodes (`arena/interleave.rs`): its span gets the
     /// region's policy back when it is freed.
     pub interleaved: bool,
-    /// The first-class heap that owns it (its partition, `node/owned.rs`); 0 for a block of
+    /// The first-class heap that owns it (its partition, `node/owned/`); 0 for a block of
     /// the shared pools.
     pub owner: u16,
 }

@@ -291,7 +291,7 @@ impl Instance {
         }
     }
 
-    /// The node layer, for the first-class heaps' face (`heap.rs`).
+    /// The node layer, for the first-class heaps' face (`heap/`).
     pub(crate) fn owned(self) -> &'static NodeHeaps {
         self.heaps
     }

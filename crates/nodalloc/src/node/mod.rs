@@ -220,7 +220,7 @@ pub struct NodeHeaps {
     heaps: *const NodeHeap,
     /// Call-site partitions (`partition.rs`); none with the mode off.
     partitions: Partitions,
-    /// First-class heaps (`owned.rs`).
+    /// First-class heaps (`owned/`).
     owned: Owned,
     /// Ring shards per class of each node's default partition (`shards.rs`), the rings past
     /// the class heaps' own (`nodes × (shards − 1) × NUM_CLASSES`), and the shard of each CPU
