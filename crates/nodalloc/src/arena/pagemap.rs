@@ -154,6 +154,8 @@ impl Role {
                 free: core::ptr::null_mut(),
                 carved: 0,
                 live: 0,
+                tail: 0,
+                listed: 0,
                 sweep: BagSweep {
                     released: 0,
                     returned_at: 0,
@@ -201,9 +203,15 @@ pub struct BagState {
     /// Its free objects (returned from thread heaps), linked in the arena's encoding.
     pub free: *mut u8,
     /// Objects carved from it so far (the rest is still untouched memory).
-    pub carved: u32,
+    pub carved: u16,
     /// Objects out of the bag (in use, or cached in a thread heap or transfer ring).
-    pub live: u32,
+    pub live: u16,
+    /// The index of the last object of `free` (meaningless while `free` is null), so a refill
+    /// can take the whole list in one splice (`NodeHeaps::take_listed`). Every change to
+    /// `free` goes through [`BagState::push_free`] or [`BagState::set_free`], which keep it.
+    pub tail: u16,
+    /// Objects on `free`: `carved - live` less the objects of released granules.
+    pub listed: u16,
     /// What the sweep knows of it.
     pub sweep: BagSweep,
     /// Secure mode: the key of its random carving order.
@@ -218,6 +226,31 @@ pub struct BagState {
     /// The call-site partition whose class heap owns it (0 with partitions off); set when the
     /// bag is carved, constant while any of its objects is out.
     pub partition: u16,
+}
+
+// Counts and indexes of a bag's objects fit its 16-bit fields.
+const _: () = assert!(crate::size_class::MAX_CAPACITY <= u16::MAX as usize);
+
+impl BagState {
+    /// Pushes the free object `object`, at index `index` of the bag, on `free`; its link must
+    /// already lead to the old head.
+    #[inline]
+    pub fn push_free(&mut self, object: *mut u8, index: usize) {
+        if self.free.is_null() {
+            self.tail = index as u16;
+        }
+        self.free = object;
+        self.listed += 1;
+    }
+
+    /// Replaces `free` by a chain of `listed` objects whose last is at index `tail` (anything
+    /// when the chain is empty).
+    #[inline]
+    pub fn set_free(&mut self, head: *mut u8, tail: usize, listed: usize) {
+        self.free = head;
+        self.tail = tail as u16;
+        self.listed = listed as u16;
+    }
 }
 
 /// A large object's own state.

@@ -102,10 +102,11 @@ impl NodeHeaps {
         let arena = self.arena;
         let map = arena.map();
         let size = class.size();
-        let capacity = class.capacity() as u32;
+        let capacity = class.capacity() as u16;
         let secure = arena.is_secure();
         debug_assert!(fresh.is_none() || !secure);
         let mut untouched = 0;
+        let mut spliced = 0;
         let _guard = class_heap.lock_counted(&self.node(node).ops);
         // SAFETY: the class lock is held for the rest of this function.
         let partial = unsafe { &mut *class_heap.partial.get() };
@@ -166,6 +167,20 @@ impl NodeHeaps {
                     }
                 }
                 while batch.count < want {
+                    if !secure
+                        && !(*bag).role.bag.free.is_null()
+                        && usize::from((*bag).role.bag.listed) <= want - batch.count
+                    {
+                        // The whole free list fits: one splice, no link read under the lock.
+                        match self.take_listed(bag, start, class, &mut batch, head_zeroed) {
+                            Ok(listed) => spliced += listed,
+                            Err((tail, end)) => {
+                                drop(_guard);
+                                report_damaged_link(arena, tail, crate::ds::stored_link(end));
+                            }
+                        }
+                        continue;
+                    }
                     let mut zeroed = false;
                     let object = if !(*bag).role.bag.free.is_null() {
                         let object = (*bag).role.bag.free;
@@ -175,6 +190,8 @@ impl NodeHeaps {
                             report_damaged_link(arena, object, crate::ds::stored_link(next));
                         }
                         (*bag).role.bag.free = next;
+                        (*bag).role.bag.listed -= 1;
+                        debug_assert_eq!(next.is_null(), (*bag).role.bag.listed == 0);
                         object
                     } else if (*bag).role.bag.carved < capacity {
                         if let Some(fresh) = fresh.take() {
@@ -193,7 +210,8 @@ impl NodeHeaps {
                         }
                         zeroed = !secure && (*bag).role.bag.zeroed;
                         let index = if secure {
-                            carve_order((*bag).role.bag.carved, capacity, (*bag).role.bag.seed)
+                            let carved = u32::from((*bag).role.bag.carved);
+                            carve_order(carved, u32::from(capacity), (*bag).role.bag.seed) as u16
                         } else {
                             (*bag).role.bag.carved
                         };
@@ -234,15 +252,64 @@ impl NodeHeaps {
             .out_of_bags
             .fetch_add(batch.count + untouched, Ordering::Relaxed);
         if batch.count + untouched != 0 {
-            self.node(node)
-                .ops
-                .bag_objects_taken
+            let ops = &self.node(node).ops;
+            ops.bag_objects_taken
                 .fetch_add((batch.count + untouched) as u64, Ordering::Relaxed);
+            if spliced != 0 {
+                ops.bag_objects_spliced
+                    .fetch_add(spliced as u64, Ordering::Relaxed);
+            }
         }
         if batch.count == 0 {
             None
         } else {
             Some(batch)
+        }
+    }
+
+    /// Moves the whole free list of `bag` (of `class`, starting at `start`) to the end of
+    /// `batch` in one splice and returns how many objects it held. No object's link is read but
+    /// the last one's, which must end the list: a thread's pop reads each link later, outside
+    /// the lock (checked against the heap as every pop's). A refill that walked the list read
+    /// every object's link under the class lock, each a cache miss for objects freed long ago
+    /// (docs/JOURNAL.md "Fifth round"). Not in secure mode, whose links are checked one by one.
+    /// A last object whose link is not null was written after its free: it and the link it
+    /// holds are the error, and nothing moves.
+    ///
+    /// # Safety
+    /// The class lock that owns `bag` is held, and the bag's free list is not empty.
+    unsafe fn take_listed(
+        &self,
+        bag: *mut UnitMeta,
+        start: usize,
+        class: SizeClass,
+        batch: &mut Batch,
+        head_zeroed: &mut bool,
+    ) -> Result<usize, (*mut u8, *mut u8)> {
+        let arena = self.arena;
+        // SAFETY: the caller holds the class lock that owns `bag`, a live bag whose free list
+        // is not empty: its `tail` names the list's last object, a free object of the bag.
+        unsafe {
+            let state = &mut (*bag).role.bag;
+            debug_assert!(!state.free.is_null() && state.listed != 0);
+            let head = state.free;
+            let listed = state.listed;
+            let tail = (start + usize::from(state.tail) * class.size()) as *mut u8;
+            let end = arena.read_link(tail, Expect::Class(class));
+            if !end.is_null() {
+                return Err((tail, end));
+            }
+            if batch.tail.is_null() {
+                batch.head = head;
+                *head_zeroed = false;
+            } else {
+                arena.write_link(batch.tail, head);
+            }
+            batch.tail = tail;
+            batch.count += usize::from(listed);
+            state.live += listed;
+            state.set_free(null_mut(), 0, 0);
+            Ok(usize::from(listed))
         }
     }
 
@@ -404,7 +471,7 @@ impl NodeHeaps {
     ) -> Result<(), (*mut u8, Misuse)> {
         let map = self.arena.map();
         let size = class.size();
-        let capacity = class.capacity() as u32;
+        let capacity = class.capacity() as u16;
         let partitioned = self.partitions() != 0 || self.arena.is_owned(chain as usize);
         // The node's next upkeep deadline dates the returns for the sweep.
         let stamp = self.node(node).next_upkeep.load(Ordering::Relaxed).max(1);
@@ -475,7 +542,7 @@ impl NodeHeaps {
                 }
                 let was_full = is_full(bag, capacity);
                 self.arena.write_link(object, (*bag).role.bag.free);
-                (*bag).role.bag.free = object;
+                (*bag).role.bag.push_free(object, offset / size);
                 (*bag).role.bag.live -= 1;
                 (*bag).role.bag.sweep.returned_at = stamp;
                 run += 1;
@@ -651,7 +718,7 @@ pub(super) unsafe fn push_back(list: &mut *mut UnitMeta, bag: *mut UnitMeta) {
 /// True when `next`, read from the link of a free object of a bag of `class` that starts at
 /// `start` and has carved `carved` objects, can be a link of the bag's free list: null, or one
 /// of those objects (a bag's free list never leaves the bag).
-fn is_bag_link(next: *mut u8, start: usize, carved: u32, class: SizeClass) -> bool {
+fn is_bag_link(next: *mut u8, start: usize, carved: u16, class: SizeClass) -> bool {
     let offset = (next as usize).wrapping_sub(start);
     next.is_null() || (offset < carved as usize * class.size() && class.is_object_start(offset))
 }
@@ -661,7 +728,7 @@ fn is_bag_link(next: *mut u8, start: usize, carved: u32, class: SizeClass) -> bo
 ///
 /// # Safety
 /// The class lock owning `bag` is held.
-pub(super) unsafe fn is_full(bag: *mut UnitMeta, capacity: u32) -> bool {
+pub(super) unsafe fn is_full(bag: *mut UnitMeta, capacity: u16) -> bool {
     // SAFETY: forwarded contract.
     unsafe {
         (*bag).role.bag.free.is_null()

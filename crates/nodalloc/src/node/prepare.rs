@@ -174,8 +174,8 @@ impl NodeHeaps {
         unsafe {
             *class_heap.preparing.get() = 0;
             let state = &mut (*bag).role.bag;
-            state.free = head;
-            state.carved = capacity as u32;
+            state.set_free(head, capacity - 1, capacity);
+            state.carved = capacity as u16;
             state.live = 0;
             state.zeroed = false;
             state.partition = Partition::DEFAULT.0;
@@ -244,21 +244,13 @@ impl NodeHeaps {
 mod tests {
     use super::*;
     use crate::arena::tests::test_arena;
-    use crate::ds::{next_of, set_next};
+    use crate::ds::set_next;
     use crate::size_class::class_of;
     use std::collections::HashSet;
 
-    /// The objects of a null-terminated chain.
+    /// The objects of a batch.
     fn objects_of(batch: Batch) -> Vec<*mut u8> {
-        let mut objects = Vec::new();
-        let mut object = batch.head;
-        while !object.is_null() {
-            objects.push(object);
-            // SAFETY: a chain of free objects we own, linked through their first words.
-            object = unsafe { next_of(object) };
-        }
-        assert_eq!(objects.len(), batch.count);
-        objects
+        crate::node::tests::batch_objects(&batch)
     }
 
     #[test]

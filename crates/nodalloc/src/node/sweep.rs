@@ -174,15 +174,21 @@ impl NodeHeaps {
         }
         // Relist what stays listed, lowest address first.
         let mut head = null_mut::<u8>();
+        let mut tail = 0;
+        let mut relisted = 0;
         for index in (0..carved).rev() {
             if is_listed(index) && !starts_released(index, newly) {
                 let object = (start + index * size) as *mut u8;
                 // SAFETY: a free object of this bag, outside the granules about to go.
                 unsafe { self.arena.write_link(object, head) };
+                if head.is_null() {
+                    tail = index;
+                }
                 head = object;
+                relisted += 1;
             }
         }
-        bag.free = head;
+        bag.set_free(head, tail, relisted);
         bag.sweep.released = released | newly;
         let mut g = 0;
         while g < granules.count {
@@ -233,7 +239,7 @@ impl NodeHeaps {
             let object = (start + index * size) as *mut u8;
             // SAFETY: the objects starting in a released granule are free and the bag's.
             unsafe { self.arena.write_link(object, bag.free) };
-            bag.free = object;
+            bag.push_free(object, index);
         }
         self.node(node)
             .released_in_bags

@@ -837,3 +837,128 @@ fn automatic_tiering_cools_quiet_partitions_moves_their_full_bags_and_warms_busy
         "the moved bag went back to its region"
     );
 }
+
+/// The objects of a batch, in its order; asserts its count and that its tail is its last.
+pub(in crate::node) fn batch_objects(batch: &Batch) -> Vec<*mut u8> {
+    let mut objects = Vec::new();
+    let mut object = batch.head;
+    while !object.is_null() {
+        objects.push(object);
+        // SAFETY: walking a batch the test holds.
+        object = unsafe { next_of(object) };
+    }
+    assert_eq!(objects.len(), batch.count);
+    assert_eq!(objects.last().copied(), Some(batch.tail));
+    objects
+}
+
+/// Returns `objects` to their bags one at a time, first to last (the bag lists them newest
+/// first).
+fn return_each(heaps: &NodeHeaps, class: SizeClass, objects: &[*mut u8]) {
+    for &object in objects {
+        // SAFETY: an object of the test's batch, ours: it becomes a chain of one.
+        unsafe { set_next(object, null_mut()) };
+        heaps
+            .return_to_bags(NodeId(0), class, object, false)
+            .unwrap();
+    }
+}
+
+/// A refill that wants at least what a bag's free list holds takes the whole list in one
+/// splice (counted among "whole lists"), newest first with the oldest as the batch's tail
+/// link, and goes on carving the same bag; a longer list is walked for just what is wanted,
+/// newest first, and the rest stays listed, spliced whole by the next refill.
+#[test]
+fn a_refill_takes_a_bags_whole_free_list_in_one_splice_when_it_fits() {
+    let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
+    let node = NodeId(0);
+    let class = class_of(64, 8).unwrap();
+    let spliced = || {
+        heaps
+            .node(node)
+            .ops
+            .bag_objects_spliced
+            .load(Ordering::Relaxed)
+    };
+    let take = |want| {
+        heaps
+            .take_from_bags(node, Partition::DEFAULT, class, want)
+            .unwrap()
+    };
+    assert!(class.capacity() >= 64);
+    let carved = batch_objects(&take(32));
+
+    return_each(heaps, class, &carved[..5]);
+    let refill = batch_objects(&take(8));
+    let newest_first: Vec<_> = carved[..5].iter().rev().copied().collect();
+    assert_eq!(refill[..5], newest_first[..], "the list, spliced whole");
+    assert_eq!(spliced(), 5);
+    // Then the bag carves on where it stopped.
+    assert_eq!(refill[5] as usize, carved[31] as usize + class.size());
+
+    return_each(heaps, class, &carved[5..15]);
+    let walked = batch_objects(&take(4));
+    let newest_first: Vec<_> = carved[5..15].iter().rev().copied().collect();
+    assert_eq!(walked[..], newest_first[..4], "the newest four, walked");
+    assert_eq!(spliced(), 5, "a list longer than the refill is walked");
+    let rest = batch_objects(&take(6));
+    assert_eq!(
+        rest[..],
+        newest_first[4..],
+        "what the walk left, spliced whole"
+    );
+    assert_eq!(spliced(), 11);
+
+    for chain in [&carved[..], &refill[..], &walked[..], &rest[..]] {
+        let mut seen: Vec<_> = chain.to_vec();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), chain.len(), "an object handed out twice");
+    }
+}
+
+/// A splice reads one link, the last object's, which must end the list: written after its
+/// free, the process aborts naming that block instead of handing out the list.
+#[test]
+fn a_splice_refuses_a_list_whose_last_link_was_written_after_free() {
+    let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
+    let class = class_of(64, 8).unwrap();
+    let carved = batch_objects(
+        &heaps
+            .take_from_bags(NodeId(0), Partition::DEFAULT, class, 8)
+            .unwrap(),
+    );
+    return_each(heaps, class, &carved[..3]);
+    // The oldest free object ends the bag's list: a program writes into it.
+    // SAFETY: a free object of the test's bag, 64 bytes.
+    unsafe { (carved[0] as *mut usize).write(0x4141_4141_4141_4141) };
+    let mut pipe = [0; 2];
+    // SAFETY: plain system calls; the child only refills from the test's own heaps (nobody
+    // else's lock) and aborts or exits at once.
+    unsafe {
+        assert_eq!(libc::pipe(pipe.as_mut_ptr()), 0);
+        let child = libc::fork();
+        assert!(child >= 0);
+        if child == 0 {
+            libc::dup2(pipe[1], 2);
+            heaps.take_from_bags(NodeId(0), Partition::DEFAULT, class, 8);
+            libc::_exit(0);
+        }
+        libc::close(pipe[1]);
+        let mut output = [0u8; 512];
+        let read = libc::read(pipe[0], output.as_mut_ptr().cast(), output.len());
+        let mut status = 0;
+        assert_eq!(libc::waitpid(child, &mut status, 0), child);
+        libc::close(pipe[0]);
+        let text = String::from_utf8_lossy(&output[..read.max(0) as usize]);
+        assert!(
+            libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGABRT,
+            "the child went on: {text}"
+        );
+        let expected = format!(
+            "corrupted free list: freed block {:#x} held ",
+            carved[0] as usize
+        );
+        assert!(text.contains(&expected), "{text}");
+    }
+}

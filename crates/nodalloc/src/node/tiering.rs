@@ -217,7 +217,7 @@ impl NodeHeaps {
                     && unsafe {
                         (*meta).role.bag.partition == part.0
                             && (*meta).role.bag.moved == moved
-                            && (!cold || is_full(meta, bag.class.capacity() as u32))
+                            && (!cold || is_full(meta, bag.class.capacity() as u16))
                     };
                 if !current {
                     return;
