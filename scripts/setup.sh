@@ -29,6 +29,21 @@ compgen -G "/usr/share/fonts/truetype/*/*.ttf" >/dev/null || need_apt+=(fonts-de
 need_clang=0
 command -v clang-22 >/dev/null 2>&1 || need_clang=1
 
+# Google's pprof, the reader the heap-profile test checks profiles with, built by Go (the Go
+# module proxy serves it).
+pprof_version=v0.0.0-20261105003125-4bf881d7fb0b
+if ! command -v pprof >/dev/null 2>&1 && [ ! -x "$HOME/go/bin/pprof" ]; then
+  go_tool=$(command -v go || true)
+  [ -z "$go_tool" ] && [ -x /usr/local/go/bin/go ] && go_tool=/usr/local/go/bin/go
+  if [ -n "$go_tool" ]; then
+    echo "installing: pprof ($pprof_version) with $go_tool"
+    GOBIN="$HOME/go/bin" "$go_tool" install "github.com/google/pprof@$pprof_version" \
+      || echo "scripts/setup.sh: go install of pprof failed; the heap-profile test will skip" >&2
+  else
+    echo "scripts/setup.sh: no Go toolchain; the heap-profile test will skip" >&2
+  fi
+fi
+
 if [ ${#need_apt[@]} -eq 0 ] && [ "$need_clang" -eq 0 ]; then
   exit 0
 fi

@@ -31,6 +31,12 @@ size_t malloc_usable_size(void *ptr);
  * without allocating. */
 void nodalloc_stats_print(int fd);
 
+/* With heap profiling on (NODALLOC_PROFILE=1): writes the heap profile, in pprof's
+ * profile.proto format, to the file at `path` (replaced whole once written). Returns 0, or an
+ * errno value: ENODATA with profiling off, EINVAL for a null path, or why the file could not be
+ * written. Allocates nothing; may be called from any thread while others allocate. */
+int nodalloc_profile_dump(const char *path);
+
 /* The NUMA node (index into nodalloc's usable nodes) whose memory holds `ptr`, or -1 if nodalloc
  * did not hand it out. */
 int nodalloc_node_of(const void *ptr);

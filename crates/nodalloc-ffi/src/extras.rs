@@ -13,6 +13,27 @@ pub extern "C" fn nodalloc_stats_print(fd: c_int) {
     nodalloc_core::stats().write_to(fd);
 }
 
+/// Writes the heap profile (pprof's `profile.proto`) to the file at `path`: 0, or an errno
+/// value (EINVAL for a null path, ENODATA with profiling off). Allocates nothing.
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn nodalloc_profile_dump(path: *const core::ffi::c_char) -> c_int {
+    if path.is_null() {
+        return libc::EINVAL;
+    }
+    if !raw::profile_on() {
+        return libc::ENODATA;
+    }
+    // SAFETY: a NUL-terminated string (contract above).
+    let path = unsafe { core::ffi::CStr::from_ptr(path) };
+    match raw::profile_dump(path) {
+        Ok(()) => 0,
+        Err(error) => error,
+    }
+}
+
 /// The node holding `ptr`, or -1 when nodalloc did not hand it out.
 #[no_mangle]
 pub extern "C" fn nodalloc_node_of(ptr: *const c_void) -> c_int {

@@ -39,7 +39,7 @@ use aligned::allocate_aligned;
 use callsite::entry_stub;
 use core::ffi::c_void;
 use core::ptr::null_mut;
-use nodalloc_core::raw::{self, class_of_malloc, Pointer, ThreadHeap};
+use nodalloc_core::raw::{self, class_of_malloc, Caller, Pointer, ThreadHeap};
 use plain::{
     allocate_at, current_heap, free_core, handed_out, heap, live, malloc_at, set_errno, usable,
     MALLOC_ALIGN,
@@ -106,6 +106,11 @@ pub(crate) extern "C" fn malloc_slow(
     let direct = callsite::is_direct();
     if direct {
         if let (Some(heap), Some(class)) = (live(heap as *mut ThreadHeap), class_of_malloc(size)) {
+            heap.enter_caller(Caller {
+                ret: site,
+                frame,
+                size,
+            });
             let p = heap.partition_hit(class, site);
             if !p.is_null() {
                 screen::clear_mark(p);
@@ -134,6 +139,11 @@ extern "C" fn malloc_miss(
     }
     if let (Some(heap), Some(class)) = (live(heap as *mut ThreadHeap), class_of_malloc(size)) {
         if !tried {
+            heap.enter_caller(Caller {
+                ret: site,
+                frame,
+                size,
+            });
             let p = heap.partition_hit(class, callsite::resolve(site, frame));
             if !p.is_null() {
                 return handed_out(p) as *mut u8;
@@ -245,6 +255,11 @@ pub(crate) extern "C" fn calloc_at(
     };
     if let (Some(class), Some(heap)) = (class_of_malloc(total), heap()) {
         heap.enter_call_site(callsite::resolve(site, frame));
+        heap.enter_caller(Caller {
+            ret: site,
+            frame,
+            size: total,
+        });
         // Zeroed as far as asked (which covers the double-free mark's word: every C-face class
         // is at least 16 bytes and `total` may be less, so clear it too).
         let p = heap.alloc_zeroed(class, total);

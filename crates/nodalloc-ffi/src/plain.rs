@@ -131,6 +131,11 @@ pub(crate) fn allocate_at(size: usize, align: usize, site: usize, frame: usize) 
     let mut heap = heap_or_create();
     if let Some(heap) = heap.as_deref_mut() {
         heap.enter_call_site(callsite::resolve(site, frame));
+        heap.enter_caller(nodalloc_core::raw::Caller {
+            ret: site,
+            frame,
+            size,
+        });
     }
     handed_out(raw::alloc(heap, size, align))
 }
@@ -141,6 +146,11 @@ pub(crate) fn malloc_at(size: usize, site: usize, frame: usize) -> *mut c_void {
     match (class_of_malloc(size), heap_or_create()) {
         (Some(class), Some(heap)) => {
             heap.enter_call_site(callsite::resolve(site, frame));
+            heap.enter_caller(nodalloc_core::raw::Caller {
+                ret: site,
+                frame,
+                size,
+            });
             let p = heap.alloc_cached(class);
             handed_out(if p.is_null() {
                 heap.alloc_slow(class)

@@ -108,6 +108,29 @@ pub fn profile_dir() -> PathBuf {
     deps.parent().expect("target/<profile>").to_path_buf()
 }
 
+/// Google's `pprof`, the reader of record of heap profiles: `$PPROF`, `pprof` on `PATH`,
+/// `$GOPATH/bin/pprof` or `~/go/bin/pprof` (where `scripts/setup.sh` has `go install` put it),
+/// the first that runs; `None` when none does.
+pub fn pprof() -> Option<PathBuf> {
+    let runs = |path: &Path| {
+        Command::new(path)
+            .arg("-help")
+            .output()
+            .is_ok_and(|out| String::from_utf8_lossy(&out.stderr).contains("pprof"))
+    };
+    let mut candidates: Vec<PathBuf> = std::env::var_os("PPROF")
+        .into_iter()
+        .map(Into::into)
+        .collect();
+    candidates.push("pprof".into());
+    for (variable, below) in [("GOPATH", "bin/pprof"), ("HOME", "go/bin/pprof")] {
+        if let Some(dir) = std::env::var_os(variable) {
+            candidates.push(Path::new(&dir).join(below));
+        }
+    }
+    candidates.into_iter().find(|path| runs(path))
+}
+
 /// A build of the library from scratch (core crate included) takes well under a minute.
 const BUILD_TIME_LIMIT: Duration = Duration::from_secs(600);
 

@@ -54,6 +54,8 @@ mod node;
 #[cfg(not(loom))]
 mod os;
 #[cfg(not(loom))]
+pub mod profile;
+#[cfg(not(loom))]
 #[doc(hidden)]
 pub mod raw;
 #[cfg(not(loom))]
@@ -267,14 +269,16 @@ mod face {
         with_heap(|heap| heap.slots().slot_of_small(layout.size(), layout.align()))
     }
 
+    /// A block of `class` for a request of `size` bytes (the miss path tells the heap
+    /// profile the size asked for).
     #[inline(always)]
-    fn alloc_small(class: ClassSlot) -> *mut u8 {
+    fn alloc_small(class: ClassSlot, size: usize) -> *mut u8 {
         with_heap(|heap| {
             let object = heap.alloc_cached(class);
             if !object.is_null() {
                 object
             } else {
-                heap.alloc_slow(class.class())
+                heap.alloc_slow_asked(class.class(), size)
             }
         })
     }
@@ -292,10 +296,10 @@ mod face {
         #[inline(always)]
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
             if let Some(class) = small_slot(layout) {
-                return alloc_small(class);
+                return alloc_small(class, layout.size());
             }
             match class_of(layout.size(), layout.align()) {
-                Some(class) => alloc_small(class.slot()),
+                Some(class) => alloc_small(class.slot(), layout.size()),
                 None => alloc_large(layout),
             }
         }

@@ -18,7 +18,17 @@ pub use crate::os::cpuset::CpuSet;
 pub use crate::os::options::{parse_size, switch_in_env};
 pub use crate::os::{mapping_of, mix, process_secret, read_file, thread_affinity};
 pub use crate::size_class::{class_of_malloc, ClassSlot, SizeClass};
-pub use crate::thread::{MallocMiss, Screen, ThreadHeap};
+pub use crate::thread::{Caller, MallocMiss, Screen, ThreadHeap};
+
+/// True when heap profiling is on (`crate::profile`).
+pub fn profile_on() -> bool {
+    crate::profile::is_on()
+}
+
+/// Writes the heap profile to `path` without allocating: `Err(errno)` when it cannot.
+pub fn profile_dump(path: &core::ffi::CStr) -> Result<(), i32> {
+    crate::profile::dump_to(path)
+}
 
 /// A fresh pooled thread heap (it binds its thread and attaches at its first slow path).
 pub fn take_heap() -> Option<&'static mut ThreadHeap> {

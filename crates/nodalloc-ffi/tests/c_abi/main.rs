@@ -12,6 +12,7 @@ mod heaps;
 mod hostile;
 mod misuse;
 mod partitions;
+mod profile;
 mod sparse;
 mod tiers;
 

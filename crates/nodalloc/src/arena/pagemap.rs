@@ -176,6 +176,9 @@ impl Role {
                 zeroed,
                 interleaved: false,
                 owner: 0,
+                sample_site: 0,
+                sample_objects: 0,
+                sample_bytes: 0,
             },
         }
     }
@@ -267,6 +270,11 @@ pub struct LargeState {
     /// The first-class heap that owns it (its partition, `node/owned/`); 0 for a block of
     /// the shared pools.
     pub owner: u16,
+    /// A heap-profile sample (`crate::profile`): its site's index plus one (0: not sampled),
+    /// and what it stands for, taken off the site's live counts when it is freed.
+    pub sample_site: u32,
+    pub sample_objects: u32,
+    pub sample_bytes: u64,
 }
 
 /// A free span's own state.

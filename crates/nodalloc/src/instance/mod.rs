@@ -210,16 +210,23 @@ impl Instance {
         size: usize,
         align: usize,
     ) -> *mut u8 {
-        let node = match heap {
+        let (node, sampler) = match heap {
             Some(heap) if !heap.is_retired() => {
                 heap.run_attach_hook();
                 heap.check_home();
                 heap.upkeep();
-                heap.allocation_node()
+                let node = heap.allocation_node();
+                (node, heap.sample_large(size).then_some(heap))
             }
-            _ => self.current_node(),
+            _ => (self.current_node(), None),
         };
-        self.heaps.alloc_large(node, size, align)
+        let block = self.heaps.alloc_large(node, size, align);
+        if let Some(heap) = sampler {
+            if !block.is_null() {
+                heap.record_sample(block, size, size);
+            }
+        }
+        block
     }
 
     /// A large object on `node` (which must exist), whatever the caller's node.

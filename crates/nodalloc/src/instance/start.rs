@@ -97,6 +97,15 @@ pub(super) fn create() -> Option<&'static NodeHeaps> {
                 .str("automatic tiering is off");
         });
     }
+    if options.profile {
+        if options.secure {
+            os::warn(|w| {
+                w.str("NODALLOC_PROFILE is not available in secure mode; profiling is off");
+            });
+        } else {
+            crate::profile::set_rate(options.profile_rate);
+        }
+    }
     // SAFETY: we hold INIT_LOCK and INSTANCE is still null, so nobody reads OPTIONS yet.
     unsafe { *OPTIONS.0.get() = Some(options) };
     INSTANCE.store(
@@ -105,11 +114,14 @@ pub(super) fn create() -> Option<&'static NodeHeaps> {
     );
     // After publishing: registering the hooks may call malloc (glibc's atfork and atexit lists
     // grow with malloc), and under LD_PRELOAD that malloc is ours; it must find the instance.
-    register_process_hooks(options.stats_at_exit);
+    register_process_hooks(
+        options.stats_at_exit,
+        crate::profile::rate() != 0 && options.profile_out.len != 0,
+    );
     Some(heaps)
 }
 
-fn register_process_hooks(stats_at_exit: bool) {
+fn register_process_hooks(stats_at_exit: bool, profile_at_exit: bool) {
     let mut key: libc::pthread_key_t = 0;
     // SAFETY: pthread_key_create writes the new key; the destructor is an extern "C" fn that
     // lives for the whole process.
@@ -121,6 +133,16 @@ fn register_process_hooks(stats_at_exit: bool) {
     if stats_at_exit {
         // SAFETY: an extern "C" fn with no arguments, valid for the process.
         unsafe { libc::atexit(print_stats_at_exit) };
+    }
+    if profile_at_exit {
+        // SAFETY: as above.
+        unsafe { libc::atexit(write_profile_at_exit) };
+    }
+}
+
+extern "C" fn write_profile_at_exit() {
+    if let Some(options) = options() {
+        crate::profile::dump_at_exit(options.profile_out.as_bytes());
     }
 }
 

@@ -133,6 +133,7 @@ impl NodeHeaps {
                     // `large_units` found a large span there, which only the arena holds.
                     report(address as *mut u8, Misuse::InvalidPointer)
                 };
+                self.forget_sample(address);
                 let node_heap = self.node(node);
                 node_heap.large_frees.fetch_add(1, Ordering::Relaxed);
                 node_heap
@@ -150,6 +151,34 @@ impl NodeHeaps {
                 unsafe { self.arena.free_span(address, units) };
             }
             Err(misuse) => report(address as *mut u8, misuse),
+        }
+    }
+
+    /// Marks the large block at `address`, just allocated, as the heap profile's sample of
+    /// site `site` standing for `objects` objects and `bytes` bytes.
+    pub(crate) fn mark_sampled(&self, address: usize, site: usize, objects: u64, bytes: u64) {
+        let map = self.arena.map();
+        // SAFETY: a large block the caller has just received and not handed out: its
+        // descriptor is the caller's alone.
+        unsafe {
+            let large = &mut (*map.meta(map.unit_of(address))).role.large;
+            large.sample_site = site as u32 + 1;
+            large.sample_objects = objects.min(u64::from(u32::MAX)) as u32;
+            large.sample_bytes = bytes;
+        }
+    }
+
+    /// Takes a sampled large block's share off its site's live counts as it is freed.
+    fn forget_sample(&self, address: usize) {
+        let map = self.arena.map();
+        // SAFETY: a live large block the caller gives up: its descriptor is the caller's.
+        let large = unsafe { (*map.meta(map.unit_of(address))).role.large };
+        if large.sample_site != 0 {
+            crate::profile::sites::forget(
+                large.sample_site as usize - 1,
+                u64::from(large.sample_objects),
+                large.sample_bytes,
+            );
         }
     }
 

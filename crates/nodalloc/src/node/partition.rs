@@ -397,8 +397,10 @@ impl PartitionView {
 impl NodeHeaps {
     /// The partition view of `node`'s region (no address matches with partitions off or in
     /// secure mode, whose frees take the checked paths).
-    pub(crate) fn partition_view(&self, node: NodeId) -> PartitionView {
-        if self.partitions.count == 0 || self.arena.is_secure() {
+    /// With `count` partitions: the node's (0 with the mode off), or one when the thread heap
+    /// runs its calls through the partition lists for the heap profile (`crate::profile`).
+    pub(crate) fn partition_view(&self, node: NodeId, count: usize) -> PartitionView {
+        if count == 0 || self.arena.is_secure() {
             return PartitionView::NONE;
         }
         let map = self.arena.map();
@@ -408,7 +410,7 @@ impl NodeHeaps {
             // SAFETY: the region's units are units of the arena, so their descriptors are in
             // the array.
             metas: unsafe { map.metas().add(first) },
-            count: self.partitions.count,
+            count,
         }
     }
 }

@@ -6,7 +6,7 @@
 pub mod cpuset;
 mod futex;
 pub mod options;
-mod proc;
+pub(crate) mod proc;
 pub mod rseq;
 mod symbol;
 pub mod topology;

@@ -219,6 +219,31 @@ pub const OPTIONS: &[OptionSpec] = &[
                   partition stays quiet before it turns cold",
         apply: apply_cooling,
     },
+    OptionSpec {
+        name: "NODALLOC_PROFILE",
+        default: "0",
+        meaning: "1: heap profiling: allocations are sampled by the bytes they ask for, each \
+                  sample's call stack (frame pointers), node, tier and partition kept, and the \
+                  profile written in pprof's format (NODALLOC_PROFILE_OUT, \
+                  nodalloc_profile_dump). The fast paths are not touched with it off; with it \
+                  on, every call takes the path call-site partitions take",
+        apply: apply_profile,
+    },
+    OptionSpec {
+        name: "NODALLOC_PROFILE_RATE",
+        default: "512K",
+        meaning: "mean bytes allocated between two samples (a random, exponential interval, \
+                  as jemalloc's lg_prof_sample=19 and tcmalloc's sampling); at least 1",
+        apply: apply_profile_rate,
+    },
+    OptionSpec {
+        name: "NODALLOC_PROFILE_OUT",
+        default: "none",
+        meaning: "with profiling on, the file the profile is written to when the process exits, \
+                  an absolute path (pprof's profile.proto; %p is replaced by the process id); \
+                  none: no profile at exit",
+        apply: apply_profile_out,
+    },
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -257,6 +282,27 @@ pub enum InterleaveChoice {
 /// Large blocks of at least this many bytes are interleaved (see [`InterleaveChoice`]).
 pub const INTERLEAVE_MIN_BYTES: usize = 1 << 20;
 
+/// A file name an option gives (`NODALLOC_PROFILE_OUT`), copied: empty for none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutPath {
+    pub bytes: [u8; OutPath::MAX],
+    pub len: u16,
+}
+
+impl OutPath {
+    /// The longest path kept, its terminating NUL included.
+    pub const MAX: usize = 1024;
+    pub const NONE: OutPath = OutPath {
+        bytes: [0; OutPath::MAX],
+        len: 0,
+    };
+
+    /// The path, without a NUL.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
 /// Longest thread-to-node map a map file may give; longer files are cut here.
 pub const MAX_BIND_MAP: usize = 256;
 
@@ -275,6 +321,10 @@ pub struct Options {
     pub retain_bytes: u64,
     pub limit_bytes: u64,
     pub stats_at_exit: bool,
+    /// `NODALLOC_PROFILE`, `NODALLOC_PROFILE_RATE` and `NODALLOC_PROFILE_OUT` (empty: none).
+    pub profile: bool,
+    pub profile_rate: u64,
+    pub profile_out: OutPath,
     /// Secure mode (see `arena::secure`).
     pub secure: bool,
     /// The maintenance thread (`instance/background.rs`).
@@ -339,6 +389,9 @@ impl Default for Options {
             retain_bytes: 8 << 20,
             limit_bytes: 0,
             stats_at_exit: false,
+            profile: false,
+            profile_rate: 512 << 10,
+            profile_out: OutPath::NONE,
             secure: cfg!(feature = "secure"),
             background: Background::Release,
             ring_shards: 0,
@@ -545,6 +598,33 @@ fn apply_limit(options: &mut Options, value: &[u8]) -> Result<(), &'static str> 
 
 fn apply_stats(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
     options.stats_at_exit = switch(value)?.unwrap_or(false);
+    Ok(())
+}
+
+fn apply_profile(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.profile = switch(value)?.unwrap_or(false);
+    Ok(())
+}
+
+fn apply_profile_rate(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    match parse_size(value) {
+        Some(rate) if rate > 0 => options.profile_rate = rate,
+        _ => return Err("a size such as 512K (at least 1)"),
+    }
+    Ok(())
+}
+
+fn apply_profile_out(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    let value = trim(value);
+    if value == b"none" {
+        options.profile_out = OutPath::NONE;
+        return Ok(());
+    }
+    if !value.starts_with(b"/") || value.len() >= OutPath::MAX {
+        return Err("an absolute path shorter than 1024 bytes, or none");
+    }
+    options.profile_out.bytes[..value.len()].copy_from_slice(value);
+    options.profile_out.len = value.len() as u16;
     Ok(())
 }
 

@@ -29,6 +29,7 @@ mod cache;
 mod outbox;
 mod partition;
 pub(crate) mod pool;
+mod profile;
 mod secure;
 mod slow;
 mod tier;
@@ -48,14 +49,18 @@ mod upkeep_tests;
 use crate::bind::BindBase;
 use crate::ds::next_of;
 use crate::node::{HomeView, Misuse, NodeHeaps, NodeId, Partition, PartitionView};
+use crate::os;
 use crate::os::cpuset::CpuSet;
 use crate::os::topology::MAX_NODES;
+use crate::profile::Sampler;
 use crate::size_class::{SizeClass, SlotTables, NUM_CLASSES};
 use cache::FreeList;
 pub use cache::{MallocMiss, Screen};
 use core::ptr::null_mut;
 use outbox::Outbox;
 use partition::PartitionCache;
+pub use profile::Caller;
+use profile::SampleState;
 
 /// Where a thread heap is in its life.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -162,6 +167,13 @@ pub struct ThreadHeap {
     /// The far node every allocation of the thread goes to while it is in a far scope (see
     /// `tier.rs`); `None` outside one.
     far: Option<NodeId>,
+    /// The heap profile's countdown (`crate::profile`), and the frame pointer of the current
+    /// allocation's caller (the C face's, with `call_site`; 0 for none).
+    pub(crate) sampler: Sampler,
+    sample_state: SampleState,
+    caller: Caller,
+    /// The thread's stack mapping, for the profile's stack walks (empty until read).
+    stack: (usize, usize),
 }
 
 /// The CPU word of a heap that does not follow its thread's CPU: it never changes.
@@ -229,6 +241,14 @@ impl ThreadHeap {
             foreign: false,
             untouched: false,
             far: None,
+            sampler: Sampler::OFF,
+            sample_state: SampleState::Idle,
+            caller: Caller {
+                ret: 0,
+                frame: 0,
+                size: 0,
+            },
+            stack: (0, 0),
         }
     }
 
@@ -272,9 +292,22 @@ impl ThreadHeap {
         self.node = node;
         self.home = heaps.home_view(node);
         self.secure = heaps.is_secure();
-        self.partitions = heaps.partitions();
+        // With heap profiling on, calls take the partition lists (one partition when the mode
+        // is off), where the sampler counts them: the fast paths never see them.
+        let profiling = crate::profile::rate() != 0 && !self.secure;
+        self.partitions = heaps.partitions().max(usize::from(profiling));
+        if profiling && !self.sampler.is_started() {
+            self.sampler.start(
+                crate::profile::rate(),
+                self as *const Self as u64 ^ os::monotonic_ns(),
+            );
+        }
+        if self.partitions != 0 {
+            // Frees go to the partition lists too: the class lists' fast paths never match.
+            self.home = HomeView::NONE;
+        }
         self.scope_part = partition::scope_partition(self.scope, self.partitions);
-        self.part_view = heaps.partition_view(node);
+        self.part_view = heaps.partition_view(node, self.partitions);
         self.state = HeapState::Active;
         self.set_fast_paths();
         if keep {

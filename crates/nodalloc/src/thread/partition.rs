@@ -103,7 +103,16 @@ impl ThreadHeap {
         if !self.part_fast || self.parts.is_null() || self.moved() {
             return null_mut();
         }
-        self.pop_in(self.current_partition(), class)
+        // Counted here for the heap profile; the miss path that follows serves the sample.
+        if self.sampler.take(class.size()) {
+            self.pass_count(true);
+            return null_mut();
+        }
+        let object = self.pop_in(self.current_partition(), class);
+        if object.is_null() {
+            self.pass_count(false);
+        }
+        object
     }
 
     /// The partition cache's pop in the current partition (the last call site entered, or the

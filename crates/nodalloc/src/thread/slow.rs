@@ -18,6 +18,19 @@ impl ThreadHeap {
         debug_assert!(bytes <= class.size());
         let mut object = self.alloc_cached(class);
         let mut clear = bytes;
+        if object.is_null() && self.counts_allocations() {
+            self.caller.size = bytes;
+            if self.count_allocation(class.size()) {
+                object = self.alloc_sampled(class.size());
+                if !object.is_null() {
+                    // SAFETY: a block of at least `class.size() >= bytes` bytes, the caller's.
+                    unsafe { object.write_bytes(0, bytes) };
+                }
+                return object;
+            }
+            // Counted: `alloc_slow` below must not count it again.
+            self.pass_count(false);
+        }
         if object.is_null()
             && class.size() > DENSE_OBJECT_MAX
             && self.state == HeapState::Active
@@ -35,6 +48,9 @@ impl ThreadHeap {
         }
         if object.is_null() {
             object = self.alloc_slow(class);
+        } else {
+            // Served above: the count passed on is this allocation's, not the next one's.
+            self.sample_state = super::SampleState::Idle;
         }
         if !object.is_null() {
             // SAFETY: the object holds `class.size() >= bytes` bytes and is the caller's now.
@@ -48,13 +64,16 @@ impl ThreadHeap {
     /// heap last saw it), the site's list was empty and this refills without popping it again;
     /// otherwise [`Self::alloc_slow`] (which follows a move first, then pops the partition).
     pub fn alloc_after_partition_hit(&mut self, class: SizeClass) -> *mut u8 {
+        if self.counts_allocations() && self.count_allocation(class.size()) {
+            return self.alloc_sampled(class.size());
+        }
         if self.part_fast && !self.moved() {
             self.untouched = false;
             // The class lists stay empty with partitions on (frees go to the partitions'
             // lists): nothing else to pop.
             return self.alloc_refill(class);
         }
-        self.alloc_slow(class)
+        self.alloc_uncounted(class)
     }
 
     /// The refill path: a batch from the node heap (or a direct allocation once retired).
@@ -63,6 +82,23 @@ impl ThreadHeap {
     /// partitions, the partition cache's pop for the current partition.
     #[inline(never)]
     pub fn alloc_slow(&mut self, class: SizeClass) -> *mut u8 {
+        if self.counts_allocations() && self.count_allocation(class.size()) {
+            self.untouched = false;
+            return self.alloc_sampled(class.size());
+        }
+        self.alloc_uncounted(class)
+    }
+
+    /// [`Self::alloc_slow`] for a request of `size` bytes, which the heap profile records
+    /// when it samples the allocation (the Rust face's miss path).
+    #[inline(never)]
+    pub fn alloc_slow_asked(&mut self, class: SizeClass, size: usize) -> *mut u8 {
+        self.caller.size = size;
+        self.alloc_slow(class)
+    }
+
+    /// [`Self::alloc_slow`] for an allocation the heap profile has counted already.
+    fn alloc_uncounted(&mut self, class: SizeClass) -> *mut u8 {
         self.untouched = false;
         if let Some(object) = self.alloc_far(class) {
             return object;
@@ -353,6 +389,11 @@ impl ThreadHeap {
         let Some(origin) = heaps.origin_of(object as usize) else {
             report(object, Misuse::InvalidPointer)
         };
+        if crate::profile::is_on() && heaps.large_units(object as usize).is_ok() {
+            // A heap-profile sample: a small allocation served as a large block of its own
+            // (`thread/profile.rs`), which the Rust face frees by its layout's class.
+            return heaps.free_large(object as usize);
+        }
         if heaps.is_owned(object as usize) {
             // A first-class heap's block goes back to its heap (found from the bag), never
             // into this thread's caches.

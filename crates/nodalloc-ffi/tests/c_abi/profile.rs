@@ -1,0 +1,168 @@
+//! Heap profiles (`NODALLOC_PROFILE`) through the C library, read by Google's `pprof` (the
+//! reader of record; `scripts/setup.sh` installs it with `go install`).
+
+use super::*;
+use nodalloc_testkit::{pprof, skip, Need};
+
+/// The bytes `pprof -top` gives each function of `profile` for `sample` (cumulative: a
+/// site's bytes whichever frame of it is the leaf).
+fn top(pprof: &Path, profile: &Path, sample: &str) -> HashMap<String, u64> {
+    let out = Command::new(pprof)
+        .args(["-top", "-cum", "-unit=B", "-nodecount=1000"])
+        .arg(format!("-sample_index={sample}"))
+        .arg(profile)
+        .output()
+        .expect("running pprof");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "pprof -top {} failed: {}{}",
+        profile.display(),
+        text,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut bytes = HashMap::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // flat flat% sum% cum cum% name
+        if fields.len() >= 6 && fields[1].ends_with('%') && fields[4].ends_with('%') {
+            if let Some(cum) = fields[3].strip_suffix('B').and_then(|n| n.parse().ok()) {
+                bytes.insert(fields[5..].join(" "), cum);
+            }
+        }
+    }
+    bytes
+}
+
+/// Within ±10 % of `truth`.
+fn assert_near(what: &str, found: Option<&u64>, truth: u64, listing: &HashMap<String, u64>) {
+    let found = *found.unwrap_or_else(|| panic!("{what}: not in the profile: {listing:?}"));
+    let error = (found as f64 - truth as f64).abs() / truth as f64;
+    assert!(
+        error <= 0.10,
+        "{what}: {found} bytes in the profile, {truth} true ({:.1} % off): {listing:?}",
+        error * 100.0
+    );
+}
+
+/// Three call sites with known totals (`tests/c/profile.c`), sampled every 8 KiB on average
+/// (about 2 000 samples for each kept site): pprof names the two kept sites with their live
+/// bytes within ±10 %, not the freed one, which it names with its allocated bytes. The same
+/// for the profile written on demand while another thread allocates and for the one written
+/// at exit (`%p` in its name); a dump to a missing directory is refused with ENOENT and the
+/// program goes on (checked by the program). A child forked after the allocations frees
+/// keep_small's blocks: its own profile has them allocated and not live. Against a debug build
+/// of the library, which cannot see the sites (see below), the sums instead.
+#[test]
+fn pprof_names_the_kept_call_sites_with_their_live_bytes() {
+    let Some(pprof) = pprof() else {
+        return skip(
+            Need::OnCi,
+            "needs Google's pprof (scripts/setup.sh installs it with go install)",
+        );
+    };
+    for mode in MODES {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("profile-{mode:?}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let on_demand = dir.join("dump.pb");
+        let child = dir.join("child.pb");
+        let mut program = command("profile", mode);
+        program
+            .arg(&on_demand)
+            .arg(&child)
+            .env("NODALLOC_PROFILE", "1")
+            .env("NODALLOC_PROFILE_RATE", "8K")
+            .env("NODALLOC_PROFILE_OUT", dir.join("exit.%p.pb"));
+        let finished = run_passing("profile", mode, &mut program);
+        let truth = |site: &str| -> u64 {
+            finished
+                .stdout
+                .lines()
+                .find_map(|line| line.strip_prefix(site)?.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no truth for {site}: {}", finished.describe()))
+        };
+        let at_exit: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.to_string_lossy().contains("exit."))
+            .collect();
+        assert_eq!(at_exit.len(), 1, "one profile at exit: {at_exit:?}");
+        assert!(
+            !at_exit[0].to_string_lossy().contains("%p"),
+            "%p was not replaced: {at_exit:?}"
+        );
+        for profile in [&on_demand, &at_exit[0]] {
+            let live = top(&pprof, profile, "inuse_space");
+            if cfg!(debug_assertions) {
+                // A debug build of the library keeps no frame pointer in `malloc`, which then
+                // has a frame of its own: the return address into the caller is lost, and the
+                // stacks start a frame higher. What the main thread holds still adds up.
+                let root = "__libc_start_call_main";
+                let kept = truth("keep_small") + truth("keep_medium") + truth("array");
+                assert_near(root, live.get(root), kept, &live);
+                let allocated = top(&pprof, profile, "alloc_space");
+                assert_near(root, allocated.get(root), kept + truth("churn"), &allocated);
+                continue;
+            }
+            assert_near(
+                "keep_small",
+                live.get("keep_small"),
+                truth("keep_small"),
+                &live,
+            );
+            assert_near(
+                "keep_medium",
+                live.get("keep_medium"),
+                truth("keep_medium"),
+                &live,
+            );
+            assert!(
+                live.get("churn").copied().unwrap_or(0) == 0,
+                "the freed site holds live bytes: {live:?}"
+            );
+            let allocated = top(&pprof, profile, "alloc_space");
+            assert_near("churn", allocated.get("churn"), truth("churn"), &allocated);
+        }
+        if !cfg!(debug_assertions) {
+            // The child freed its copies of keep_small's blocks: its profile has them
+            // allocated, not live; the parent's blocks are still its own.
+            let live = top(&pprof, &child, "inuse_space");
+            assert!(
+                live.get("keep_small").copied().unwrap_or(0) == 0,
+                "the child's freed blocks are live in its profile: {live:?}"
+            );
+            assert_near(
+                "keep_medium",
+                live.get("keep_medium"),
+                truth("keep_medium"),
+                &live,
+            );
+            let allocated = top(&pprof, &child, "alloc_space");
+            let small = truth("keep_small");
+            assert_near("keep_small", allocated.get("keep_small"), small, &allocated);
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// An exit profile whose file cannot be written costs one warning line; the program's own
+/// exit status stands.
+#[test]
+fn an_unwritable_profile_path_warns_once_and_the_program_exits_as_it_would() {
+    for mode in MODES {
+        let mut program = command("profile", mode);
+        program
+            .env("NODALLOC_PROFILE", "1")
+            .env("NODALLOC_PROFILE_OUT", "/nonexistent-directory/exit.pb");
+        let finished = run_passing("profile", mode, &mut program);
+        let warnings: Vec<&str> = finished
+            .stderr
+            .lines()
+            .filter(|line| line.contains("cannot write the heap profile"))
+            .collect();
+        assert_eq!(warnings.len(), 1, "{}", finished.describe());
+        assert!(warnings[0].contains("/nonexistent-directory/exit.pb"));
+    }
+}

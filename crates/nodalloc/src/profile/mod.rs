@@ -1,0 +1,370 @@
+//! Heap profiles (`NODALLOC_PROFILE`): allocations sampled by the bytes they ask for, each
+//! sample's call stack and placement kept in the site table (`sites.rs`), written out in
+//! pprof's `profile.proto` format (`pprof.rs`).
+//!
+//! **Sampling.** Each thread counts down the bytes its allocations ask for; the allocation that
+//! takes the count below zero is sampled and the next count is drawn from an exponential
+//! distribution of mean `NODALLOC_PROFILE_RATE` (a Poisson process over the bytes allocated,
+//! as tcmalloc and jemalloc sample). An allocation of `s` bytes is then sampled with
+//! probability `p = 1 − e^(−s/R)` whatever came before it, and a sample stands for `1/p`
+//! objects and `s/p` bytes: the estimates are unbiased for every size.
+//!
+//! **Where the count is kept.** The fast paths are not touched: with profiling on, the thread
+//! heaps run as with call-site partitions (one partition when `NODALLOC_CALLSITE` is off), whose
+//! lists the fast paths never see; the partition lists' pop counts the bytes down
+//! (`ThreadHeap::pop_in`), and a large allocation counts its own. With profiling off, nothing
+//! of this runs and no fast path has an instruction more.
+//!
+//! **A sampled block** of a small class is served as a large block of its own (a span of whole
+//! units, as tcmalloc gives each sampled object a span of its own), whose descriptor names its
+//! site and what it stands for; a sampled large block is marked the same way. A free finds the
+//! mark in the descriptor it reads anyway and takes the block's share off its site's live
+//! counts; nothing else needs to know which blocks are sampled.
+
+pub(crate) mod pprof;
+pub(crate) mod proto;
+pub(crate) mod sites;
+
+use core::sync::atomic::{AtomicU64, Ordering};
+use sites::{Key, MAX_DEPTH};
+
+/// The mean bytes between samples, 0 with profiling off. Set once when the allocator starts.
+static RATE: AtomicU64 = AtomicU64::new(0);
+
+/// Turns sampling on at `rate` mean bytes between samples (0: off).
+pub(crate) fn set_rate(rate: u64) {
+    RATE.store(rate, Ordering::Relaxed);
+}
+
+/// The mean bytes between samples, 0 when profiling is off.
+pub(crate) fn rate() -> u64 {
+    RATE.load(Ordering::Relaxed)
+}
+
+/// True when heap profiling is on (`NODALLOC_PROFILE=1` when the allocator started).
+///
+/// ```
+/// // Off unless the environment asked for it.
+/// if !nodalloc::profile::is_on() {
+///     assert!(nodalloc::profile::pprof().is_none());
+/// }
+/// ```
+pub fn is_on() -> bool {
+    rate() != 0
+}
+
+/// The heap profile in pprof's `profile.proto` format (uncompressed; `pprof` and the tools
+/// that read its format take it as it is), for a service to serve on an endpoint as
+/// `jemalloc_pprof` users do; `None` with profiling off. The bytes are allocated through the
+/// global allocator, outside the allocator's own paths.
+///
+/// ```no_run
+/// // NODALLOC_PROFILE=1 ./service; then, on a request:
+/// if let Some(bytes) = nodalloc::profile::pprof() {
+///     std::fs::write("/tmp/heap.pb", bytes).unwrap();
+/// }
+/// ```
+pub fn pprof() -> Option<Vec<u8>> {
+    if !is_on() {
+        return None;
+    }
+    struct Bytes(Vec<u8>);
+    impl proto::Sink for Bytes {
+        fn put(&mut self, bytes: &[u8]) {
+            self.0.extend_from_slice(bytes);
+        }
+    }
+    let mut out = Bytes(Vec::new());
+    pprof::write(&mut out, rate(), wall_clock_ns()).then_some(out.0)
+}
+
+/// Writes the heap profile (pprof's `profile.proto`) to the file at `path`, replacing it
+/// whole once written. Fails with profiling off (`ErrorKind::Unsupported`) or when the file
+/// cannot be written.
+///
+/// ```no_run
+/// nodalloc::profile::dump("/tmp/heap.pb").unwrap();
+/// ```
+pub fn dump(path: impl AsRef<std::path::Path>) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    if !is_on() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "heap profiling is off (NODALLOC_PROFILE=1 turns it on)",
+        ));
+    }
+    let path = std::ffi::CString::new(path.as_ref().as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    dump_to(&path).map_err(std::io::Error::from_raw_os_error)
+}
+
+/// A thread's countdown to its next sample.
+#[derive(Clone, Copy)]
+pub(crate) struct Sampler {
+    /// Bytes left before the next sample; never below zero for long (a sample redraws it).
+    left: i64,
+    /// The state of its random numbers (xorshift64*); 0 before the first draw.
+    state: u64,
+    /// The mean bytes between samples it draws.
+    rate: u64,
+}
+
+impl Sampler {
+    /// A sampler that never samples (profiling off).
+    pub const OFF: Sampler = Sampler {
+        left: i64::MAX,
+        state: 0,
+        rate: 1,
+    };
+
+    /// Starts counting down at `rate` (once profiling is on), seeded from `seed`.
+    pub fn start(&mut self, rate: u64, seed: u64) {
+        self.state = crate::os::mix(seed) | 1;
+        self.rate = rate.max(1);
+        self.left = self.draw();
+    }
+
+    /// True once [`Sampler::start`] ran.
+    pub fn is_started(&self) -> bool {
+        self.state != 0
+    }
+
+    /// Counts `bytes` down; true when this allocation is to be sampled (the countdown is then
+    /// drawn again).
+    #[inline(always)]
+    pub fn take(&mut self, bytes: usize) -> bool {
+        self.left -= bytes as i64;
+        if self.left >= 0 {
+            return false;
+        }
+        self.redraw();
+        true
+    }
+
+    #[cold]
+    fn redraw(&mut self) {
+        self.left = self.draw();
+    }
+
+    /// An exponential variate of mean `rate`, in bytes (at least 1).
+    fn draw(&mut self) -> i64 {
+        let rate = self.rate;
+        // xorshift64*: 53 good bits make a uniform in (0, 1].
+        let mut x = self.state;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.state = x;
+        let bits = x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11;
+        let uniform = (bits as f64 + 1.0) / (1u64 << 53) as f64;
+        let bytes = -uniform.ln() * rate as f64;
+        (bytes as i64).clamp(1, i64::MAX / 2)
+    }
+}
+
+/// What a sample of a block of `bytes` stands for at `rate`: `(objects, bytes)`, rounded.
+pub(crate) fn weights(bytes: usize, rate: u64) -> (u64, u64) {
+    let size = bytes.max(1) as f64;
+    let p = -(-size / rate.max(1) as f64).exp_m1();
+    let p = p.clamp(f64::MIN_POSITIVE, 1.0);
+    ((1.0 / p).round() as u64, (size / p).round() as u64)
+}
+
+/// The call stack of an allocation entered with return address `site` and the caller's frame
+/// pointer `frame` (0 for none known: the stack is then the return address alone), up to
+/// [`MAX_DEPTH`] frames, into `key`. Every frame is checked before it is read, as the call-site
+/// walk checks it: 8-aligned, above the one before, inside `[stack_low, stack_high)` (the
+/// thread's stack). A program built without frame pointers keeps anything in `rbp`: its walk
+/// stops at the first frame that fails, shallow, never wrong or faulting.
+pub(crate) fn capture(site: usize, frame: usize, stack: (usize, usize), key: &mut Key) {
+    let (low, high) = stack;
+    let mut depth = 0;
+    if site != 0 {
+        key.frames[0] = site;
+        depth = 1;
+    }
+    let mut frame = frame;
+    let mut floor = low;
+    while depth < MAX_DEPTH {
+        if frame % 8 != 0 || frame < floor || frame.saturating_add(16) > high {
+            break;
+        }
+        // SAFETY: `frame` and `frame + 8` lie inside the thread's stack mapping, mapped and
+        // readable.
+        let (next, return_address) = unsafe {
+            (
+                (frame as *const usize).read(),
+                ((frame + 8) as *const usize).read(),
+            )
+        };
+        if return_address == 0 {
+            break;
+        }
+        key.frames[depth] = return_address;
+        depth += 1;
+        floor = frame + 16;
+        frame = next;
+    }
+    key.depth = depth as u8;
+}
+
+/// The stack mapping that holds `address` (the calling thread's stack pointer), from
+/// `/proc/self/maps`; empty when it cannot be read.
+pub(crate) fn stack_of(address: usize) -> (usize, usize) {
+    crate::os::proc::mapping_of(address).unwrap_or((0, 0))
+}
+
+/// Writes the profile to the file at `path` (created or truncated, mode 0644); `Err(errno)`
+/// when it cannot be opened or written (nothing is left half-written under the name: the
+/// profile goes to `path.tmp` first and is renamed). No allocation.
+pub(crate) fn dump_to(path: &core::ffi::CStr) -> Result<(), i32> {
+    let mut temporary = [0u8; 1100];
+    let bytes = path.to_bytes();
+    if bytes.len() + 5 > temporary.len() {
+        return Err(libc::ENAMETOOLONG);
+    }
+    temporary[..bytes.len()].copy_from_slice(bytes);
+    temporary[bytes.len()..bytes.len() + 4].copy_from_slice(b".tmp");
+    let temporary = core::ffi::CStr::from_bytes_until_nul(&temporary).map_err(|_| libc::EINVAL)?;
+    // SAFETY: a NUL-terminated path; the flags and mode are plain values.
+    let fd = unsafe {
+        libc::open(
+            temporary.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+            0o644,
+        )
+    };
+    if fd < 0 {
+        return Err(crate::os::errno());
+    }
+    let mut sink = pprof::FdSink::new(fd);
+    let written = pprof::write(&mut sink, rate(), wall_clock_ns()) && sink.flush();
+    let error = crate::os::errno();
+    // SAFETY: our own descriptor; the paths are NUL-terminated.
+    unsafe {
+        libc::close(fd);
+        if !written {
+            libc::unlink(temporary.as_ptr());
+            return Err(if error == 0 { libc::EIO } else { error });
+        }
+        if libc::rename(temporary.as_ptr(), path.as_ptr()) != 0 {
+            let error = crate::os::errno();
+            libc::unlink(temporary.as_ptr());
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
+/// The wall clock in ns since the epoch (the profile's time).
+fn wall_clock_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+/// `NODALLOC_PROFILE_OUT` with `%p` replaced by the process id, NUL-terminated in `buffer`;
+/// `None` when it does not fit.
+pub(crate) fn expand_out_path<'a>(
+    path: &[u8],
+    buffer: &'a mut [u8; 1100],
+) -> Option<&'a core::ffi::CStr> {
+    let mut text = crate::os::Writer::new();
+    // SAFETY: getpid has no preconditions.
+    text.decimal(unsafe { libc::getpid() } as u64);
+    let pid = text.as_bytes();
+    let mut len = 0;
+    let mut i = 0;
+    while i < path.len() {
+        let piece: &[u8] = if path[i] == b'%' && path.get(i + 1) == Some(&b'p') {
+            i += 2;
+            pid
+        } else {
+            i += 1;
+            &path[i - 1..i]
+        };
+        if len + piece.len() + 1 > buffer.len() {
+            return None;
+        }
+        buffer[len..len + piece.len()].copy_from_slice(piece);
+        len += piece.len();
+    }
+    buffer[len] = 0;
+    core::ffi::CStr::from_bytes_until_nul(&buffer[..=len]).ok()
+}
+
+/// The exit hook with `NODALLOC_PROFILE_OUT`: writes the profile, or one warning line.
+pub(crate) fn dump_at_exit(path: &[u8]) {
+    let mut buffer = [0u8; 1100];
+    let result = match expand_out_path(path, &mut buffer) {
+        Some(path) => dump_to(path),
+        None => Err(libc::ENAMETOOLONG),
+    };
+    if let Err(error) = result {
+        crate::os::warn(|w| {
+            w.str("cannot write the heap profile to ")
+                .bytes(path)
+                .str(" (errno ")
+                .decimal(error as u64)
+                .str(")");
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_countdown_samples_about_once_per_rate_bytes() {
+        let rate = 64 << 10;
+        let mut sampler = Sampler::OFF;
+        sampler.start(rate, 7);
+        let (mut samples, size, calls) = (0u64, 100usize, 2_000_000u64);
+        for _ in 0..calls {
+            if sampler.take(size) {
+                samples += 1;
+            }
+        }
+        let expected = calls as f64 * size as f64 / rate as f64;
+        let error = (samples as f64 - expected).abs() / expected;
+        assert!(error < 0.05, "{samples} samples, {expected} expected");
+    }
+
+    #[test]
+    fn weights_undo_the_sampling_probability() {
+        let rate = 512 << 10;
+        // Small blocks stand for about rate / size objects; blocks far above the rate for one.
+        let (objects, bytes) = weights(64, rate);
+        assert!(
+            (objects as f64 - (rate / 64) as f64).abs() < 2.0,
+            "{objects}"
+        );
+        assert!((bytes as f64 - rate as f64).abs() < 100.0, "{bytes}");
+        assert_eq!(weights(64 << 20, rate), (1, 64 << 20));
+    }
+
+    #[test]
+    fn a_walk_stops_at_the_first_frame_outside_the_stack() {
+        // A fake stack: three frames chained upwards, the third pointing outside.
+        let mut stack = [0usize; 16];
+        let base = stack.as_ptr() as usize;
+        stack[0] = base + 4 * 8; // frame 0 -> frame at index 4
+        stack[1] = 0x1111;
+        stack[4] = base + 8 * 8; // -> index 8
+        stack[5] = 0x2222;
+        stack[8] = 0x10; // -> outside
+        stack[9] = 0x3333;
+        std::hint::black_box(&stack);
+        let mut key = Key::EMPTY;
+        capture(0x0abc, base, (base, base + 16 * 8), &mut key);
+        assert_eq!(key.stack(), [0x0abc, 0x1111, 0x2222, 0x3333]);
+        // A frame pointer that is no frame: the site alone.
+        capture(0x0abc, 0x7, (base, base + 16 * 8), &mut key);
+        assert_eq!(key.stack(), [0x0abc]);
+    }
+}

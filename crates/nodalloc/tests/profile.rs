@@ -1,0 +1,122 @@
+//! Heap profiles through the Rust face (`nodalloc::profile`): off by default (no bytes, an
+//! error from `dump`); on, in a child process of this binary (`NODALLOC_TEST_CHILD`), the bytes
+//! `pprof()` returns and the file `dump` writes are profiles Google's `pprof` reads, whose live
+//! and allocated totals are the program's within ±10 %.
+
+use nodalloc::NodAlloc;
+use nodalloc_testkit::{pprof, skip, Need};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[global_allocator]
+static GLOBAL: NodAlloc = NodAlloc::new();
+
+mod common;
+use common::expect_child;
+
+const KEPT: usize = 16 << 20;
+const CHURNED: usize = 16 << 20;
+const SIZE: usize = 1000;
+
+#[test]
+fn child_entry() {
+    match std::env::var("NODALLOC_TEST_CHILD").as_deref() {
+        Ok("profile") => allocate_and_write_profiles(),
+        Ok(other) => panic!("unknown scenario {other}"),
+        Err(_) => {}
+    }
+}
+
+#[inline(never)]
+fn keep() -> Vec<Vec<u8>> {
+    (0..KEPT / SIZE).map(|i| vec![i as u8; SIZE]).collect()
+}
+
+#[inline(never)]
+fn churn() {
+    for i in 0..CHURNED / SIZE {
+        std::hint::black_box(vec![i as u8; SIZE]);
+    }
+}
+
+fn allocate_and_write_profiles() {
+    assert!(nodalloc::profile::is_on());
+    let kept = keep();
+    churn();
+    let dir = PathBuf::from(std::env::var("PROFILE_DIR").unwrap());
+    let bytes = nodalloc::profile::pprof().expect("profiling is on");
+    std::fs::write(dir.join("bytes.pb"), bytes).unwrap();
+    nodalloc::profile::dump(dir.join("dump.pb")).unwrap();
+    let missing = nodalloc::profile::dump("/nonexistent-directory/profile.pb").unwrap_err();
+    assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+    std::hint::black_box(&kept);
+    eprintln!("profiles written");
+}
+
+#[test]
+fn with_profiling_off_there_is_no_profile() {
+    if std::env::var_os("NODALLOC_PROFILE").is_some() {
+        return;
+    }
+    assert!(!nodalloc::profile::is_on());
+    assert!(nodalloc::profile::pprof().is_none());
+    let refused = nodalloc::profile::dump(std::env::temp_dir().join("never.pb")).unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::Unsupported);
+}
+
+/// The total `pprof -top` reports for `sample` ("… of N total"), in bytes.
+fn total(pprof: &Path, profile: &Path, sample: &str) -> u64 {
+    let out = Command::new(pprof)
+        .args(["-top", "-unit=B", "-nodecount=1"])
+        .arg(format!("-sample_index={sample}"))
+        .arg(profile)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|line| {
+            let end = line.find("B total")?;
+            let start = line[..end].rfind(' ')? + 1;
+            line[start..end].parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no total in pprof's output: {text}"))
+}
+
+/// A child allocates 16 MiB it keeps and 16 MiB it frees, in 1 000-byte vectors, sampled every
+/// 8 KiB on average, and writes its profile both ways: pprof reads both, with 16 MiB live and
+/// 32 MiB allocated, ±10 %. (A binary without frame pointers gives shallow stacks: the totals
+/// are what this checks, not the functions.)
+#[test]
+fn the_rust_face_writes_profiles_pprof_reads_with_the_programs_totals() {
+    let Some(pprof) = pprof() else {
+        return skip(
+            Need::OnCi,
+            "needs Google's pprof (scripts/setup.sh installs it)",
+        );
+    };
+    let dir = std::env::temp_dir().join(format!("nodalloc-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    expect_child(
+        "profile",
+        &[
+            ("NODALLOC_PROFILE", "1"),
+            ("NODALLOC_PROFILE_RATE", "8K"),
+            ("PROFILE_DIR", dir.to_str().unwrap()),
+        ],
+        "profiles written",
+    );
+    let near = |what: &str, found: u64, truth: usize| {
+        let error = (found as f64 - truth as f64).abs() / truth as f64;
+        assert!(
+            error <= 0.10,
+            "{what}: {found} in the profile, {truth} true"
+        );
+    };
+    for file in ["bytes.pb", "dump.pb"] {
+        let profile = dir.join(file);
+        // What the child kept: the vectors, their array, and a little of the test harness.
+        near(file, total(&pprof, &profile, "inuse_space"), KEPT);
+        near(file, total(&pprof, &profile, "alloc_space"), KEPT + CHURNED);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
