@@ -68,6 +68,14 @@ struct RunArgs {
     /// Print nodalloc's statistics to stderr when the command exits (sets NODALLOC_STATS=1).
     #[arg(long)]
     stats: bool,
+    /// Profile the command's heap and write the profile (pprof's format) to FILE when it
+    /// exits; %p in FILE is the process id (sets NODALLOC_PROFILE=1 and NODALLOC_PROFILE_OUT).
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
+    /// Mean bytes allocated between two samples of --profile, e.g. 64K (sets
+    /// NODALLOC_PROFILE_RATE; 512K by default).
+    #[arg(long, value_name = "SIZE", value_parser = parse_rate, requires = "profile")]
+    profile_rate: Option<u64>,
     /// The command and its arguments.
     #[arg(
         value_name = "COMMAND",
@@ -89,6 +97,13 @@ fn parse_bind(text: &str) -> Result<String, String> {
 fn parse_limit(text: &str) -> Result<u64, String> {
     nodalloc::raw::parse_size(text.as_bytes())
         .ok_or_else(|| "expected a size such as 4096, 64K, 512M or 2G".to_string())
+}
+
+fn parse_rate(text: &str) -> Result<u64, String> {
+    match nodalloc::raw::parse_size(text.as_bytes()) {
+        Some(rate) if rate > 0 => Ok(rate),
+        _ => Err("expected a size of at least 1, such as 64K or 512K".to_string()),
+    }
 }
 
 fn main() -> ExitCode {
@@ -206,6 +221,16 @@ fn run(args: RunArgs) -> ExitCode {
     }
     if args.stats {
         command.env("NODALLOC_STATS", "1");
+    }
+    if let Some(path) = &args.profile {
+        // The command may change directory: the library takes an absolute path.
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.clone());
+        command
+            .env("NODALLOC_PROFILE", "1")
+            .env("NODALLOC_PROFILE_OUT", path);
+    }
+    if let Some(rate) = args.profile_rate {
+        command.env("NODALLOC_PROFILE_RATE", rate.to_string());
     }
     // `exec` returns only on failure.
     let error = command.exec();
@@ -470,5 +495,7 @@ mod tests {
         assert!(parse_bind("spread").is_err());
         assert_eq!(parse_limit("64M"), Ok(64 << 20));
         assert!(parse_limit("lots").is_err());
+        assert_eq!(parse_rate("64K"), Ok(64 << 10));
+        assert!(parse_rate("0").is_err());
     }
 }

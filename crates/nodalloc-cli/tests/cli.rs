@@ -257,6 +257,37 @@ fn run_sets_the_options_asked_for_and_prepends_the_preload() {
     );
 }
 
+/// `--profile FILE` (relative: made absolute, for a command that changes directory) and
+/// `--profile-rate` set the profile's options; the profile is written at the command's exit.
+#[test]
+fn run_with_a_profile_sets_its_options_and_the_command_writes_it() {
+    library();
+    let dir = std::env::temp_dir().join(format!("nodalloc-cli-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let result = output(
+        nodalloc_command(nodalloc_binary())
+            .current_dir(&dir)
+            .args(["run", "--profile", "heap.%p.pb", "--profile-rate", "64K", "--"])
+            .args(["bash", "-c", "cd /; printf '%s|%s|%s\\n' \"$NODALLOC_PROFILE\" \"$NODALLOC_PROFILE_OUT\" \"$NODALLOC_PROFILE_RATE\""]),
+    );
+    assert!(result.status.success(), "stderr: {}", text(&result.stderr));
+    let dir = std::fs::canonicalize(&dir).unwrap();
+    assert_eq!(
+        text(&result.stdout),
+        format!("1|{}/heap.%p.pb|65536\n", dir.display())
+    );
+    let written: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        written.len() == 1 && written[0].starts_with("heap.") && written[0].ends_with(".pb"),
+        "the command's exit profile: {written:?}"
+    );
+    assert!(std::fs::metadata(dir.join(&written[0])).unwrap().len() > 100);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn run_passes_the_commands_exit_status_through() {
     library();
