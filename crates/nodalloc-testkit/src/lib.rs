@@ -131,6 +131,24 @@ pub fn pprof() -> Option<PathBuf> {
     candidates.into_iter().find(|path| runs(path))
 }
 
+/// The total `pprof -top` reports for `sample` of `profile` ("… of N total"), in bytes.
+pub fn pprof_total(pprof: &Path, profile: &Path, sample: &str) -> u64 {
+    let out = Command::new(pprof)
+        .args(["-top", "-unit=B", "-nodecount=1"])
+        .arg(format!("-sample_index={sample}"))
+        .arg(profile)
+        .output()
+        .expect("running pprof");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|line| {
+            let end = line.find("B total")?;
+            let start = line[..end].rfind(' ')? + 1;
+            line[start..end].parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no total in pprof's output: {text}"))
+}
+
 /// A build of the library from scratch (core crate included) takes well under a minute.
 const BUILD_TIME_LIMIT: Duration = Duration::from_secs(600);
 

@@ -4,9 +4,8 @@
 //! and allocated totals are the program's within ±10 %.
 
 use nodalloc::NodAlloc;
-use nodalloc_testkit::{pprof, skip, Need};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use nodalloc_testkit::{pprof, pprof_total, skip, Need};
+use std::path::PathBuf;
 
 #[global_allocator]
 static GLOBAL: NodAlloc = NodAlloc::new();
@@ -64,24 +63,6 @@ fn with_profiling_off_there_is_no_profile() {
     assert_eq!(refused.kind(), std::io::ErrorKind::Unsupported);
 }
 
-/// The total `pprof -top` reports for `sample` ("… of N total"), in bytes.
-fn total(pprof: &Path, profile: &Path, sample: &str) -> u64 {
-    let out = Command::new(pprof)
-        .args(["-top", "-unit=B", "-nodecount=1"])
-        .arg(format!("-sample_index={sample}"))
-        .arg(profile)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .find_map(|line| {
-            let end = line.find("B total")?;
-            let start = line[..end].rfind(' ')? + 1;
-            line[start..end].parse().ok()
-        })
-        .unwrap_or_else(|| panic!("no total in pprof's output: {text}"))
-}
-
 /// A child allocates 16 MiB it keeps and 16 MiB it frees, in 1 000-byte vectors, sampled every
 /// 8 KiB on average, and writes its profile both ways: pprof reads both, with 16 MiB live and
 /// 32 MiB allocated, ±10 %. (A binary without frame pointers gives shallow stacks: the totals
@@ -112,11 +93,16 @@ fn the_rust_face_writes_profiles_pprof_reads_with_the_programs_totals() {
             "{what}: {found} in the profile, {truth} true"
         );
     };
+    // What the child kept: the vectors and their array (and a little of the test harness).
+    let kept = KEPT + KEPT / SIZE * std::mem::size_of::<Vec<u8>>();
     for file in ["bytes.pb", "dump.pb"] {
         let profile = dir.join(file);
-        // What the child kept: the vectors, their array, and a little of the test harness.
-        near(file, total(&pprof, &profile, "inuse_space"), KEPT);
-        near(file, total(&pprof, &profile, "alloc_space"), KEPT + CHURNED);
+        near(file, pprof_total(&pprof, &profile, "inuse_space"), kept);
+        near(
+            file,
+            pprof_total(&pprof, &profile, "alloc_space"),
+            kept + CHURNED,
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -2,12 +2,15 @@
  * one freed, a profile written on demand (argv[1]) while another thread allocates, and a dump
  * to a path that cannot be written (an errno back, the program goes on). With argv[2], a child
  * forked after the allocations frees every keep_small block and writes its profile there
- * first. The harness reads the profiles with Google's pprof. Prints the true bytes of each
- * site. */
+ * first. PROFILE_THREADS=N shares the sites' allocations among N threads. The harness reads
+ * the profiles with Google's pprof. Prints the true bytes of each site. */
 
 #include "check.h"
 
 #include <pthread.h>
+#ifndef PROFILE_NAME
+#define PROFILE_NAME "profile"
+#endif
 #include <sys/wait.h>
 
 /* Each site calls malloc itself (the tail call is opaque_pointer's), so the return address
@@ -30,29 +33,55 @@ static void *allocate_meanwhile(void *unused) {
     return NULL;
 }
 
-int main(int argc, char **argv) {
-    const size_t small = 48, small_total = 16u << 20;
-    const size_t medium = 700, medium_total = 8u << 20;
-    const size_t churned = 300, churn_total = 16u << 20;
-    size_t small_count = small_total / small, medium_count = medium_total / medium;
-    void **kept = malloc((small_count + medium_count) * sizeof(void *));
-    CHECK(kept != NULL, "the array of kept blocks");
-    size_t k = 0;
-    for (size_t i = 0; i < small_count; i++) {
-        kept[k] = keep_small(opaque_size(small));
-        CHECK(kept[k] != NULL, "keep_small");
-        memset(kept[k++], 1, small);
+static const size_t small = 48, small_total = 16u << 20;
+static const size_t medium = 700, medium_total = 8u << 20;
+static const size_t churned = 300, churn_total = 16u << 20;
+static size_t small_count, medium_count, threads = 1;
+static void **kept;
+
+/* Share `index` of `threads` of the three sites' allocations. */
+static void *allocate_share(void *index_pointer) {
+    size_t index = (size_t)index_pointer;
+    size_t from = small_count * index / threads, to = small_count * (index + 1) / threads;
+    for (size_t i = from; i < to; i++) {
+        kept[i] = keep_small(opaque_size(small));
+        CHECK(kept[i] != NULL, "keep_small");
+        memset(kept[i], 1, small);
     }
-    for (size_t i = 0; i < medium_count; i++) {
-        kept[k] = keep_medium(opaque_size(medium));
-        CHECK(kept[k] != NULL, "keep_medium");
-        memset(kept[k++], 1, 16);
+    from = medium_count * index / threads, to = medium_count * (index + 1) / threads;
+    for (size_t i = from; i < to; i++) {
+        void **slot = &kept[small_count + i];
+        *slot = keep_medium(opaque_size(medium));
+        CHECK(*slot != NULL, "keep_medium");
+        memset(*slot, 1, 16);
     }
-    for (size_t i = 0; i < churn_total / churned; i++) {
+    size_t churn_count = churn_total / churned;
+    from = churn_count * index / threads, to = churn_count * (index + 1) / threads;
+    for (size_t i = from; i < to; i++) {
         void *p = churn(opaque_size(churned));
         CHECK(p != NULL, "churn");
         memset(p, 1, 16);
         free(p);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    small_count = small_total / small, medium_count = medium_total / medium;
+    const char *threads_wanted = getenv("PROFILE_THREADS");
+    if (threads_wanted != NULL)
+        threads = (size_t)atoi(threads_wanted);
+    CHECK(threads >= 1 && threads <= 64, "PROFILE_THREADS=%zu", threads);
+    kept = malloc((small_count + medium_count) * sizeof(void *));
+    CHECK(kept != NULL, "the array of kept blocks");
+    if (threads == 1) {
+        allocate_share(0);
+    } else {
+        pthread_t workers[64];
+        for (size_t t = 0; t < threads; t++)
+            CHECK(pthread_create(&workers[t], NULL, allocate_share, (void *)t) == 0, "create");
+        for (size_t t = 0; t < threads; t++)
+            CHECK(pthread_join(workers[t], NULL) == 0, "join");
     }
 
     if (argc > 2) {
@@ -85,5 +114,5 @@ int main(int argc, char **argv) {
     printf("keep_small %zu\nkeep_medium %zu\nchurn %zu\narray %zu\n", small_count * small,
            medium_count * medium, (churn_total / churned) * churned,
            (small_count + medium_count) * sizeof(void *));
-    return finish("profile");
+    return finish(PROFILE_NAME);
 }

@@ -2,7 +2,7 @@
 //! reader of record; `scripts/setup.sh` installs it with `go install`).
 
 use super::*;
-use nodalloc_testkit::{pprof, skip, Need};
+use nodalloc_testkit::{pprof, pprof_total, skip, Need};
 
 /// The bytes `pprof -top` gives each function of `profile` for `sample` (cumulative: a
 /// site's bytes whichever frame of it is the leaf).
@@ -32,6 +32,38 @@ fn top(pprof: &Path, profile: &Path, sample: &str) -> HashMap<String, u64> {
         }
     }
     bytes
+}
+
+/// Runs `program` (`profile` or a build of it) with profiling on, sampled every 8 KiB on
+/// average, its profile written on demand to a scratch directory named after `case`; returns
+/// the profile's path and the true bytes of each site and of the array holding the kept blocks.
+fn profiled_run(
+    case: &str,
+    program: &str,
+    mode: Mode,
+    env: &[(&str, &str)],
+) -> (PathBuf, HashMap<String, u64>) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("profile-{case}-{mode:?}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let profile = dir.join("dump.pb");
+    let mut command = command(program, mode);
+    command
+        .arg(&profile)
+        .env("NODALLOC_PROFILE", "1")
+        .env("NODALLOC_PROFILE_RATE", "8K")
+        .envs(env.iter().copied());
+    let finished = run_passing(program, mode, &mut command);
+    let truths = finished
+        .stdout
+        .lines()
+        .filter_map(|line| {
+            let (name, bytes) = line.split_once(' ')?;
+            Some((name.to_string(), bytes.trim().parse().ok()?))
+        })
+        .collect();
+    (profile, truths)
 }
 
 /// Within ±10 % of `truth`.
@@ -165,4 +197,47 @@ fn an_unwritable_profile_path_warns_once_and_the_program_exits_as_it_would() {
         assert_eq!(warnings.len(), 1, "{}", finished.describe());
         assert!(warnings[0].contains("/nonexistent-directory/exit.pb"));
     }
+}
+
+/// Runs `program` with `env` in each mode (see [`profiled_run`]): each kept site's live bytes
+/// within ±10 %, and with `shallow` (a program without frame pointers) `main` holding only the
+/// array it allocated itself, no site's bytes (no frame read from a register that is no frame
+/// pointer). Against a debug build of the library, which cannot see the sites, the live total.
+fn check_kept_sites(case: &str, program: &str, env: &[(&str, &str)], shallow: bool) {
+    let Some(pprof) = pprof() else {
+        return skip(
+            Need::OnCi,
+            "needs Google's pprof (scripts/setup.sh installs it)",
+        );
+    };
+    for mode in MODES {
+        let (profile, truth) = profiled_run(case, program, mode, env);
+        let live = top(&pprof, &profile, "inuse_space");
+        if cfg!(debug_assertions) {
+            let kept = truth["keep_small"] + truth["keep_medium"] + truth["array"];
+            let found = pprof_total(&pprof, &profile, "inuse_space");
+            assert_near("the live total", Some(&found), kept, &live);
+        } else {
+            for site in ["keep_small", "keep_medium"] {
+                assert_near(site, live.get(site), truth[site], &live);
+            }
+            if shallow {
+                assert_near("main", live.get("main"), truth["array"], &live);
+            }
+        }
+        std::fs::remove_dir_all(profile.parent().unwrap()).unwrap();
+    }
+}
+
+/// The sites' allocations shared among four threads: each site's live bytes still add up.
+#[test]
+fn the_samples_of_four_threads_add_up_to_each_sites_bytes() {
+    check_kept_sites("threads", "profile", &[("PROFILE_THREADS", "4")], false);
+}
+
+/// The same program built without frame pointers (`profile_nofp.c`): every stack is one
+/// frame, the allocation's caller, which names each site with its bytes.
+#[test]
+fn a_program_without_frame_pointers_gets_shallow_stacks_that_name_its_sites() {
+    check_kept_sites("nofp", "profile_nofp", &[], true);
 }

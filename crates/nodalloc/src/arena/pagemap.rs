@@ -273,7 +273,8 @@ pub struct LargeState {
     /// A heap-profile sample (`crate::profile`): its site's index plus one (0: not sampled),
     /// and what it stands for, taken off the site's live counts when it is freed.
     pub sample_site: u32,
-    pub sample_objects: u32,
+    /// In 1/2^16ths of an object (`profile::OBJECT_SHIFT`).
+    pub sample_objects: u64,
     pub sample_bytes: u64,
 }
 

@@ -163,7 +163,7 @@ impl NodeHeaps {
         unsafe {
             let large = &mut (*map.meta(map.unit_of(address))).role.large;
             large.sample_site = site as u32 + 1;
-            large.sample_objects = objects.min(u64::from(u32::MAX)) as u32;
+            large.sample_objects = objects;
             large.sample_bytes = bytes;
         }
     }
@@ -176,7 +176,7 @@ impl NodeHeaps {
         if large.sample_site != 0 {
             crate::profile::sites::forget(
                 large.sample_site as usize - 1,
-                u64::from(large.sample_objects),
+                large.sample_objects,
                 large.sample_bytes,
             );
         }

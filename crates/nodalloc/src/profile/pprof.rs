@@ -11,6 +11,7 @@
 
 use super::proto::{self, Message, Sink};
 use super::sites;
+use super::OBJECT_SHIFT;
 use core::sync::atomic::Ordering;
 
 /// The string table's fixed part, by index.
@@ -267,13 +268,16 @@ pub fn write(sink: &mut impl Sink, rate: u64, time_ns: u64) -> bool {
     let mut largest = 0u64;
     sites::for_each(|site| {
         let key = site.key();
+        let objects = |counter: &core::sync::atomic::AtomicU64| {
+            (counter.load(Ordering::Relaxed) + (1 << (OBJECT_SHIFT - 1))) >> OBJECT_SHIFT
+        };
         let values = [
-            site.alloc_objects.load(Ordering::Relaxed),
+            objects(&site.alloc_objects),
             site.alloc_bytes.load(Ordering::Relaxed),
-            site.inuse_objects.load(Ordering::Relaxed),
+            objects(&site.inuse_objects),
             site.inuse_bytes.load(Ordering::Relaxed),
         ];
-        if values[0] == 0 {
+        if values[1] == 0 {
             return;
         }
         let depth = key.stack().len() as u64;

@@ -63,7 +63,8 @@ impl Key {
 pub struct Site {
     hash: AtomicU64,
     key: Key,
-    /// Samples' estimates, in objects and bytes, of all allocations and of the live ones.
+    /// Samples' estimates, in objects (in 1/2^16ths: `super::OBJECT_SHIFT`) and bytes, of all
+    /// allocations and of the live ones.
     pub alloc_objects: AtomicU64,
     pub alloc_bytes: AtomicU64,
     pub inuse_objects: AtomicU64,

@@ -119,8 +119,7 @@ impl ThreadHeap {
         } else {
             0
         };
-        let (objects, _) = profile::weights(bytes, profile::rate());
-        let weight = objects.saturating_mul(asked as u64);
+        let (objects, weight) = profile::weights(bytes, asked, profile::rate());
         if let Some(site) = sites::site_of(&key) {
             sites::add(site, objects, weight);
             heaps.mark_sampled(block as usize, sites::index_of(site), objects, weight);
