@@ -46,7 +46,7 @@ const S_FAR: u64 = 12;
 /// The mappings a profile can name.
 const MAX_MAPPINGS: usize = 512;
 const MAX_PATH: usize = 240;
-const MAX_BUILD_ID: usize = 32;
+const MAX_BUILD_ID: usize = 64;
 
 /// An executable mapping of a file.
 #[derive(Clone, Copy)]
@@ -79,7 +79,9 @@ impl Mappings {
             let Some(entry) = parse_line(line) else {
                 return true;
             };
-            if entry.offset == 0 {
+            // Only a readable mapping's header is read (a file mapped PROT_NONE at offset 0
+            // would fault).
+            if entry.offset == 0 && entry.readable {
                 last_header = (entry.start, entry.end, [0; MAX_PATH], entry.path.len());
                 last_header.2[..entry.path.len()].copy_from_slice(entry.path);
             }
@@ -138,6 +140,7 @@ struct Entry<'a> {
     end: usize,
     offset: usize,
     executable: bool,
+    readable: bool,
     path: &'a [u8],
 }
 
@@ -159,6 +162,7 @@ fn parse_line(line: &[u8]) -> Option<Entry<'_>> {
         end: hex(&range[dash + 1..])?,
         offset: hex(offset)?,
         executable: perms.get(2) == Some(&b'x'),
+        readable: perms.first() == Some(&b'r'),
         path,
     })
 }
@@ -396,5 +400,42 @@ impl Sink for FdSink {
             self.len += n;
             bytes = &bytes[n..];
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This test binary's executable mapping is listed with its GNU build ID, as `readelf -n`
+    /// prints it (40 hex digits for the linker's SHA-1), and a line the parser cannot take is
+    /// skipped rather than misread.
+    #[test]
+    fn the_executables_mapping_carries_its_build_id() {
+        let mappings = Mappings::read().unwrap();
+        let here = the_executables_mapping_carries_its_build_id as fn() as usize;
+        let id = mappings.id_of(here);
+        assert!(id != 0, "no mapping holds this test's code");
+        let mapping = &mappings.as_slice()[id as usize - 1];
+        let build_id = &mapping.build_id[..usize::from(mapping.build_id_len)];
+        let out = std::process::Command::new("readelf")
+            .arg("-n")
+            .arg(std::env::current_exe().unwrap())
+            .output()
+            .expect("readelf");
+        let notes = String::from_utf8_lossy(&out.stdout);
+        let expected = notes
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("Build ID: "))
+            .expect("the test binary has a build ID");
+        assert_eq!(std::str::from_utf8(build_id).unwrap(), expected);
+        assert!(parse_line(b"7f00-7f01 r-xp 00000000 00:00 0 [vdso]").is_none());
+        assert!(parse_line(b"garbage").is_none());
+        let entry = parse_line(b"1000-3000 r-xp 00002000 08:01 42 /usr/lib/x.so").unwrap();
+        assert_eq!(
+            (entry.start, entry.end, entry.offset),
+            (0x1000, 0x3000, 0x2000)
+        );
+        assert!(entry.executable && entry.readable && entry.path == b"/usr/lib/x.so");
     }
 }
