@@ -241,3 +241,74 @@ fn the_samples_of_four_threads_add_up_to_each_sites_bytes() {
 fn a_program_without_frame_pointers_gets_shallow_stacks_that_name_its_sites() {
     check_kept_sites("nofp", "profile_nofp", &[], true);
 }
+
+/// `NODALLOC_PROFILE_LEAKS=1`: at exit, one line says what is still live (the kept sites and
+/// their array, ±10 %, sampled every 8 KiB), then the sites holding most of it, largest first,
+/// each frame as `file+offset`: `addr2line` turns the first site's first frame into
+/// `keep_small` (16 of the 27 MiB), the second's into `keep_medium`.
+#[test]
+fn a_leak_report_at_exit_names_what_is_still_live() {
+    if cfg!(debug_assertions) {
+        // The debug library's stacks start above the allocating function (see above).
+        return;
+    }
+    for mode in MODES {
+        let mut command = command("profile", mode);
+        command
+            .env("NODALLOC_PROFILE", "1")
+            .env("NODALLOC_PROFILE_RATE", "8K")
+            .env("NODALLOC_PROFILE_LEAKS", "1");
+        let finished = run_passing("profile", mode, &mut command);
+        let truth = |site: &str| -> u64 {
+            finished
+                .stdout
+                .lines()
+                .find_map(|line| line.strip_prefix(site)?.trim().parse().ok())
+                .unwrap()
+        };
+        let report: Vec<&str> = finished
+            .stderr
+            .lines()
+            .skip_while(|line| !line.starts_with("nodalloc: heap profile at exit: ~"))
+            .collect();
+        assert!(
+            !report.is_empty(),
+            "no leak report: {}",
+            finished.describe()
+        );
+        let mib: f64 = report[0]
+            .strip_prefix("nodalloc: heap profile at exit: ~")
+            .and_then(|rest| rest.split_once(" MiB"))
+            .and_then(|(number, _)| number.parse().ok())
+            .unwrap_or_else(|| panic!("the summary line: {}", report[0]));
+        let kept = truth("keep_small") + truth("keep_medium") + truth("array");
+        let found = (mib * (1 << 20) as f64) as u64;
+        assert_near(
+            "the live bytes at exit",
+            Some(&found),
+            kept,
+            &HashMap::new(),
+        );
+        let binary = program("profile", mode);
+        let name = binary.file_name().unwrap().to_string_lossy().into_owned();
+        for (line, function) in report[1..3].iter().zip(["keep_small", "keep_medium"]) {
+            let frame = line
+                .split_whitespace()
+                .find(|word| word.starts_with(&format!("{name}+0x")))
+                .unwrap_or_else(|| panic!("no frame of {name}: {line}"));
+            let offset = &frame[name.len() + 1..];
+            let out = Command::new("addr2line")
+                .args(["-f", "-e"])
+                .arg(&binary)
+                .arg(offset)
+                .output()
+                .expect("addr2line");
+            let resolved = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(
+                resolved.lines().next(),
+                Some(function),
+                "{line}: {resolved}"
+            );
+        }
+    }
+}

@@ -114,9 +114,10 @@ pub(super) fn create() -> Option<&'static NodeHeaps> {
     );
     // After publishing: registering the hooks may call malloc (glibc's atfork and atexit lists
     // grow with malloc), and under LD_PRELOAD that malloc is ours; it must find the instance.
+    let profiling = crate::profile::rate() != 0;
     register_process_hooks(
         options.stats_at_exit,
-        crate::profile::rate() != 0 && options.profile_out.len != 0,
+        profiling && (options.profile_out.len != 0 || options.profile_leaks),
     );
     Some(heaps)
 }
@@ -142,7 +143,12 @@ fn register_process_hooks(stats_at_exit: bool, profile_at_exit: bool) {
 
 extern "C" fn write_profile_at_exit() {
     if let Some(options) = options() {
-        crate::profile::dump_at_exit(options.profile_out.as_bytes());
+        if options.profile_out.len != 0 {
+            crate::profile::dump_at_exit(options.profile_out.as_bytes());
+        }
+        if options.profile_leaks {
+            crate::profile::report_leaks(STATS_FD.load(Ordering::Relaxed));
+        }
     }
 }
 

@@ -244,6 +244,14 @@ pub const OPTIONS: &[OptionSpec] = &[
                   none: no profile at exit",
         apply: apply_profile_out,
     },
+    OptionSpec {
+        name: "NODALLOC_PROFILE_LEAKS",
+        default: "0",
+        meaning: "1: with profiling on, print at exit what the samples say is still live (an \
+                  estimate of the bytes and objects) and the sites holding most of it, each as \
+                  its frames' files and offsets (jemalloc's prof_leak)",
+        apply: apply_profile_leaks,
+    },
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -325,6 +333,7 @@ pub struct Options {
     pub profile: bool,
     pub profile_rate: u64,
     pub profile_out: OutPath,
+    pub profile_leaks: bool,
     /// Secure mode (see `arena::secure`).
     pub secure: bool,
     /// The maintenance thread (`instance/background.rs`).
@@ -392,6 +401,7 @@ impl Default for Options {
             profile: false,
             profile_rate: 512 << 10,
             profile_out: OutPath::NONE,
+            profile_leaks: false,
             secure: cfg!(feature = "secure"),
             background: Background::Release,
             ring_shards: 0,
@@ -611,6 +621,11 @@ fn apply_profile_rate(options: &mut Options, value: &[u8]) -> Result<(), &'stati
         Some(rate) if rate > 0 => options.profile_rate = rate,
         _ => return Err("a size such as 512K (at least 1)"),
     }
+    Ok(())
+}
+
+fn apply_profile_leaks(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.profile_leaks = switch(value)?.unwrap_or(false);
     Ok(())
 }
 

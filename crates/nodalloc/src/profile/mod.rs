@@ -322,6 +322,83 @@ pub(crate) fn dump_at_exit(path: &[u8]) {
     }
 }
 
+/// Sites a leak report names.
+const LEAK_SITES: usize = 8;
+
+/// Frames a leak report prints per site.
+const LEAK_FRAMES: usize = 4;
+
+/// Writes to `fd` what the samples say is still live: one summary line, then the sites holding
+/// the most live bytes, each with its first frames as `file+offset` (what `addr2line -e FILE
+/// OFFSET` resolves). Without allocating: an exit hook's report.
+pub(crate) fn report_leaks(fd: i32) {
+    let mut top: [(u64, u64, usize); LEAK_SITES] = [(0, 0, 0); LEAK_SITES];
+    let (mut bytes, mut objects, mut sites_live) = (0u64, 0u64, 0u64);
+    sites::for_each(|site| {
+        let live = site.inuse_bytes.load(core::sync::atomic::Ordering::Relaxed);
+        if live == 0 {
+            return;
+        }
+        let count = site
+            .inuse_objects
+            .load(core::sync::atomic::Ordering::Relaxed);
+        bytes += live;
+        objects += count;
+        sites_live += 1;
+        let index = sites::index_of(site);
+        if let Some(slot) = (0..LEAK_SITES).min_by_key(|&i| top[i].0) {
+            if live > top[slot].0 {
+                top[slot] = (live, count, index);
+            }
+        }
+    });
+    top.sort_unstable_by_key(|entry| core::cmp::Reverse(entry.0));
+    let mut w = crate::os::Writer::new();
+    w.str("nodalloc: heap profile at exit: ~")
+        .size(bytes)
+        .str(" in ~")
+        .decimal(objects >> OBJECT_SHIFT)
+        .str(" objects still live, at ")
+        .decimal(sites_live)
+        .str(" sampled sites\n");
+    w.write_to(fd);
+    for &(live, count, index) in top.iter().take_while(|entry| entry.0 != 0) {
+        let Some(site) = sites::site_at(index) else {
+            continue;
+        };
+        let mut w = crate::os::Writer::new();
+        w.str("  ~")
+            .size(live)
+            .str(" in ~")
+            .decimal(count >> OBJECT_SHIFT)
+            .str(" objects:");
+        for &frame in site.key().stack().iter().take(LEAK_FRAMES) {
+            w.str(" ");
+            write_frame(&mut w, frame);
+        }
+        w.str("\n");
+        w.write_to(fd);
+    }
+}
+
+/// `frame` as the file that holds it and the offset in it (`dladdr`), or the bare address.
+fn write_frame(w: &mut crate::os::Writer, frame: usize) {
+    // SAFETY: an all-zero Dl_info is a valid value to be written over.
+    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+    // SAFETY: dladdr reads the loader's tables and writes `info`; it does not allocate.
+    let found = unsafe { libc::dladdr(frame as *const libc::c_void, &mut info) } != 0;
+    if !found || info.dli_fname.is_null() {
+        w.hex(frame);
+        return;
+    }
+    // SAFETY: dladdr set a NUL-terminated file name that lives as long as the mapping.
+    let file = unsafe { core::ffi::CStr::from_ptr(info.dli_fname) }.to_bytes();
+    let file = file.rsplit(|&b| b == b'/').next().unwrap_or(file);
+    w.bytes(file)
+        .str("+")
+        .hex(frame.wrapping_sub(1).wrapping_sub(info.dli_fbase as usize));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
