@@ -760,7 +760,12 @@ fn write_committed(w: &mut Writer, committed: usize, limit: usize) {
 
 /// Inserts `item` into `list[..*len]`, kept in decreasing `key` order and at most
 /// `list.len()` long, if it ranks among them (an allocation-free top-N).
-fn offer_top<T: Copy>(list: &mut [T], len: &mut usize, item: T, key: impl Fn(&T) -> usize) {
+pub(crate) fn offer_top<T: Copy>(
+    list: &mut [T],
+    len: &mut usize,
+    item: T,
+    key: impl Fn(&T) -> usize,
+) {
     let mut at = *len;
     while at > 0 && key(&list[at - 1]) < key(&item) {
         at -= 1;

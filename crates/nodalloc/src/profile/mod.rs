@@ -333,6 +333,7 @@ const LEAK_FRAMES: usize = 4;
 /// OFFSET` resolves). Without allocating: an exit hook's report.
 pub(crate) fn report_leaks(fd: i32) {
     let mut top: [(u64, u64, usize); LEAK_SITES] = [(0, 0, 0); LEAK_SITES];
+    let mut top_len = 0;
     let (mut bytes, mut objects, mut sites_live) = (0u64, 0u64, 0u64);
     sites::for_each(|site| {
         let live = site.inuse_bytes.load(core::sync::atomic::Ordering::Relaxed);
@@ -346,13 +347,10 @@ pub(crate) fn report_leaks(fd: i32) {
         objects += count;
         sites_live += 1;
         let index = sites::index_of(site);
-        if let Some(slot) = (0..LEAK_SITES).min_by_key(|&i| top[i].0) {
-            if live > top[slot].0 {
-                top[slot] = (live, count, index);
-            }
-        }
+        crate::stats::offer_top(&mut top, &mut top_len, (live, count, index), |entry| {
+            entry.0 as usize
+        });
     });
-    top.sort_unstable_by_key(|entry| core::cmp::Reverse(entry.0));
     let mut w = crate::os::Writer::new();
     w.str("nodalloc: heap profile at exit: ~")
         .size(bytes)
@@ -362,7 +360,7 @@ pub(crate) fn report_leaks(fd: i32) {
         .decimal(sites_live)
         .str(" sampled sites\n");
     w.write_to(fd);
-    for &(live, count, index) in top.iter().take_while(|entry| entry.0 != 0) {
+    for &(live, count, index) in &top[..top_len] {
         let Some(site) = sites::site_at(index) else {
             continue;
         };
