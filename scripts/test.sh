@@ -66,6 +66,10 @@ echo "== release-mode C ABI tests (the 15-second soak with its RSS bound; the mi
 echo "   the library as shipped, where a debug check's panic cannot stand in for nodalloc's abort)"
 cargo_test cargo test --release -p nodalloc-ffi --test c_abi --test misuse_suite
 
+echo "== release-mode profile tools (nodalloc profile top/diff/flamegraph on the sites themselves:"
+echo "   a debug library's malloc keeps a frame that hides its caller)"
+cargo_test cargo test --release -p nodalloc-cli --test profile
+
 echo "== nightly Rust: core::alloc::Allocator for &Heap (the nightly feature), std's collections in a heap"
 if cargo +nightly --version >/dev/null 2>&1; then
     CARGO_TARGET_DIR=target/nightly cargo_test cargo +nightly test -p nodalloc --features nightly \

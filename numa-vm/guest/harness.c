@@ -18,7 +18,7 @@
  * lives in mmap'd memory so that the allocator under test sees only the measured objects, and
  * output goes through write(2) from stack buffers so stdio never allocates behind our back.
  * Every group file (topology.c, placement.c, origin.c, binding.c, allowed_nodes.c, spill.c,
- * hostile.c, hostile_child.c, tiers.c) keeps to these rules.
+ * hostile.c, hostile_child.c, tiers.c, profile.c) keeps to these rules.
  */
 #include "harness.h"
 #include "tests.h"

@@ -104,6 +104,13 @@ const struct test tests[] = {
      .child = child_policy_bind,
      .peers = PEERS_SKIPPED,
      .needs = NEEDS_TWO_CPU_NODES},
+    /* Heap profiles (NODALLOC_PROFILE=1, set in the child): each sample's node label is where
+     * its memory is. */
+    {.name = "profile_node_labels",
+     .run = test_profile_node_labels,
+     .child = child_profile_node_labels,
+     .peers = PEERS_SKIPPED,
+     .needs = NEEDS_TWO_CPU_NODES},
     /* Hostile environments, last: they change system settings (/init restores them). */
     {.name = "overcommit_never", .run = test_overcommit_never, .peers = PEERS_SKIPPED},
     {.name = "thp_modes", .run = test_thp_modes, .peers = PEERS_SKIPPED},

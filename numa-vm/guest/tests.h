@@ -44,6 +44,10 @@ void test_two_node_mask(const char *test);
 void test_policy_bind(const char *test);
 void child_policy_bind(const char *argument);
 
+/* profile.c */
+void test_profile_node_labels(const char *test);
+void child_profile_node_labels(const char *argument);
+
 /* hostile.c */
 void test_overcommit_never(const char *test);
 void test_thp_modes(const char *test);

@@ -6,9 +6,12 @@
 //! - `nodalloc topology` prints the machine as the allocator sees it: usable nodes, their CPUs
 //!   and memory, distances, the kernel modes that matter, and the binding policy in force.
 //! - `nodalloc bench [--full] [...]` runs the allocator showdown (`nodalloc-bench`).
+//! - `nodalloc profile top|diff|flamegraph FILE…` reads heap profiles (pprof's format).
 //!
 //! A face only translates: the topology comes from the core crate's `nodalloc::topology()`,
 //! sizes are parsed by the core crate's parser, and the options' meaning stays with the library.
+
+mod profile;
 
 use clap::{Args, Parser, Subcommand};
 use nodalloc::raw::CpuSet;
@@ -55,6 +58,10 @@ enum Command {
         )]
         args: Vec<OsString>,
     },
+    /// Read heap profiles (NODALLOC_PROFILE, `nodalloc run --profile`, or any pprof file):
+    /// top functions, the change between two profiles, a flame graph.
+    #[command(subcommand)]
+    Profile(profile::ProfileCommand),
 }
 
 #[derive(Args)]
@@ -111,6 +118,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run(args),
         Command::Topology => topology(),
         Command::Bench { args } => bench(args),
+        Command::Profile(command) => profile::run(command),
     }
 }
 

@@ -21,6 +21,7 @@
 //! mark in the descriptor it reads anyway and takes the block's share off its site's live
 //! counts; nothing else needs to know which blocks are sampled.
 
+pub(crate) mod gzip;
 pub(crate) mod pprof;
 pub(crate) mod proto;
 pub(crate) mod sites;
@@ -53,8 +54,8 @@ pub fn is_on() -> bool {
     rate() != 0
 }
 
-/// The heap profile in pprof's `profile.proto` format (uncompressed; `pprof` and the tools
-/// that read its format take it as it is), for a service to serve on an endpoint as
+/// The heap profile in pprof's `profile.proto` format, in a gzip stream as pprof files are
+/// (stored blocks: not compressed, see `gzip.rs`), for a service to serve on an endpoint as
 /// `jemalloc_pprof` users do; `None` with profiling off. The bytes are allocated through the
 /// global allocator, outside the allocator's own paths.
 ///
@@ -68,14 +69,9 @@ pub fn pprof() -> Option<Vec<u8>> {
     if !is_on() {
         return None;
     }
-    struct Bytes(Vec<u8>);
-    impl proto::Sink for Bytes {
-        fn put(&mut self, bytes: &[u8]) {
-            self.0.extend_from_slice(bytes);
-        }
-    }
-    let mut out = Bytes(Vec::new());
-    pprof::write(&mut out, rate(), wall_clock_ns()).then_some(out.0)
+    let mut out = gzip::Gzip::new(Vec::new());
+    let written = pprof::write(&mut out, rate(), wall_clock_ns());
+    written.then(|| out.finish())
 }
 
 /// Writes the heap profile (pprof's `profile.proto`) to the file at `path`, replacing it
@@ -244,8 +240,8 @@ pub(crate) fn dump_to(path: &core::ffi::CStr) -> Result<(), i32> {
     if fd < 0 {
         return Err(crate::os::errno());
     }
-    let mut sink = pprof::FdSink::new(fd);
-    let written = pprof::write(&mut sink, rate(), wall_clock_ns()) && sink.flush();
+    let mut out = gzip::Gzip::new(pprof::FdSink::new(fd));
+    let written = pprof::write(&mut out, rate(), wall_clock_ns()) && out.finish().flush();
     let error = crate::os::errno();
     // SAFETY: our own descriptor; the paths are NUL-terminated.
     unsafe {

@@ -15,7 +15,7 @@ use super::OBJECT_SHIFT;
 use core::sync::atomic::Ordering;
 
 /// The string table's fixed part, by index.
-const STRINGS: [&str; 13] = [
+const STRINGS: [&str; 14] = [
     "",
     "alloc_objects",
     "count",
@@ -29,6 +29,7 @@ const STRINGS: [&str; 13] = [
     "partition",
     "near",
     "far",
+    "os_node",
 ];
 const S_ALLOC_OBJECTS: u64 = 1;
 const S_COUNT: u64 = 2;
@@ -42,6 +43,7 @@ const S_TIER: u64 = 9;
 const S_PARTITION: u64 = 10;
 const S_NEAR: u64 = 11;
 const S_FAR: u64 = 12;
+const S_OS_NODE: u64 = 13;
 
 /// The mappings a profile can name.
 const MAX_MAPPINGS: usize = 512;
@@ -270,6 +272,9 @@ pub fn write(sink: &mut impl Sink, rate: u64, time_ns: u64) -> bool {
     // the largest label number written.
     let numbers = STRINGS.len() as u64 + 2 * mappings.as_slice().len() as u64;
     let mut largest = 0u64;
+    // The `node` label is nodalloc's node index (as its statistics and `nodalloc topology`
+    // number nodes); `os_node` is the kernel's number for it (numactl's, /sys's).
+    let topology = crate::instance::Instance::existing().map(|instance| instance.topology());
     sites::for_each(|site| {
         let key = site.key();
         let objects = |counter: &core::sync::atomic::AtomicU64| {
@@ -298,7 +303,13 @@ pub fn write(sink: &mut impl Sink, rate: u64, time_ns: u64) -> bool {
             numbers + u64::from(key.partition),
             0,
         );
-        largest = largest.max(u64::from(key.node).max(u64::from(key.partition)));
+        let os_node = topology.map_or(u64::from(key.node), |topology| {
+            topology.node(usize::from(key.node)).os_id as u64
+        });
+        label(&mut sample, S_OS_NODE, numbers + os_node, 0);
+        largest = largest
+            .max(u64::from(key.node).max(u64::from(key.partition)))
+            .max(os_node);
         debug_assert!(!sample.overflowed());
         proto::bytes(sink, 2, sample.as_bytes());
         for (index, &frame) in key.stack().iter().enumerate() {

@@ -101,6 +101,14 @@ impl<const N: usize> Message<N> {
     }
 }
 
+/// A growable buffer: `nodalloc::profile::pprof()`'s bytes (allocated outside the allocator's
+/// paths) and the tests'.
+impl Sink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
 impl<const N: usize> Sink for Message<N> {
     fn put(&mut self, bytes: &[u8]) {
         let end = self.len + bytes.len();
@@ -117,16 +125,9 @@ impl<const N: usize> Sink for Message<N> {
 mod tests {
     use super::*;
 
-    struct Bytes(Vec<u8>);
-    impl Sink for Bytes {
-        fn put(&mut self, bytes: &[u8]) {
-            self.0.extend_from_slice(bytes);
-        }
-    }
-
     #[test]
     fn fields_encode_as_the_wire_format_says() {
-        let mut out = Bytes(Vec::new());
+        let mut out = Vec::new();
         uint(&mut out, 1, 150);
         uint(&mut out, 2, 0);
         bytes(&mut out, 2, b"testing");
@@ -134,16 +135,16 @@ mod tests {
         packed(&mut out, 5, [].into_iter());
         // The examples of the protocol-buffer encoding guide.
         assert_eq!(
-            out.0,
+            out,
             [
                 0x08, 0x96, 0x01, // field 1 = 150
                 0x12, 0x07, b't', b'e', b's', b't', b'i', b'n', b'g', // field 2 = "testing"
                 0x22, 0x06, 0x03, 0x8e, 0x02, 0x9e, 0xa7, 0x05, // field 4 = [3, 270, 86942]
             ]
         );
-        let mut big = Bytes(Vec::new());
+        let mut big = Vec::new();
         uint(&mut big, 1, u64::MAX);
-        assert_eq!(big.0.len(), 1 + 10);
+        assert_eq!(big.len(), 1 + 10);
     }
 
     #[test]
