@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Three sites with known totals: `keep_small` 100 000 × 64 B and `keep_large` 1 000 × 8 KiB,
-/// kept; `churn` 100 000 × 100 B, freed. With an argument, `keep_large` keeps 2 000 × 8 KiB
+/// kept; `churn` 100 000 × 100 B, freed; `grow`, one block `realloc`ed from 4 KiB to 4 MiB by
+/// doubling (mostly in place: each resize is an allocation to the profile), kept. With an argument, `keep_large` keeps 2 000 × 8 KiB
 /// more (the growth a diff must name).
 const PROGRAM: &str = r#"
 #include <stdlib.h>
@@ -19,11 +20,15 @@ static void *volatile sink;
 SITE void *keep_small(size_t n) { void *p = malloc(n); sink = p; return p; }
 SITE void *keep_large(size_t n) { void *p = malloc(n); sink = p; return p; }
 SITE void *churn(size_t n) { void *p = malloc(n); sink = p; return p; }
+SITE void *grow(void *p, size_t n) { void *q = realloc(p, n); sink = q; return q; }
 int main(int argc, char **argv) {
     (void)argv;
     for (int i = 0; i < 100000; i++) memset(keep_small(64), 1, 64);
     for (int i = 0; i < 1000; i++) memset(keep_large(8192), 1, 64);
     for (int i = 0; i < 100000; i++) free(churn(100));
+    void *grown = malloc(4096);
+    for (size_t n = 8192; n <= (4u << 20); n *= 2) grown = grow(grown, n);
+    memset(grown, 1, 64);
     if (argc > 1)
         for (int i = 0; i < 2000; i++) memset(keep_large(8192), 1, 64);
     return 0;
@@ -34,6 +39,7 @@ const SMALL: f64 = 100_000.0 * 64.0;
 const LARGE: f64 = 1_000.0 * 8192.0;
 const CHURN: f64 = 100_000.0 * 100.0;
 const GROWTH: f64 = 2_000.0 * 8192.0;
+const GROWN: f64 = 4.0 * 1048576.0;
 
 fn nodalloc(args: &[&str]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_nodalloc"));
@@ -166,12 +172,15 @@ fn top_diff_and_flamegraph_name_the_sites_with_their_bytes() {
         // into the site is lost and stacks start at its caller (tests/c_abi/profile.rs). What
         // `main` holds and the growth still add up; the release pass of the test command
         // checks the sites themselves.
-        assert_near("main", cum("main", &table, &report), SMALL + LARGE, &report);
+        let live = SMALL + LARGE + GROWN;
+        assert_near("main", cum("main", &table, &report), live, &report);
         let report = stdout(
             &nodalloc(&["profile", "top", "--sample", "alloc_space", before_text]),
             "top --sample alloc_space",
         );
-        let all = SMALL + LARGE + CHURN;
+        // The grown block's sizes: 8 KiB, 16 KiB, … 4 MiB, about twice its last (and the
+        // first 4 KiB).
+        let all = SMALL + LARGE + CHURN + 2.0 * GROWN;
         assert_near("main", cum("main", &rows(&report), &report), all, &report);
         let report = stdout(
             &nodalloc(&["profile", "diff", "--cum", before_text, after_text]),
@@ -296,7 +305,7 @@ fn top_diff_and_flamegraph_name_the_sites_with_their_bytes() {
     );
     if cfg!(debug_assertions) {
         let all: f64 = folded.lines().map(value).sum();
-        assert_near("the stacks", all, SMALL + LARGE + GROWTH, &folded);
+        assert_near("the stacks", all, SMALL + LARGE + GROWTH + GROWN, &folded);
         assert!(svg.contains("main"));
     } else {
         let large = folded

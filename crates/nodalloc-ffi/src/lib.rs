@@ -320,8 +320,19 @@ pub(crate) unsafe extern "C" fn realloc_at(
             class.size()
         }
         Ok(Pointer::Large { bytes }) => {
-            if class_of_malloc(size).is_none() && raw::resize_large_in_place(old, size) {
-                return ptr;
+            if class_of_malloc(size).is_none() {
+                // The caller, for the heap profile (to which a resize is an allocation).
+                let mut heap = heap();
+                if let Some(heap) = heap.as_deref_mut() {
+                    heap.enter_caller(Caller {
+                        ret: site,
+                        frame,
+                        size,
+                    });
+                }
+                if raw::resize_large_in_place(heap, old, size) {
+                    return ptr;
+                }
             }
             bytes
         }

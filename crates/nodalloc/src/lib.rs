@@ -341,7 +341,10 @@ mod face {
                 (Some(old), Some(new)) if old == new => return ptr,
                 (None, None) => {
                     if let Some(instance) = Instance::existing() {
-                        if instance.resize_large_in_place(ptr, new_size) {
+                        let resized = with_heap(|heap| {
+                            instance.resize_large_in_place(Some(heap), ptr, new_size)
+                        });
+                        if resized {
                             return ptr;
                         }
                     }

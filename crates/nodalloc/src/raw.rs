@@ -155,9 +155,11 @@ pub unsafe fn free_small(
     }
 }
 
-/// Resizes a large object in place; false (nothing changed) if it cannot.
-pub fn resize_large_in_place(ptr: *mut u8, new_size: usize) -> bool {
-    Instance::existing().is_some_and(|instance| instance.resize_large_in_place(ptr, new_size))
+/// Resizes a large object in place; false (nothing changed) if it cannot. `heap` is the
+/// calling thread's, if it has one: the heap profile counts the resize there as an allocation
+/// of `new_size` (with the caller it entered).
+pub fn resize_large_in_place(heap: Option<&mut ThreadHeap>, ptr: *mut u8, new_size: usize) -> bool {
+    Instance::existing().is_some_and(|instance| instance.resize_large_in_place(heap, ptr, new_size))
 }
 
 /// Allocates on a chosen node (see [`crate::NodAlloc::alloc_on_node`]).

@@ -252,9 +252,28 @@ impl Instance {
         unsafe { self.heaps.large_is_zeroed(address) }
     }
 
-    /// Resizes a large object in place; false (nothing changed) if it cannot.
-    pub(crate) fn resize_large_in_place(self, object: *mut u8, new_size: usize) -> bool {
-        self.heaps.resize_large_in_place(object as usize, new_size)
+    /// Resizes a large object in place; false (nothing changed) if it cannot. To the heap
+    /// profile the resized block is a new allocation of `new_size` (as `realloc` is to
+    /// jemalloc's and tcmalloc's): a sample of the old block is forgotten, and the new size is
+    /// counted on `heap` and may be sampled (the caller's stack: a C caller entered in `heap`).
+    pub(crate) fn resize_large_in_place(
+        self,
+        heap: Option<&mut ThreadHeap>,
+        object: *mut u8,
+        new_size: usize,
+    ) -> bool {
+        if !self.heaps.resize_large_in_place(object as usize, new_size) {
+            return false;
+        }
+        if crate::profile::is_on() {
+            self.heaps.forget_sample(object as usize);
+            if let Some(heap) = heap.filter(|heap| !heap.is_retired()) {
+                if heap.sample_large(new_size) {
+                    heap.record_sample(object, new_size, new_size);
+                }
+            }
+        }
+        true
     }
 
     /// Classifies `ptr`, or names the misuse (inside the heap but not a live object's start).

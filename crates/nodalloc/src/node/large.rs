@@ -168,17 +168,20 @@ impl NodeHeaps {
         }
     }
 
-    /// Takes a sampled large block's share off its site's live counts as it is freed.
-    fn forget_sample(&self, address: usize) {
+    /// Takes a sampled large block's share off its site's live counts as it is freed or
+    /// resized (a resize is a new allocation to the profile), and unmarks it.
+    pub(crate) fn forget_sample(&self, address: usize) {
         let map = self.arena.map();
-        // SAFETY: a live large block the caller gives up: its descriptor is the caller's.
-        let large = unsafe { (*map.meta(map.unit_of(address))).role.large };
+        // SAFETY: a live large block the caller gives up or resizes: its descriptor is the
+        // caller's.
+        let large = unsafe { &mut (*map.meta(map.unit_of(address))).role.large };
         if large.sample_site != 0 {
             crate::profile::sites::forget(
                 large.sample_site as usize - 1,
                 large.sample_objects,
                 large.sample_bytes,
             );
+            large.sample_site = 0;
         }
     }
 
