@@ -10,7 +10,9 @@ use std::process::{Command, Output};
 
 /// Three sites with known totals: `keep_small` 100 000 × 64 B and `keep_large` 1 000 × 8 KiB,
 /// kept; `churn` 100 000 × 100 B, freed; `grow`, one block `realloc`ed from 4 KiB to 4 MiB by
-/// doubling (mostly in place: each resize is an allocation to the profile), kept. With an argument, `keep_large` keeps 2 000 × 8 KiB
+/// doubling (mostly in place: each resize is an allocation to the profile), kept; `wave`, 100
+/// rounds of 2 000 × 64 B allocated then all freed (lists that grow and shrink by whole
+/// batches), freed. With an argument, `keep_large` keeps 2 000 × 8 KiB
 /// more (the growth a diff must name).
 const PROGRAM: &str = r#"
 #include <stdlib.h>
@@ -21,11 +23,17 @@ SITE void *keep_small(size_t n) { void *p = malloc(n); sink = p; return p; }
 SITE void *keep_large(size_t n) { void *p = malloc(n); sink = p; return p; }
 SITE void *churn(size_t n) { void *p = malloc(n); sink = p; return p; }
 SITE void *grow(void *p, size_t n) { void *q = realloc(p, n); sink = q; return q; }
+SITE void *wave(size_t n) { void *p = malloc(n); sink = p; return p; }
+static void *waves[2000];
 int main(int argc, char **argv) {
     (void)argv;
     for (int i = 0; i < 100000; i++) memset(keep_small(64), 1, 64);
     for (int i = 0; i < 1000; i++) memset(keep_large(8192), 1, 64);
     for (int i = 0; i < 100000; i++) free(churn(100));
+    for (int r = 0; r < 100; r++) {
+        for (int i = 0; i < 2000; i++) waves[i] = wave(64);
+        for (int i = 0; i < 2000; i++) free(waves[i]);
+    }
     void *grown = malloc(4096);
     for (size_t n = 8192; n <= (4u << 20); n *= 2) grown = grow(grown, n);
     memset(grown, 1, 64);
@@ -40,6 +48,7 @@ const LARGE: f64 = 1_000.0 * 8192.0;
 const CHURN: f64 = 100_000.0 * 100.0;
 const GROWTH: f64 = 2_000.0 * 8192.0;
 const GROWN: f64 = 4.0 * 1048576.0;
+const WAVES: f64 = 100.0 * 2_000.0 * 64.0;
 
 fn nodalloc(args: &[&str]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_nodalloc"));
@@ -180,7 +189,7 @@ fn top_diff_and_flamegraph_name_the_sites_with_their_bytes() {
         );
         // The grown block's sizes: 8 KiB, 16 KiB, … 4 MiB, about twice its last (and the
         // first 4 KiB).
-        let all = SMALL + LARGE + CHURN + 2.0 * GROWN;
+        let all = SMALL + LARGE + CHURN + 2.0 * GROWN + WAVES;
         assert_near("main", cum("main", &rows(&report), &report), all, &report);
         let report = stdout(
             &nodalloc(&["profile", "diff", "--cum", before_text, after_text]),
@@ -213,12 +222,9 @@ fn top_diff_and_flamegraph_name_the_sites_with_their_bytes() {
             &nodalloc(&["profile", "top", "--sample", "alloc_space", before_text]),
             "top --sample alloc_space",
         );
-        assert_near(
-            "churn",
-            flat("churn", &rows(&report), &report),
-            CHURN,
-            &report,
-        );
+        let allocated = rows(&report);
+        assert_near("churn", flat("churn", &allocated, &report), CHURN, &report);
+        assert_near("wave", flat("wave", &allocated, &report), WAVES, &report);
 
         // Google's pprof reads the same bytes from the file.
         if let Some(pprof) = pprof() {

@@ -189,6 +189,12 @@ unsafe extern "C" fn free_slow(ptr: *mut u8) {
             // SAFETY: a small block of this heap's node, which the caller gives up.
             return unsafe { screen::free_partitioned(heap, ptr, class, part) };
         }
+        if let Some(class) = heap.lean_class_of(ptr) {
+            // The heap profile's lean mode: the free fast path's push, then the list's budget.
+            // SAFETY: a small block of this heap's node, which the caller gives up.
+            unsafe { heap.free_screened(ptr, class.slot(), screen::SCREEN) };
+            return heap.lean_enforce(class);
+        }
     }
     // SAFETY: forwarded contract.
     unsafe { free_general(ptr) }

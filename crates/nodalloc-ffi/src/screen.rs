@@ -44,9 +44,12 @@ pub(crate) unsafe fn free_classified(
 ) {
     match heap {
         // SAFETY: forwarded contract; a block of this heap's node.
-        Some(heap) if heap.caches_node(origin) => unsafe {
-            heap.free_screened(ptr, class.slot(), SCREEN)
-        },
+        Some(heap) if heap.caches_node(origin) => {
+            // SAFETY: forwarded contract; a block of this heap's node.
+            unsafe { heap.free_screened(ptr, class.slot(), SCREEN) };
+            // The heap profile's lean mode frees here (its lists are kept under budget).
+            heap.lean_enforce(class);
+        }
         // SAFETY: forwarded contract.
         Some(heap) if heap.partitions_node(origin) => unsafe {
             screen_partitioned(heap, ptr, class)

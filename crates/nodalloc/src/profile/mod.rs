@@ -142,6 +142,17 @@ impl Sampler {
         self.left = self.draw();
     }
 
+    /// The number of allocations of `size` bytes up to and including the next one to sample,
+    /// when allocations of that size are counted apart: a geometric variate of parameter
+    /// `1 − e^(−size/rate)` (each allocation sampled with the probability [`Sampler::take`]
+    /// gives it), drawn as ⌈E/size⌉ with E exponential of mean `rate`. At least 1.
+    pub fn draw_objects(&mut self, size: usize) -> u32 {
+        let bytes = self.draw() as u64;
+        bytes
+            .div_ceil(size.max(1) as u64)
+            .clamp(1, u64::from(u32::MAX)) as u32
+    }
+
     /// An exponential variate of mean `rate`, in bytes (at least 1).
     fn draw(&mut self) -> i64 {
         let rate = self.rate;

@@ -174,6 +174,17 @@ pub struct ThreadHeap {
     caller: Caller,
     /// The thread's stack mapping, for the profile's stack walks (empty until read).
     stack: (usize, usize),
+    /// Heap profiling through the class lists (profiling on, call-site partitions off; see
+    /// `profile.rs`): the fast paths pop, frees take the slow path, and each class's list holds
+    /// fewer objects than its next sample is allocations away.
+    lean: bool,
+    /// In lean mode while attached, the home view the free fast path would use (its own is
+    /// empty, so that frees come to the slow path); `NONE` otherwise.
+    lean_home: HomeView,
+    /// Per class, in lean mode: allocations left up to and including the next sampled one.
+    budget: [u32; NUM_CLASSES],
+    /// Per class, in lean mode: the list's pops since publication when last counted.
+    seen: [u32; NUM_CLASSES],
 }
 
 /// The CPU word of a heap that does not follow its thread's CPU: it never changes.
@@ -249,6 +260,10 @@ impl ThreadHeap {
                 size: 0,
             },
             stack: (0, 0),
+            lean: false,
+            lean_home: HomeView::NONE,
+            budget: [0; NUM_CLASSES],
+            seen: [0; NUM_CLASSES],
         }
     }
 
@@ -292,19 +307,30 @@ impl ThreadHeap {
         self.node = node;
         self.home = heaps.home_view(node);
         self.secure = heaps.is_secure();
-        // With heap profiling on, calls take the partition lists (one partition when the mode
-        // is off), where the sampler counts them: the fast paths never see them.
+        // With heap profiling on, calls with call-site partitions take the partition lists,
+        // where the sampler counts them; without, the class lists in lean mode (`profile.rs`):
+        // allocations pop them, frees take the slow path, where the lists are kept shorter
+        // than each class's next sample.
         let profiling = crate::profile::rate() != 0 && !self.secure;
-        self.partitions = heaps.partitions().max(usize::from(profiling));
+        self.partitions = heaps.partitions();
+        self.lean = profiling && self.partitions == 0;
         if profiling && !self.sampler.is_started() {
             self.sampler.start(
                 crate::profile::rate(),
                 self as *const Self as u64 ^ os::monotonic_ns(),
             );
         }
-        if self.partitions != 0 {
-            // Frees go to the partition lists too: the class lists' fast paths never match.
+        self.lean_home = HomeView::NONE;
+        if self.lean {
+            self.lean_home = self.home;
+        }
+        if self.partitions != 0 || self.lean {
+            // Frees go to the partition lists, or through the lean mode's slow path: the class
+            // lists' free fast paths never match.
             self.home = HomeView::NONE;
+        }
+        if self.lean {
+            self.start_lean();
         }
         self.scope_part = partition::scope_partition(self.scope, self.partitions);
         self.part_view = heaps.partition_view(node, self.partitions);

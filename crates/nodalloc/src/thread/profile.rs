@@ -1,16 +1,33 @@
 //! The thread side of the heap profile (`crate::profile`): the count of the bytes allocations
 //! ask for, once per allocation, and the sampled allocation itself.
 //!
-//! With profiling on the heap runs its calls through the partition lists (`partition.rs`),
-//! which the fast paths never see, so every allocation reaches one of this heap's slow entries:
-//! the C face's [`ThreadHeap::partition_hit`] followed, when it misses, by
-//! [`ThreadHeap::alloc_after_partition_hit`]; [`ThreadHeap::alloc_slow`]; or
-//! [`ThreadHeap::alloc_zeroed`]. The first of them an allocation reaches counts it
-//! ([`ThreadHeap::count_allocation`]); [`SampleState`] carries what it found to the next
-//! one, so that an allocation is counted once however many of them it passes.
+//! Two ways of counting, one per mode of the heap:
+//!
+//! - **Lean mode** (call-site partitions off, the usual case): the class lists serve as
+//!   always, and the fast paths' instructions are those of profiling off. What makes it
+//!   possible: each class is sampled on its own, with a budget of allocations up to and
+//!   including its next sample, drawn from the geometric law that sampling every allocation
+//!   with probability `1 − e^(−size/rate)` gives (independent per class, the samples of all
+//!   classes together are still one sampling by bytes at `rate`: unbiased). A list's pops are
+//!   counted exactly by what it keeps for the statistics (`FreeList::pops_since_publish`), so a
+//!   slow entry knows how much of the budget the fast paths spent. The list is kept shorter than
+//!   the budget (`lean_enforce`, objects past it go back to the node heap), and frees take the
+//!   slow path (the home view is empty), where that is checked again: the pops between two slow
+//!   entries can never exceed the budget, and the allocation that reaches zero finds the list
+//!   empty, misses, and is the sample.
+//! - **With call-site partitions** the heap runs its calls through the partition lists
+//!   (`partition.rs`), which the fast paths never see, so every allocation reaches one of this
+//!   heap's slow entries: the C face's [`ThreadHeap::partition_hit`] followed, when it misses,
+//!   by [`ThreadHeap::alloc_after_partition_hit`]; [`ThreadHeap::alloc_slow`]; or
+//!   [`ThreadHeap::alloc_zeroed`]. The first of them an allocation reaches counts it by bytes
+//!   ([`ThreadHeap::count_allocation`]); [`SampleState`] carries what it found to the next
+//!   one, so that an allocation is counted once however many of them it passes.
+//!
+//! Large allocations are counted by bytes in both modes (`sample_large`).
 
 use super::{HeapState, ThreadHeap};
 use crate::profile::{self, sites};
+use crate::size_class::SizeClass;
 use core::ptr::null_mut;
 
 /// What the entry that counted an allocation found, for the entry that serves it.
@@ -66,7 +83,137 @@ impl ThreadHeap {
     /// Counts a large allocation of `bytes` (served by the caller); true when it is to be
     /// sampled ([`Self::record_sample`] once it is).
     pub(crate) fn sample_large(&mut self, bytes: usize) -> bool {
-        self.counts_allocations() && self.count_allocation(bytes)
+        (self.counts_allocations() || self.lean_counts()) && self.count_allocation(bytes)
+    }
+
+    /// True when the heap counts through its class lists (lean mode, attached).
+    #[inline]
+    pub(super) fn lean_counts(&self) -> bool {
+        self.lean && self.state == HeapState::Active
+    }
+
+    /// Lean mode's start on attach: a budget for each class that has none yet (a heap the pool
+    /// kept keeps its budgets and lists), counted from the lists' pops as they are now.
+    pub(super) fn start_lean(&mut self) {
+        for index in 0..self.lists.len() {
+            if self.budget[index] == 0 {
+                let size = crate::size_class::SizeClass(index as u8).size();
+                self.budget[index] = self.sampler.draw_objects(size);
+            }
+            self.seen[index] = self.lists[index].pops_since_publish();
+        }
+    }
+
+    /// Takes the pops of `class`'s list since the last count off its budget; returns them.
+    fn lean_sync(&mut self, class: SizeClass) -> u32 {
+        let index = class.index();
+        let pops = self.lists[index].pops_since_publish();
+        let spent = pops.wrapping_sub(self.seen[index]);
+        self.seen[index] = pops;
+        // Never below 1: a list is kept shorter than its budget, so the pops since the last
+        // count leave at least the allocation that is due (a path that lengthened a list
+        // without `lean_enforce` makes the next allocation the sample, a little late).
+        self.budget[index] = self.budget[index].saturating_sub(spent).max(1);
+        spent
+    }
+
+    /// The lists' counts are about to be published (their pop counts restart at zero).
+    pub(super) fn lean_before_publish(&mut self, class: SizeClass) {
+        if self.lean {
+            self.lean_sync(class);
+        }
+    }
+
+    /// The lists' counts were published: their pop counts start from zero.
+    pub(super) fn lean_after_publish(&mut self, class: SizeClass) {
+        self.seen[class.index()] = 0;
+    }
+
+    /// Lean mode, a slow entry of an allocation of `class`: true when it is the sample (its
+    /// class's budget is down to it; the list is then empty, or a path lengthened it past the
+    /// budget).
+    pub(super) fn lean_due(&mut self, class: SizeClass) -> bool {
+        self.lean_sync(class);
+        self.budget[class.index()] == 1
+    }
+
+    /// Lean mode, after a slow entry served an allocation of `class` that was not the sample:
+    /// counted (by its pop, or here when the path served it without popping the list), and the
+    /// list brought under the budget.
+    pub(super) fn lean_served(&mut self, class: SizeClass) {
+        if self.lean_sync(class) == 0 {
+            let budget = &mut self.budget[class.index()];
+            *budget = budget.saturating_sub(1).max(1);
+        }
+        self.lean_enforce(class);
+    }
+
+    /// Lean mode, the sample of `class` was taken: the next budget.
+    pub(super) fn lean_sampled(&mut self, class: SizeClass) {
+        self.budget[class.index()] = self.sampler.draw_objects(class.size());
+        self.lean_enforce(class);
+    }
+
+    /// Lean mode: the class of `object` when a free may push it onto this heap's list (what the
+    /// free fast path's home check finds with profiling off: a small object of the heap's node
+    /// at an object boundary); `None`, touching nothing, for anything else and outside the mode.
+    #[inline]
+    pub fn lean_class_of(&self, object: *const u8) -> Option<SizeClass> {
+        self.lean_home
+            .bag_object(object, |class| self.lists[class.index()].start_magic)
+            .map(|(class, _)| class)
+    }
+
+    /// Keeps `class`'s list shorter than its budget: the objects past it (the least recently
+    /// freed) go back to the node heap. After every slow path that may lengthen the list (a
+    /// face's free path that pushed onto it calls it); nothing outside the lean mode.
+    #[inline]
+    pub fn lean_enforce(&mut self, class: SizeClass) {
+        if !self.lean {
+            return;
+        }
+        let index = class.index();
+        let list = &self.lists[index];
+        let spent = list.pops_since_publish().wrapping_sub(self.seen[index]);
+        if (list.len() as u32).saturating_add(spent) < self.budget[index] {
+            return;
+        }
+        self.lean_trim(class);
+    }
+
+    /// [`Self::lean_enforce`] for a list that reaches its budget.
+    #[cold]
+    #[inline(never)]
+    fn lean_trim(&mut self, class: SizeClass) {
+        if !self.lean_counts() {
+            return;
+        }
+        self.lean_sync(class);
+        let index = class.index();
+        let count = self.lists[index].len() as u32;
+        if count < self.budget[index] {
+            return;
+        }
+        // Half of what the budget allows, so that the walk to the cut (as long as what is
+        // kept) is paid once per as many frees as it kept, not on every free while the list
+        // stays at its budget (a program that frees in waves did that: 43 % of its time).
+        let keep = (self.budget[index] - 1) / 2;
+        let Some(heaps) = self.heaps() else { return };
+        let list = &mut self.lists[index];
+        let batch = if keep == 0 {
+            list.take_all(false)
+        } else {
+            list.keep_newest(
+                keep,
+                // SAFETY: cached objects of this class, ours.
+                |object| unsafe { heaps.read_link(object, class) },
+                // SAFETY: as above; cutting the list after the last one kept.
+                |object, next| unsafe { heaps.write_link(object, next) },
+            )
+        };
+        // The cut changed the count, not the pops.
+        self.seen[index] = self.lists[index].pops_since_publish();
+        self.give_back(heaps, crate::node::Partition::DEFAULT, class, batch, false);
     }
 
     /// A sampled allocation of a block of `bytes`: a large block of its own, recorded with

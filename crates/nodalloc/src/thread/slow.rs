@@ -18,6 +18,19 @@ impl ThreadHeap {
         debug_assert!(bytes <= class.size());
         let mut object = self.alloc_cached(class);
         let mut clear = bytes;
+        let lean = object.is_null() && self.lean_counts();
+        if lean {
+            self.caller.size = bytes;
+            if self.lean_due(class) {
+                object = self.alloc_sampled(class.size());
+                self.lean_sampled(class);
+                if !object.is_null() {
+                    // SAFETY: a block of at least `class.size() >= bytes` bytes, the caller's.
+                    unsafe { object.write_bytes(0, bytes) };
+                }
+                return object;
+            }
+        }
         if object.is_null() && self.counts_allocations() {
             self.caller.size = bytes;
             if self.count_allocation(class.size()) {
@@ -47,10 +60,17 @@ impl ThreadHeap {
             }
         }
         if object.is_null() {
-            object = self.alloc_slow(class);
+            object = if lean {
+                self.alloc_uncounted(class)
+            } else {
+                self.alloc_slow(class)
+            };
         } else {
             // Served above: the count passed on is this allocation's, not the next one's.
             self.sample_state = super::SampleState::Idle;
+        }
+        if lean {
+            self.lean_served(class);
         }
         if !object.is_null() {
             // SAFETY: the object holds `class.size() >= bytes` bytes and is the caller's now.
@@ -64,6 +84,9 @@ impl ThreadHeap {
     /// heap last saw it), the site's list was empty and this refills without popping it again;
     /// otherwise [`Self::alloc_slow`] (which follows a move first, then pops the partition).
     pub fn alloc_after_partition_hit(&mut self, class: SizeClass) -> *mut u8 {
+        if self.lean_counts() {
+            return self.alloc_lean(class);
+        }
         if self.counts_allocations() && self.count_allocation(class.size()) {
             return self.alloc_sampled(class.size());
         }
@@ -82,6 +105,9 @@ impl ThreadHeap {
     /// partitions, the partition cache's pop for the current partition.
     #[inline(never)]
     pub fn alloc_slow(&mut self, class: SizeClass) -> *mut u8 {
+        if self.lean_counts() {
+            return self.alloc_lean(class);
+        }
         if self.counts_allocations() && self.count_allocation(class.size()) {
             self.untouched = false;
             return self.alloc_sampled(class.size());
@@ -95,6 +121,22 @@ impl ThreadHeap {
     pub fn alloc_slow_asked(&mut self, class: SizeClass, size: usize) -> *mut u8 {
         self.caller.size = size;
         self.alloc_slow(class)
+    }
+
+    /// [`Self::alloc_slow`] in the heap profile's lean mode (`profile.rs`): the sample when
+    /// the class's budget is down to this allocation, else the refill path, counted.
+    #[cold]
+    #[inline(never)]
+    fn alloc_lean(&mut self, class: SizeClass) -> *mut u8 {
+        if self.lean_due(class) {
+            self.untouched = false;
+            let object = self.alloc_sampled(class.size());
+            self.lean_sampled(class);
+            return object;
+        }
+        let object = self.alloc_uncounted(class);
+        self.lean_served(class);
+        object
     }
 
     /// [`Self::alloc_slow`] for an allocation the heap profile has counted already.
@@ -370,6 +412,12 @@ impl ThreadHeap {
     #[inline(never)]
     pub unsafe fn free_slow(&mut self, object: *mut u8, class: SizeClass) {
         self.check_moved();
+        if self.lean_class_of(object) == Some(class) {
+            // The heap profile's lean mode: the push the fast path would have made.
+            // SAFETY: forwarded contract; a small object of this heap's node.
+            unsafe { self.free_local(object, class) };
+            return self.lean_enforce(class);
+        }
         if let Some((found, part)) = self.partition_class_of(object) {
             if found == class {
                 // SAFETY: forwarded contract; a small object of this heap's node.
@@ -414,9 +462,11 @@ impl ThreadHeap {
         }
         if origin == self.node {
             // The region check of `free` is this very test, so this is unreachable once
-            // attached; pushing locally keeps the object even if that ever changed.
+            // attached but in the heap profile's lean mode (whose home view is empty, so that
+            // its lists are kept under their budgets here).
             // SAFETY: forwarded contract.
-            return unsafe { self.free_local(object, class) };
+            unsafe { self.free_local(object, class) };
+            return self.lean_enforce(class);
         }
         // SAFETY: forwarded contract.
         unsafe { self.send_to_outbox(heaps, origin, object) }

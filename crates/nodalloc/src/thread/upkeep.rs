@@ -77,11 +77,13 @@ impl ThreadHeap {
     /// Publishes the class's alloc/free counts to its node heap's statistics.
     pub(super) fn publish(&mut self, class: SizeClass) {
         let heaps = self.heaps();
-        let list = &mut self.lists[class.index()];
-        if list.is_idle() {
+        if self.lists[class.index()].is_idle() {
             return;
         }
+        self.lean_before_publish(class);
+        let list = &mut self.lists[class.index()];
         let (allocs, frees) = list.take_counts();
+        self.lean_after_publish(class);
         self.published |= 1 << class.index();
         if let Some(heaps) = heaps {
             heaps.publish_counts(self.node, Partition::DEFAULT, class, allocs, frees);
@@ -147,6 +149,7 @@ impl ThreadHeap {
         self.state = HeapState::Fresh;
         self.kept_since = now.max(1);
         self.home = HomeView::NONE;
+        self.lean_home = HomeView::NONE;
         self.part_fast = false;
         self.part_view = PartitionView::NONE;
         (self.arena_base, self.arena_words) = (0, 0);
@@ -188,6 +191,7 @@ impl ThreadHeap {
             self.state = HeapState::Retired;
             // Every free now fails the region check and takes the slow path.
             self.home = HomeView::NONE;
+            self.lean_home = HomeView::NONE;
             self.part_fast = false;
             self.part_view = PartitionView::NONE;
         }
