@@ -1,18 +1,31 @@
-//! The heap-misuse suite (`tests/c/misuse_suite.cpp`: one bad operation per case, each category
-//! at 8, 4096 and 262144 bytes) against `libnodalloc.so` under `LD_PRELOAD`, in default and in
-//! secure mode. Every case runs; the cases of the table `tests/c/misuse_cases.def` (per category
-//! and mode, the sizes at which nodalloc caught it every time when the table was filled; the
-//! program includes the same file for its categories) must be caught, and an abort must
-//! name the pointer the program announced (or a block it announced as nearby: an overflow is
-//! found in the neighbour it reached). A fault (SIGSEGV, SIGBUS: a guard page, or a link
-//! followed into unmapped memory) is accepted without a message, and so is, against the debug
-//! library, the panic of one of its checks where the release library would fault. The score of each mode is
-//! printed (`cargo test --release -p nodalloc-ffi --test misuse_suite -- --nocapture`);
-//! `scripts/misuse-score.sh` compares it with glibc and other allocators.
+//! The heap-misuse suite (`tests/c/misuse_suite.cpp`) against `libnodalloc.so` under
+//! `LD_PRELOAD`, in default and in secure mode. It holds two sets of cases, scored apart:
 //!
-//! A case is caught when the process dies of a signal, exits non-zero, or ends without its
-//! `unnoticed CATEGORY SIZE` line (the cases whose harm is an outcome print it only when they
-//! observe the outcome).
+//! - **The public suite of record**, mimalloc-bench's `bench/security`: one case per program
+//!   of it, 116 in all (37 C programs at 8, 4096 and 262144 bytes, 5 C++ programs at 4096), each
+//!   doing what that program does and named as its binary is (`double_free_small`), listed in
+//!   the table `tests/c/public_cases.def`. The verdict is the public suite's (its `bench.sh`): a
+//!   program is caught when it dies, or exits, before printing its `NOT_CAUGHT` line, within 1 s;
+//!   one that prints the line is missed, whatever happens after. The table's caught columns (the
+//!   programs nodalloc caught in every run of the public suite itself) must be caught, and the
+//!   score of each mode, `public suite: N of 116`, must reach their count; a program the table
+//!   marks as caught in some runs only (`?`) is held neither way.
+//! - **The project's extra cases** (`tests/c/misuse_cases.def`: one bad operation per case, each
+//!   category at 8, 4096 and 262144 bytes, among neighbours and followed by what a program does
+//!   next). The table's caught columns (the sizes at which nodalloc caught a category every time
+//!   when the table was filled) must be caught, and an abort must name the pointer the program
+//!   announced (or a block it announced as nearby: an overflow is found in the neighbour it
+//!   reached). A case is caught when the process dies of a signal, exits non-zero, or ends
+//!   without its `unnoticed CATEGORY SIZE` line (the cases whose harm is an outcome print it only
+//!   when they observe the outcome).
+//!
+//! In both, a fault (SIGSEGV, SIGBUS: a guard page, an inaccessible `malloc(0)`, or a link
+//! followed into unmapped memory) is accepted without a message, and so is, against the debug
+//! library, the panic of one of its checks where the release library would fault; any other
+//! abort must carry a `nodalloc: ` message. The program reads both tables as X-macros, so a new
+//! case is a function there and a row in a table. Each mode's scores are printed
+//! (`cargo test --release -p nodalloc-ffi --test misuse_suite -- --nocapture`);
+//! `scripts/misuse-score.sh` compares them with glibc and other allocators.
 
 mod common;
 
@@ -39,6 +52,28 @@ const SIGSEGV: i32 = 11;
 /// caught). `misuse_suite.cpp` includes the same file as an X-macro for its categories.
 const TABLE: &str = include_str!("c/misuse_cases.def");
 
+/// The table of the public suite's programs (`PUBLIC_CASE(...)` rows), read the same way.
+const PUBLIC_TABLE: &str = include_str!("c/public_cases.def");
+
+/// Programs in mimalloc-bench's `bench/security`, as its CMakeLists builds them: 37 C programs
+/// at three sizes and 5 C++ programs once.
+const PUBLIC_PROGRAMS: usize = 116;
+
+/// The public suite's bound on a program (`timeout 1s` in its `bench.sh`): one that has not
+/// ended by then is not caught.
+const PUBLIC_TIME_LIMIT: Duration = Duration::from_secs(1);
+
+/// The compiler flags of the public suite's build (`bench/security/CMakeLists.txt`) that keep a
+/// misuse from being inlined or folded away, and C++'s sized deallocation, which its C++ programs
+/// are built with (`-fsized-deallocation`): the program is built with them too.
+const PUBLIC_BUILD_FLAGS: [&str; 5] = [
+    "-fno-inline",
+    "-fno-builtin-inline",
+    "-fno-inline-small-functions",
+    "-fno-ipa-pure-const",
+    "-fsized-deallocation",
+];
+
 /// One row of the table: a category and, per mode, the sizes at which nodalloc must catch it.
 #[derive(Debug, PartialEq)]
 struct Row<'a> {
@@ -50,18 +85,28 @@ struct Row<'a> {
 /// The rows of `text` (the table's format), or what is wrong with the first line that is not a
 /// blank line, a `//` comment or a row on one line.
 fn parse_table(text: &str) -> Result<Vec<Row<'_>>, String> {
-    let mut rows: Vec<Row> = Vec::new();
+    parse_rows(text, parse_row, |row| row.category)
+}
+
+/// The rows of a table in `text`, each line parsed by `parse`; `key` names a row, which must be
+/// the only one of its name.
+fn parse_rows<'a, R>(
+    text: &'a str,
+    parse: fn(&'a str) -> Result<R, String>,
+    key: fn(&R) -> &'a str,
+) -> Result<Vec<R>, String> {
+    let mut rows: Vec<R> = Vec::new();
     for (index, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with("//") {
             continue;
         }
-        let row = parse_row(line).map_err(|why| format!("line {}: {why}: {line}", index + 1))?;
-        if rows.iter().any(|earlier| earlier.category == row.category) {
+        let row = parse(line).map_err(|why| format!("line {}: {why}: {line}", index + 1))?;
+        if rows.iter().any(|earlier| key(earlier) == key(&row)) {
             return Err(format!(
-                "line {}: category {} has a row already",
+                "line {}: {} has a row already",
                 index + 1,
-                row.category
+                key(&row)
             ));
         }
         rows.push(row);
@@ -69,13 +114,30 @@ fn parse_table(text: &str) -> Result<Vec<Row<'_>>, String> {
     Ok(rows)
 }
 
+/// The fields of `MACRO(...)` on one line, trimmed.
+fn macro_fields<'a>(line: &'a str, name: &str) -> Result<Vec<&'a str>, String> {
+    line.strip_prefix(name)
+        .and_then(|rest| rest.strip_prefix('('))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .map(|arguments| arguments.split(',').map(str::trim).collect())
+        .ok_or_else(|| format!("not a {name}(...) row on one line"))
+}
+
+/// Fails unless `function` is a C++ identifier, as the function column must be.
+fn check_identifier(function: &str) -> Result<(), String> {
+    let identifier = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    if function.is_empty()
+        || function.starts_with(|c: char| c.is_ascii_digit())
+        || !function.chars().all(identifier)
+    {
+        return Err(format!("function {function:?} is not a C++ identifier"));
+    }
+    Ok(())
+}
+
 /// `MISUSE_CASE("category", function, "default sizes", "secure sizes")`.
 fn parse_row(line: &str) -> Result<Row<'_>, String> {
-    let arguments = line
-        .strip_prefix("MISUSE_CASE(")
-        .and_then(|rest| rest.strip_suffix(')'))
-        .ok_or("not a MISUSE_CASE(...) row on one line")?;
-    let fields: Vec<&str> = arguments.split(',').map(str::trim).collect();
+    let fields = macro_fields(line, "MISUSE_CASE")?;
     let [category, function, caught_default, caught_secure] = fields[..] else {
         return Err(format!("{} fields, not 4", fields.len()));
     };
@@ -89,13 +151,7 @@ fn parse_row(line: &str) -> Result<Row<'_>, String> {
             "category {category:?} is not lower-case words joined by '-'"
         ));
     }
-    let identifier = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    if function.is_empty()
-        || function.starts_with(|c: char| c.is_ascii_digit())
-        || !function.chars().all(identifier)
-    {
-        return Err(format!("function {function:?} is not a C++ identifier"));
-    }
+    check_identifier(function)?;
     Ok(Row {
         category,
         caught_default: sizes(quoted(caught_default)?)?,
@@ -136,6 +192,170 @@ fn sizes(column: &str) -> Result<Vec<usize>, String> {
 /// The table's rows; a test fails here if it does not parse.
 fn table() -> Vec<Row<'static>> {
     parse_table(TABLE).unwrap_or_else(|why| panic!("tests/c/misuse_cases.def, {why}"))
+}
+
+/// What the public table expects of a program in one mode.
+#[derive(Debug, Default, PartialEq)]
+struct Expected {
+    /// The sizes at which nodalloc must catch it.
+    caught: Vec<usize>,
+    /// The sizes at which it catches it in some runs only (`?SIZE`): held neither way.
+    sometimes: Vec<usize>,
+}
+
+/// One row of the public table: a program of the public suite, the sizes it is built at, and
+/// what nodalloc must catch of it per mode.
+#[derive(Debug, PartialEq)]
+struct PublicRow<'a> {
+    program: &'a str,
+    sizes: Vec<usize>,
+    expected_default: Expected,
+    expected_secure: Expected,
+}
+
+/// What the public table holds nodalloc to for one run of a program.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Expectation {
+    Caught,
+    Sometimes,
+    /// Not caught when the table was filled: a catch is reported, not required.
+    Missed,
+}
+
+impl Expected {
+    /// What is expected of the program at `size`.
+    fn at(&self, size: usize) -> Expectation {
+        if self.caught.contains(&size) {
+            Expectation::Caught
+        } else if self.sometimes.contains(&size) {
+            Expectation::Sometimes
+        } else {
+            Expectation::Missed
+        }
+    }
+}
+
+/// `PUBLIC_CASE("program", function, "sizes", "default caught", "secure caught")`.
+fn parse_public_row(line: &str) -> Result<PublicRow<'_>, String> {
+    let fields = macro_fields(line, "PUBLIC_CASE")?;
+    let [program, function, built, caught_default, caught_secure] = fields[..] else {
+        return Err(format!("{} fields, not 5", fields.len()));
+    };
+    let program = quoted(program)?;
+    if program.is_empty()
+        || !program
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    {
+        return Err(format!(
+            "program {program:?} is not a public program's name (lower-case words joined by '_')"
+        ));
+    }
+    check_identifier(function)?;
+    let sizes = sizes(quoted(built)?)?;
+    if sizes.is_empty() {
+        return Err("a program built at no size".to_string());
+    }
+    let expected_default = expected(quoted(caught_default)?)?;
+    let expected_secure = expected(quoted(caught_secure)?)?;
+    for expected in [&expected_default, &expected_secure] {
+        if let Some(size) = expected
+            .caught
+            .iter()
+            .chain(&expected.sometimes)
+            .find(|size| !sizes.contains(size))
+        {
+            return Err(format!("caught at {size}, a size it is not built at"));
+        }
+    }
+    Ok(PublicRow {
+        program,
+        sizes,
+        expected_default,
+        expected_secure,
+    })
+}
+
+/// A caught column of the public table: sizes as in [`sizes`], those caught in some runs only
+/// written `?SIZE`.
+fn expected(column: &str) -> Result<Expected, String> {
+    let mut expected = Expected::default();
+    if column == "-" {
+        return Ok(expected);
+    }
+    let (marks, plain): (Vec<bool>, Vec<&str>) = column
+        .split(' ')
+        .map(|word| match word.strip_prefix('?') {
+            Some(size) => (true, size),
+            None => (false, word),
+        })
+        .unzip();
+    // The sizes parser checks each size, and that each comes once whatever its mark.
+    let sizes = sizes(&plain.join(" ")).map_err(|why| format!("{why} (in {column:?})"))?;
+    for (size, sometimes) in sizes.into_iter().zip(marks) {
+        if sometimes {
+            expected.sometimes.push(size);
+        } else {
+            expected.caught.push(size);
+        }
+    }
+    Ok(expected)
+}
+
+/// The public table's rows; a test fails here if it does not parse.
+fn public_table() -> Vec<PublicRow<'static>> {
+    parse_rows(PUBLIC_TABLE, parse_public_row, |row| row.program)
+        .unwrap_or_else(|why| panic!("tests/c/public_cases.def, {why}"))
+}
+
+/// One program of the public suite at one size: one of its binaries.
+#[derive(Debug)]
+struct PublicCase<'a> {
+    /// The binary's name in the public suite (`double_free_small`, `invalid_array_delete_char`).
+    name: String,
+    row: &'a PublicRow<'a>,
+    size: usize,
+}
+
+impl PublicCase<'_> {
+    /// The program's arguments: `PROGRAM SIZE`.
+    fn arguments(&self) -> String {
+        format!("{} {}", self.row.program, self.size)
+    }
+
+    /// As `misuse_suite list-public` prints it: `NAME PROGRAM SIZE`.
+    fn listing(&self) -> String {
+        format!("{} {}", self.name, self.arguments())
+    }
+
+    fn expectation(&self, mode: Mode) -> Expectation {
+        match mode {
+            Mode::Default => self.row.expected_default.at(self.size),
+            Mode::Secure => self.row.expected_secure.at(self.size),
+        }
+    }
+}
+
+/// Every binary of the public suite, in the table's order: a program built at several sizes is
+/// `PROGRAM_small`, `_medium` and `_large` (8, 4096, 262144 bytes), one built once is `PROGRAM`.
+fn public_cases<'a>(rows: &'a [PublicRow<'a>]) -> Vec<PublicCase<'a>> {
+    rows.iter()
+        .flat_map(|row| {
+            row.sizes.iter().map(move |&size| {
+                let name = if row.sizes.len() == 1 {
+                    row.program.to_string()
+                } else {
+                    let suffix = match size {
+                        8 => "small",
+                        4096 => "medium",
+                        _ => "large",
+                    };
+                    format!("{}_{suffix}", row.program)
+                };
+                PublicCase { name, row, size }
+            })
+        })
+        .collect()
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -183,6 +403,7 @@ fn compile() -> PathBuf {
     let source = crate_dir.join("tests/c/misuse_suite.cpp");
     let mut cxx = Command::new("c++");
     cxx.args(["-O1", "-g", "-fno-omit-frame-pointer", "-rdynamic"])
+        .args(PUBLIC_BUILD_FLAGS)
         .args(["-Wall", "-Werror", "-pthread", "-DNODALLOC_PRELOADED", "-I"])
         .arg(crate_dir.join("include"))
         .arg("-o")
@@ -218,6 +439,35 @@ fn listed_categories(program: &Path) -> Vec<String> {
     listed.stdout.lines().map(str::to_string).collect()
 }
 
+/// The public programs' binaries `misuse_suite list-public` prints (`NAME PROGRAM SIZE`), in
+/// its order.
+fn listed_public(program: &Path) -> Vec<String> {
+    let listed = run_bounded(clean_command(program).arg("list-public"), TIME_LIMIT);
+    assert!(
+        listed.succeeded(),
+        "misuse_suite list-public: {}",
+        listed.describe()
+    );
+    listed.stdout.lines().map(str::to_string).collect()
+}
+
+/// Panics unless the public table describes the public suite's 116 binaries, and they are what
+/// the program lists, in its order.
+fn assert_public_table_is_the_programs_list(cases: &[PublicCase], listed: &[String]) {
+    let in_table: Vec<String> = cases.iter().map(PublicCase::listing).collect();
+    assert!(
+        in_table == listed,
+        "tests/c/public_cases.def and `misuse_suite list-public` differ:\ntable:  {in_table:?}\n\
+         listed: {listed:?}"
+    );
+    assert_eq!(
+        cases.len(),
+        PUBLIC_PROGRAMS,
+        "tests/c/public_cases.def describes {} binaries, the public suite builds {PUBLIC_PROGRAMS}",
+        cases.len()
+    );
+}
+
 /// Panics unless the table's rows are the categories the program lists, each once, in its order
 /// (the program takes them from the table: a difference means the two read it differently).
 fn assert_table_is_the_programs_list(rows: &[Row], listed: &[String]) {
@@ -251,6 +501,8 @@ fn cases(categories: &[String]) -> Vec<String> {
 struct Outcome {
     case: String,
     finished: Finished,
+    /// From the start of the process to its end.
+    elapsed: Duration,
 }
 
 impl Outcome {
@@ -284,16 +536,27 @@ impl Outcome {
         let Some(pointer) = announced.first() else {
             return Some("caught before it announced its pointer".to_string());
         };
+        self.death_failure(&|line| {
+            announced.iter().any(|address| {
+                line.split(|c: char| !c.is_ascii_alphanumeric())
+                    .any(|word| word == *address)
+            })
+        })
+        .map(|why| format!("{why} naming {pointer}"))
+    }
+
+    /// Why a death is not nodalloc's catch, if it is not: a fault is, and an abort whose
+    /// `nodalloc: ` message `names` accepts (or, against the debug library, the panic of one of
+    /// its checks).
+    fn death_failure(&self, names: &dyn Fn(&str) -> bool) -> Option<String> {
         match self.finished.status.signal() {
             Some(SIGSEGV | SIGBUS) => None,
             Some(SIGABRT) => {
-                let named = self.finished.stderr.lines().any(|line| {
-                    line.starts_with("nodalloc: ")
-                        && announced.iter().any(|address| {
-                            line.split(|c: char| !c.is_ascii_alphanumeric())
-                                .any(|word| word == *address)
-                        })
-                });
+                let named = self
+                    .finished
+                    .stderr
+                    .lines()
+                    .any(|line| line.starts_with("nodalloc: ") && names(line));
                 // Where the release library faults on a smashed link, the debug library's own
                 // checks (misaligned dereference, debug assertions) panic first, and a panic
                 // inside the allocator aborts.
@@ -302,13 +565,55 @@ impl Outcome {
                         .finished
                         .stderr
                         .contains("panicked at crates/nodalloc/");
-                (!named && !debug_check)
-                    .then(|| format!("aborted without a nodalloc message naming {pointer}"))
+                (!named && !debug_check).then(|| "aborted without a nodalloc message".to_string())
             }
             _ => Some(format!(
                 "caught, but by {}, not by nodalloc's abort or a fault",
                 describe_status(self.finished.status)
             )),
+        }
+    }
+
+    /// Whether a public program printed its `NOT_CAUGHT` line (after output of its own on the
+    /// same line, possibly: `double_free_reuse` prints pointers with no newline).
+    fn printed_not_caught(&self, case: &PublicCase) -> bool {
+        self.finished
+            .stdout
+            .contains(&format!("NOT_CAUGHT {}", case.name))
+    }
+
+    /// The public suite's verdict: the program ended without printing its line, within 1 s.
+    fn caught_by_public_rule(&self, case: &PublicCase) -> bool {
+        !self.printed_not_caught(case) && self.elapsed <= PUBLIC_TIME_LIMIT
+    }
+
+    /// Why a public program the table holds caught does not pass, if it does not.
+    fn public_failure(&self, case: &PublicCase) -> Option<String> {
+        if self.printed_not_caught(case) {
+            return Some("not caught: it printed its NOT_CAUGHT line".to_string());
+        }
+        if self.elapsed > PUBLIC_TIME_LIMIT {
+            return Some(format!(
+                "not caught: it ran {:.2} s, past the public suite's {PUBLIC_TIME_LIMIT:?}",
+                self.elapsed.as_secs_f64()
+            ));
+        }
+        if self.finished.succeeded() {
+            // A program that prints only when it sees the harm, and did not see it.
+            return None;
+        }
+        self.death_failure(&|_| true)
+    }
+
+    fn describe_ending(&self) -> String {
+        let message = self
+            .finished
+            .stderr
+            .lines()
+            .find(|line| line.starts_with("nodalloc: "));
+        match message {
+            Some(message) => format!("{}: {message}", describe_status(self.finished.status)),
+            None => describe_status(self.finished.status),
         }
     }
 }
@@ -329,10 +634,12 @@ fn run_all(program: &Path, mode: Mode, cases: &[String]) -> Vec<Outcome> {
                     .args(case.split(' '))
                     .env("LD_PRELOAD", library())
                     .env("NODALLOC_SECURE", mode.secure_setting());
+                let started = Instant::now();
                 let finished = run_bounded(&mut command, TIME_LIMIT);
                 let outcome = Outcome {
                     case: case.clone(),
                     finished,
+                    elapsed: started.elapsed(),
                 };
                 outcomes
                     .lock()
@@ -348,8 +655,8 @@ fn run_all(program: &Path, mode: Mode, cases: &[String]) -> Vec<Outcome> {
     outcomes.into_iter().map(|(_, outcome)| outcome).collect()
 }
 
-/// Every case of the table is caught (with nodalloc's message naming the pointer when it
-/// aborts), in default and in secure mode; prints each mode's score.
+/// Every case of the project's table is caught (with nodalloc's message naming the pointer when
+/// it aborts), in default and in secure mode; prints each mode's score.
 #[test]
 fn the_misuse_cases_nodalloc_catches_stay_caught() {
     let started = Instant::now();
@@ -358,16 +665,19 @@ fn the_misuse_cases_nodalloc_catches_stay_caught() {
     let categories = listed_categories(program);
     assert_table_is_the_programs_list(&rows, &categories);
     let cases = cases(&categories);
+    // Printed at the end, in one piece: the public suite's test runs beside this one.
+    let mut report = Vec::new();
     let mut failures = Vec::new();
     for mode in [Mode::Default, Mode::Secure] {
         let required = mode.caught(&rows);
         let outcomes = run_all(program, mode, &cases);
         let caught = outcomes.iter().filter(|outcome| outcome.caught()).count();
-        println!(
-            "misuse suite, nodalloc {mode:?} mode: {caught} of {} cases caught ({} required)",
+        report.push(format!(
+            "misuse suite, nodalloc {mode:?} mode: project's extra cases: {caught} of {} caught \
+             ({} required)",
             outcomes.len(),
             required.len()
-        );
+        ));
         for outcome in &outcomes {
             let listed = required.contains(&outcome.case);
             if listed {
@@ -379,18 +689,103 @@ fn the_misuse_cases_nodalloc_catches_stay_caught() {
                     ));
                 }
             } else if outcome.caught() {
-                println!(
+                report.push(format!(
                     "  caught, not in the table: {} ({})",
                     outcome.case,
                     describe_status(outcome.finished.status)
-                );
+                ));
             }
         }
     }
-    println!("misuse suite: {:.1} s", started.elapsed().as_secs_f64());
+    report.push(format!(
+        "misuse suite, project's extra cases: {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
+    println!("{}", report.join("\n"));
     assert!(
         failures.is_empty(),
         "{} misuse case(s) nodalloc should catch:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+/// Every program of the public suite (mimalloc-bench's `bench/security`) that its table holds
+/// caught is caught, by the public suite's rule, in default and in secure mode, and each mode's
+/// score (`public suite: N of 116`) reaches the count of those; prints the scores.
+#[test]
+fn the_public_suites_programs_nodalloc_catches_stay_caught() {
+    let started = Instant::now();
+    let program = program();
+    let rows = public_table();
+    let cases = public_cases(&rows);
+    assert_public_table_is_the_programs_list(&cases, &listed_public(program));
+    let arguments: Vec<String> = cases.iter().map(PublicCase::arguments).collect();
+    let mut report = Vec::new();
+    let mut failures = Vec::new();
+    for mode in [Mode::Default, Mode::Secure] {
+        let outcomes = run_all(program, mode, &arguments);
+        let runs: Vec<(&PublicCase, &Outcome)> = cases.iter().zip(&outcomes).collect();
+        let caught = runs
+            .iter()
+            .filter(|(case, outcome)| outcome.caught_by_public_rule(case))
+            .count();
+        let expected = |expectation| {
+            cases
+                .iter()
+                .filter(|case| case.expectation(mode) == expectation)
+                .count()
+        };
+        let required = expected(Expectation::Caught);
+        report.push(format!(
+            "misuse suite, nodalloc {mode:?} mode: public suite: {caught} of {} (mimalloc-bench \
+             bench/security; {required} required, {} caught in some runs only)",
+            cases.len(),
+            expected(Expectation::Sometimes)
+        ));
+        for (case, outcome) in &runs {
+            let caught = outcome.caught_by_public_rule(case);
+            match case.expectation(mode) {
+                Expectation::Caught => {
+                    if let Some(why) = outcome.public_failure(case) {
+                        failures.push(format!(
+                            "{} ({mode:?} mode, `misuse_suite {}`): {why}: {}",
+                            case.name,
+                            case.arguments(),
+                            outcome.finished.describe()
+                        ));
+                    }
+                }
+                Expectation::Sometimes => report.push(format!(
+                    "  caught in some runs only: {}, {} this run ({})",
+                    case.name,
+                    if caught { "caught" } else { "missed" },
+                    outcome.describe_ending()
+                )),
+                Expectation::Missed if caught => report.push(format!(
+                    "  caught, not in the table: {} ({})",
+                    case.name,
+                    outcome.describe_ending()
+                )),
+                Expectation::Missed => {}
+            }
+        }
+        if caught < required {
+            failures.push(format!(
+                "{mode:?} mode: public suite {caught} of {}, below the {required} its table \
+                 holds caught",
+                cases.len()
+            ));
+        }
+    }
+    report.push(format!(
+        "misuse suite, public suite: {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
+    println!("{}", report.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failure(s) of the public suite's programs:\n\n{}",
         failures.len(),
         failures.join("\n\n")
     );
@@ -403,6 +798,15 @@ fn the_case_table_parses_and_names_exactly_the_programs_categories() {
     let rows = table();
     let categories = listed_categories(program());
     assert_table_is_the_programs_list(&rows, &categories);
+}
+
+/// The public table (`tests/c/public_cases.def`) parses and names exactly the public suite's
+/// 116 binaries, as `misuse_suite list-public` prints them.
+#[test]
+fn the_public_table_parses_and_names_exactly_the_programs_public_binaries() {
+    let rows = public_table();
+    let cases = public_cases(&rows);
+    assert_public_table_is_the_programs_list(&cases, &listed_public(program()));
 }
 
 /// What the table's parser refuses, so that a row it misreads fails the tests instead of
@@ -434,4 +838,36 @@ fn the_case_table_parser_refuses_malformed_rows() {
     }
     let twice = format!("{good}\n{good}");
     assert!(parse_table(&twice).is_err(), "parsed a category twice");
+
+    let public = |text| parse_rows(text, parse_public_row, |row: &PublicRow| row.program);
+    let good = r#"PUBLIC_CASE("one_byte_underflow", f, "8 4096 262144", "8 4096", "8 ?4096")"#;
+    assert_eq!(
+        public(good),
+        Ok(vec![PublicRow {
+            program: "one_byte_underflow",
+            sizes: vec![8, 4096, 262144],
+            expected_default: Expected {
+                caught: vec![8, 4096],
+                sometimes: vec![],
+            },
+            expected_secure: Expected {
+                caught: vec![8],
+                sometimes: vec![4096],
+            },
+        }])
+    );
+    for bad in [
+        r#"PUBLIC_CASE("one_byte_underflow", f, "8 4096 262144", "8 4096")"#,
+        r#"PUBLIC_CASE("one-byte-underflow", f, "8 4096 262144", "8", "8")"#,
+        r#"PUBLIC_CASE("invalid_array_delete_char", f, "4096", "8", "-")"#,
+        r#"PUBLIC_CASE("invalid_array_delete_char", f, "-", "-", "-")"#,
+        r#"PUBLIC_CASE("one_byte_underflow", f, "8 4096 262144", "8 ?8", "-")"#,
+        r#"PUBLIC_CASE("one_byte_underflow", f, "8 4096 262144", "??8", "-")"#,
+        r#"PUBLIC_CASE("one_byte_underflow", f, "8 4096 262144", "-", "")"#,
+        r#"MISUSE_CASE("double-free", double_free, "8 4096 262144", "-")"#,
+    ] {
+        assert!(public(bad).is_err(), "parsed: {bad}");
+    }
+    let twice = format!("{good}\n{good}");
+    assert!(public(&twice).is_err(), "parsed a program twice");
 }
