@@ -156,6 +156,14 @@ pub(crate) unsafe fn finish(p: *mut c_void, size: usize, kind: Kind) -> *mut c_v
                 report_write_after_free(p);
             }
         }
+        // Every block is handed out reading as zero (what a freed block held never reaches the
+        // next owner): a block of a class is, but for its first word (a link while it was
+        // free); a large span that held other blocks is cleared as far as asked for.
+        if !large {
+            p.write_bytes(0, 8);
+        } else if !raw::large_is_zeroed(p) {
+            p.write_bytes(0, size);
+        }
         let canary_end = (size + CANARY_BYTES).min(usable - TRAILER);
         p.add(size).write_bytes(canary(p), canary_end - size);
         set_trailer(p, usable, size, kind);
