@@ -235,6 +235,13 @@ fn the_samples_of_four_threads_add_up_to_each_sites_bytes() {
     check_kept_sites("threads", "profile", &[("PROFILE_THREADS", "4")], false);
 }
 
+/// With call-site partitions on, the heap counts through the partition lists instead of the
+/// class lists' budgets (DESIGN, "Heap profiles"): each site's live bytes still add up.
+#[test]
+fn with_call_site_partitions_the_sites_bytes_still_add_up() {
+    check_kept_sites("callsite", "profile", &[("NODALLOC_CALLSITE", "64")], false);
+}
+
 /// The same program built without frame pointers (`profile_nofp.c`): every stack is one
 /// frame, the allocation's caller, which names each site with its bytes.
 #[test]
