@@ -5,7 +5,7 @@
 //! tables and no more memory than one block's buffer; every gzip reader takes it, and `gzip -9`
 //! compresses it for keeping.
 
-use super::proto::Sink;
+use super::proto::{Chunks, Sink};
 
 /// Bytes per stored block (a block holds at most 65 535).
 const BLOCK: usize = 4096;
@@ -49,8 +49,7 @@ pub struct Gzip<S: Sink> {
     crc: u32,
     /// The input's length modulo 2^32, as the trailer states it.
     size: u32,
-    buffer: [u8; BLOCK],
-    len: usize,
+    buffer: Chunks<BLOCK>,
 }
 
 impl<S: Sink> Gzip<S> {
@@ -60,25 +59,13 @@ impl<S: Sink> Gzip<S> {
             inner,
             crc: !0,
             size: 0,
-            buffer: [0; BLOCK],
-            len: 0,
+            buffer: Chunks::new(),
         }
-    }
-
-    /// Writes the buffered bytes as one stored block (the last one when `last`).
-    fn block(&mut self, last: bool) {
-        let len = self.len as u16;
-        let mut head = [u8::from(last), 0, 0, 0, 0];
-        head[1..3].copy_from_slice(&len.to_le_bytes());
-        head[3..5].copy_from_slice(&(!len).to_le_bytes());
-        self.inner.put(&head);
-        self.inner.put(&self.buffer[..self.len]);
-        self.len = 0;
     }
 
     /// Ends the stream (final block, CRC-32 and length) and returns the inner sink.
     pub fn finish(mut self) -> S {
-        self.block(true);
+        stored_block(&mut self.inner, self.buffer.filled(), true);
         let mut trailer = [0u8; 8];
         trailer[..4].copy_from_slice(&(!self.crc).to_le_bytes());
         trailer[4..].copy_from_slice(&self.size.to_le_bytes());
@@ -87,19 +74,26 @@ impl<S: Sink> Gzip<S> {
     }
 }
 
+/// Writes `data` (at most 65 535 bytes) to `sink` as one stored block (the last one when
+/// `last`).
+fn stored_block(sink: &mut impl Sink, data: &[u8], last: bool) {
+    let len = data.len() as u16;
+    let mut head = [u8::from(last), 0, 0, 0, 0];
+    head[1..3].copy_from_slice(&len.to_le_bytes());
+    head[3..5].copy_from_slice(&(!len).to_le_bytes());
+    sink.put(&head);
+    sink.put(data);
+}
+
 impl<S: Sink> Sink for Gzip<S> {
-    fn put(&mut self, mut bytes: &[u8]) {
+    fn put(&mut self, bytes: &[u8]) {
         self.crc = crc32(self.crc, bytes);
         self.size = self.size.wrapping_add(bytes.len() as u32);
-        while !bytes.is_empty() {
-            if self.len == BLOCK {
-                self.block(false);
-            }
-            let n = bytes.len().min(BLOCK - self.len);
-            self.buffer[self.len..self.len + n].copy_from_slice(&bytes[..n]);
-            self.len += n;
-            bytes = &bytes[n..];
-        }
+        let inner = &mut self.inner;
+        self.buffer.put(bytes, |full| {
+            stored_block(inner, full, false);
+            true
+        });
     }
 }
 

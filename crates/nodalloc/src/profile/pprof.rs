@@ -9,7 +9,7 @@
 //! from `/proc/self/maps`, each with its file's GNU build ID (read from the loaded ELF image's
 //! notes) so that pprof can symbolize offline.
 
-use super::proto::{self, Message, Sink};
+use super::proto::{self, Chunks, Message, Sink};
 use super::sites;
 use super::OBJECT_SHIFT;
 use core::sync::atomic::Ordering;
@@ -359,8 +359,7 @@ pub fn write(sink: &mut impl Sink, rate: u64, time_ns: u64) -> bool {
 /// and stop the writes.
 pub struct FdSink {
     fd: i32,
-    buffer: [u8; 4096],
-    len: usize,
+    buffer: Chunks<4096>,
     pub failed: bool,
 }
 
@@ -368,49 +367,47 @@ impl FdSink {
     pub fn new(fd: i32) -> Self {
         FdSink {
             fd,
-            buffer: [0; 4096],
-            len: 0,
+            buffer: Chunks::new(),
             failed: false,
         }
     }
 
     /// Writes what the buffer holds; false on an error (now or before).
     pub fn flush(&mut self) -> bool {
-        let mut done = 0;
-        while done < self.len && !self.failed {
-            // SAFETY: writing our own buffer's filled part.
-            let n = unsafe {
-                libc::write(
-                    self.fd,
-                    self.buffer[done..self.len].as_ptr() as *const libc::c_void,
-                    self.len - done,
-                )
-            };
-            if n < 0 && crate::os::errno() == libc::EINTR {
-                continue;
-            }
-            if n <= 0 {
-                self.failed = true;
-            } else {
-                done += n as usize;
-            }
-        }
-        self.len = 0;
-        !self.failed
+        let written = write_all(self.fd, self.buffer.filled(), &mut self.failed);
+        self.buffer.clear();
+        written
     }
 }
 
-impl Sink for FdSink {
-    fn put(&mut self, mut bytes: &[u8]) {
-        while !bytes.is_empty() {
-            if self.len == self.buffer.len() && !self.flush() {
-                return;
-            }
-            let n = bytes.len().min(self.buffer.len() - self.len);
-            self.buffer[self.len..self.len + n].copy_from_slice(&bytes[..n]);
-            self.len += n;
-            bytes = &bytes[n..];
+/// Writes `bytes` whole to `fd` unless `failed`, which an error sets; false when it is set.
+fn write_all(fd: i32, bytes: &[u8], failed: &mut bool) -> bool {
+    let mut done = 0;
+    while done < bytes.len() && !*failed {
+        // SAFETY: writing the caller's bytes, `done..` of them in bounds.
+        let n = unsafe {
+            libc::write(
+                fd,
+                bytes[done..].as_ptr() as *const libc::c_void,
+                bytes.len() - done,
+            )
+        };
+        if n < 0 && crate::os::errno() == libc::EINTR {
+            continue;
         }
+        if n <= 0 {
+            *failed = true;
+        } else {
+            done += n as usize;
+        }
+    }
+    !*failed
+}
+
+impl Sink for FdSink {
+    fn put(&mut self, bytes: &[u8]) {
+        let (fd, failed) = (self.fd, &mut self.failed);
+        self.buffer.put(bytes, |full| write_all(fd, full, failed));
     }
 }
 

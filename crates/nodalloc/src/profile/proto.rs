@@ -101,6 +101,49 @@ impl<const N: usize> Message<N> {
     }
 }
 
+/// A fixed buffer that collects bytes and hands them on a full buffer at a time: the file
+/// sink's writes and the gzip stream's blocks.
+pub struct Chunks<const N: usize> {
+    bytes: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> Chunks<N> {
+    pub const fn new() -> Self {
+        Chunks {
+            bytes: [0; N],
+            len: 0,
+        }
+    }
+
+    /// Appends `bytes`, handing the whole buffer to `full` each time it fills (it is empty
+    /// again after); when `full` returns false the rest of `bytes` is dropped.
+    pub fn put(&mut self, mut bytes: &[u8], mut full: impl FnMut(&[u8]) -> bool) {
+        while !bytes.is_empty() {
+            if self.len == N {
+                if !full(&self.bytes) {
+                    return;
+                }
+                self.len = 0;
+            }
+            let n = bytes.len().min(N - self.len);
+            self.bytes[self.len..self.len + n].copy_from_slice(&bytes[..n]);
+            self.len += n;
+            bytes = &bytes[n..];
+        }
+    }
+
+    /// What the buffer holds.
+    pub fn filled(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+
+    /// Empties the buffer.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+}
+
 /// A growable buffer: `nodalloc::profile::pprof()`'s bytes (allocated outside the allocator's
 /// paths) and the tests'.
 impl Sink for Vec<u8> {

@@ -19,30 +19,28 @@ impl ThreadHeap {
         let mut object = self.alloc_cached(class);
         let mut clear = bytes;
         let lean = object.is_null() && self.lean_counts();
-        if lean {
+        if object.is_null() && (lean || self.counts_allocations()) {
             self.caller.size = bytes;
-            if self.lean_due(class) {
+            let due = if lean {
+                self.lean_due(class)
+            } else {
+                self.count_allocation(class.size())
+            };
+            if due {
                 object = self.alloc_sampled(class.size());
-                self.lean_sampled(class);
+                if lean {
+                    self.lean_sampled(class);
+                }
                 if !object.is_null() {
                     // SAFETY: a block of at least `class.size() >= bytes` bytes, the caller's.
                     unsafe { object.write_bytes(0, bytes) };
                 }
                 return object;
             }
-        }
-        if object.is_null() && self.counts_allocations() {
-            self.caller.size = bytes;
-            if self.count_allocation(class.size()) {
-                object = self.alloc_sampled(class.size());
-                if !object.is_null() {
-                    // SAFETY: a block of at least `class.size() >= bytes` bytes, the caller's.
-                    unsafe { object.write_bytes(0, bytes) };
-                }
-                return object;
+            if !lean {
+                // Counted: `alloc_slow` below must not count it again.
+                self.pass_count(false);
             }
-            // Counted: `alloc_slow` below must not count it again.
-            self.pass_count(false);
         }
         if object.is_null()
             && class.size() > DENSE_OBJECT_MAX
