@@ -29,8 +29,9 @@ const ABOUT: &str = "Side-by-side allocator showdown: nodalloc vs glibc, mimallo
                   valgrind is installed). Or an exact case name, see --list.\n\n\
                   Allocators: nodalloc, glibc (alias system), mimalloc, jemalloc, snmalloc, \
                   numalloc (Rust crates), tcmalloc and nodalloc-secure (LD_PRELOAD suites only); \
-                  nodalloc-callsite (NODALLOC_CALLSITE=64) and nodalloc-background \
-                  (NODALLOC_BACKGROUND=1), LD_PRELOAD suites, only when named."
+                  nodalloc-callsite (NODALLOC_CALLSITE=64), nodalloc-background \
+                  (NODALLOC_BACKGROUND=1), nodalloc-profile (NODALLOC_PROFILE=1) and jemalloc-prof \
+                  (MALLOC_CONF=prof:true,lg_prof_sample:19), LD_PRELOAD suites, only when named."
 )]
 pub struct Cli {
     /// Run only these suites, workload groups or case names (comma-separated).
@@ -151,11 +152,13 @@ impl Cli {
 }
 
 /// Allocators only the `LD_PRELOAD` suites have.
-const PRELOAD_ONLY: [&str; 4] = [
+const PRELOAD_ONLY: [&str; 6] = [
     "tcmalloc",
     "nodalloc-secure",
     "nodalloc-callsite",
     "nodalloc-background",
+    "nodalloc-profile",
+    "jemalloc-prof",
 ];
 
 /// The selection of `--allocators`, by report name; empty means all.

@@ -130,6 +130,8 @@ const KNOWN: &[&str] = &[
     "nodalloc-secure",
     "nodalloc-callsite",
     "nodalloc-background",
+    "nodalloc-profile",
+    "jemalloc-prof",
 ];
 
 /// The palette index of the line `name`, the `i`-th of its plot: a known allocator's own

@@ -175,25 +175,38 @@ pub unsafe extern "C" fn free(ptr: *mut c_void) {
     unsafe { free_slow(ptr as *mut u8) }
 }
 
-/// A `free` the home fast path did not take (null among them). With call-site partitions, a
-/// small block of the heap's node goes to its partition's list here (no stack frame: every
-/// call is a tail call); everything else goes on to [`free_general`].
+/// A `free` the home fast path did not take (null among them). In the heap profile's lean
+/// mode a small block of the heap's node goes to its list here; everything else goes on to
+/// [`free_slower`].
 #[inline(never)]
 unsafe extern "C" fn free_slow(ptr: *mut u8) {
     if ptr.is_null() {
         return;
     }
     if let Some(heap) = heap() {
+        if let Some(class) = heap.lean_class_of(ptr) {
+            // The heap profile's lean mode: the free fast path's push (which follows no move
+            // either: the pops do), then the list's budget.
+            // SAFETY: a small block of this heap's node, which the caller gives up.
+            unsafe { heap.free_screened(ptr, class.slot(), screen::SCREEN) };
+            return heap.lean_enforce(class);
+        }
+    }
+    // SAFETY: forwarded contract.
+    unsafe { free_slower(ptr) }
+}
+
+/// [`free_slow`] past lean mode's push (in a function of its own, so that the push saves no
+/// registers for the paths here). With call-site partitions, a small block of the heap's node
+/// goes to its partition's list (no stack frame: every call is a tail call); everything else
+/// goes on to [`free_general`].
+#[inline(never)]
+unsafe extern "C" fn free_slower(ptr: *mut u8) {
+    if let Some(heap) = heap() {
         heap.check_moved();
         if let Some((class, part)) = heap.partition_class_of(ptr) {
             // SAFETY: a small block of this heap's node, which the caller gives up.
             return unsafe { screen::free_partitioned(heap, ptr, class, part) };
-        }
-        if let Some(class) = heap.lean_class_of(ptr) {
-            // The heap profile's lean mode: the free fast path's push, then the list's budget.
-            // SAFETY: a small block of this heap's node, which the caller gives up.
-            unsafe { heap.free_screened(ptr, class.slot(), screen::SCREEN) };
-            return heap.lean_enforce(class);
         }
     }
     // SAFETY: forwarded contract.

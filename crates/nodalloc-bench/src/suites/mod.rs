@@ -213,10 +213,21 @@ impl<'a> Context<'a> {
 
     /// The contenders of the suites that run C programs: the libraries plus
     /// nodalloc in secure mode (when this nodalloc has it), as selected, and
-    /// nodalloc with call-site partitions (`NODALLOC_CALLSITE=64`) or the
-    /// maintenance thread (`NODALLOC_BACKGROUND=1`) when named.
+    /// nodalloc with call-site partitions (`NODALLOC_CALLSITE=64`), the
+    /// maintenance thread (`NODALLOC_BACKGROUND=1`) or heap profiling
+    /// (`NODALLOC_PROFILE=1`), and jemalloc with its profiling, when named.
     pub fn preload_contenders(&mut self, rep: &mut Report) -> Vec<PreloadAlloc> {
         let mut allocs = self.libraries(rep).to_vec();
+        // jemalloc's heap profiling at nodalloc's default rate, beside nodalloc's (issue 36).
+        if self.filter.named("jemalloc-prof") {
+            if let Some(j) = allocs.iter().find(|a| a.name == "jemalloc").cloned() {
+                allocs.push(PreloadAlloc {
+                    name: "jemalloc-prof".into(),
+                    env: vec![("MALLOC_CONF".into(), "prof:true,lg_prof_sample:19".into())],
+                    ..j
+                });
+            }
+        }
         if let Some(n) = allocs.iter().find(|a| a.name == "nodalloc").cloned() {
             if preload::secure_mode_available() {
                 allocs.push(PreloadAlloc {
@@ -229,6 +240,7 @@ impl<'a> Context<'a> {
             for (name, option, value) in [
                 ("nodalloc-callsite", "NODALLOC_CALLSITE", "64"),
                 ("nodalloc-background", "NODALLOC_BACKGROUND", "1"),
+                ("nodalloc-profile", "NODALLOC_PROFILE", "1"),
             ] {
                 if self.filter.named(name) {
                     allocs.push(PreloadAlloc {

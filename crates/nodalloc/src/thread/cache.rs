@@ -338,29 +338,10 @@ impl FreeList {
         self.book.wrapping_add(self.frees).wrapping_sub(self.count)
     }
 
-    /// Keeps the newest `keep` objects (at least 1, fewer than the list holds) and returns the
-    /// rest, oldest last; the marker is left unarmed. Outside secure mode (plain links).
-    pub(super) fn keep_newest(
-        &mut self,
-        keep: u32,
-        read_link: impl Fn(*mut u8) -> *mut u8,
-        write_link: impl FnOnce(*mut u8, *mut u8),
-    ) -> Batch {
-        debug_assert!(keep >= 1 && keep < self.count);
-        let mut last = self.head;
-        for _ in 1..keep {
-            last = read_link(last);
-        }
-        let batch = Batch {
-            head: read_link(last),
-            tail: self.tail,
-            count: (self.count - keep) as usize,
-        };
-        write_link(last, null_mut());
-        self.tail = last;
-        self.set_count(keep);
-        self.unarm();
-        batch
+    /// [`Self::pops_since_publish`] plus the objects the list holds (wrapping), in one add.
+    #[inline(always)]
+    pub(super) fn pops_and_len(&self) -> u32 {
+        self.book.wrapping_add(self.frees)
     }
 
     /// Keeps only the head (`kept`, linked first), returning the rest; for parking.

@@ -185,6 +185,9 @@ pub struct ThreadHeap {
     budget: [u32; NUM_CLASSES],
     /// Per class, in lean mode: the list's pops since publication when last counted.
     seen: [u32; NUM_CLASSES],
+    /// Per class, in lean mode: objects the budget kept off the list (newest first), which the
+    /// class's next miss takes back before it asks the node heap (see `profile.rs`).
+    stash: [crate::node::Batch; NUM_CLASSES],
 }
 
 /// The CPU word of a heap that does not follow its thread's CPU: it never changes.
@@ -264,6 +267,7 @@ impl ThreadHeap {
             lean_home: HomeView::NONE,
             budget: [0; NUM_CLASSES],
             seen: [0; NUM_CLASSES],
+            stash: [crate::node::Batch::EMPTY; NUM_CLASSES],
         }
     }
 
@@ -436,13 +440,17 @@ impl ThreadHeap {
         if self.partitions != 0 {
             return self.partition_holds(class, object);
         }
-        let mut cursor = self.lists[class.index()].head;
-        while !cursor.is_null() {
-            if cursor == object {
-                return true;
+        for mut cursor in [
+            self.lists[class.index()].head,
+            self.stash[class.index()].head,
+        ] {
+            while !cursor.is_null() {
+                if cursor == object {
+                    return true;
+                }
+                // SAFETY: walking our own free list (or stash, null-terminated as well).
+                cursor = unsafe { next_of(cursor) };
             }
-            // SAFETY: walking our own free list.
-            cursor = unsafe { next_of(cursor) };
         }
         false
     }

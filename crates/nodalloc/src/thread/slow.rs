@@ -153,6 +153,11 @@ impl ThreadHeap {
             if !object.is_null() {
                 return object;
             }
+            if self.lean_unstash(class) {
+                let object = self.pop_if_any(class);
+                debug_assert!(!object.is_null());
+                return object;
+            }
         }
         let object = self.partition_pop_current(class);
         if !object.is_null() {
@@ -409,13 +414,14 @@ impl ThreadHeap {
     #[cold]
     #[inline(never)]
     pub unsafe fn free_slow(&mut self, object: *mut u8, class: SizeClass) {
-        self.check_moved();
         if self.lean_class_of(object) == Some(class) {
-            // The heap profile's lean mode: the push the fast path would have made.
+            // The heap profile's lean mode: the push the fast path would have made (which
+            // follows no move either: the pops do).
             // SAFETY: forwarded contract; a small object of this heap's node.
             unsafe { self.free_local(object, class) };
             return self.lean_enforce(class);
         }
+        self.check_moved();
         if let Some((found, part)) = self.partition_class_of(object) {
             if found == class {
                 // SAFETY: forwarded contract; a small object of this heap's node.

@@ -32,7 +32,8 @@ impl ThreadHeap {
             // Idle: nothing since its last publication, and no publication since the last
             // pass (a cut or a park publishes, then runs the upkeep if due).
             let published = self.published & (1 << index) != 0;
-            if list.is_idle() && list.len() > 0 && !published {
+            let held = list.len() + self.stash[index].count;
+            if list.is_idle() && held > 0 && !published {
                 self.return_list(heaps, index);
             }
         }
@@ -115,12 +116,14 @@ impl ThreadHeap {
         self.foreign = false;
     }
 
-    /// Empties one class's list into its bags.
+    /// Empties one class's list (and lean mode's stash) into its bags.
     fn return_list(&mut self, heaps: &'static NodeHeaps, index: usize) {
         let batch = self.lists[index].take_all(self.secure);
         let class = SizeClass(index as u8);
         self.reset_limit(class);
         self.give_back(heaps, Partition::DEFAULT, class, batch, true);
+        let stash = core::mem::replace(&mut self.stash[index], crate::node::Batch::EMPTY);
+        self.give_back(heaps, Partition::DEFAULT, class, stash, true);
     }
 
     /// True when this heap's caches may wait in the pool for the next thread at its thread's
