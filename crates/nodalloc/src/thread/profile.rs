@@ -11,7 +11,8 @@
 //!   classes together are still one sampling by bytes at `rate`: unbiased). A list's pops are
 //!   counted exactly by what it keeps for the statistics (`FreeList::pops_since_publish`), so a
 //!   slow entry knows how much of the budget the fast paths spent. The list is kept shorter than
-//!   the budget (`lean_enforce`, objects past it go back to the node heap), and frees take the
+//!   the budget (`lean_enforce` moves a list that reaches it whole to the class's stash, which
+//!   the class's next miss takes from before the node heap: `lean_unstash`), and frees take the
 //!   slow path (the home view is empty), where that is checked again: the pops between two slow
 //!   entries can never exceed the budget, and the allocation that reaches zero finds the list
 //!   empty, misses, and is the sample.
