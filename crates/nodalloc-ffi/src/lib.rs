@@ -216,6 +216,8 @@ unsafe extern "C" fn free_slower(ptr: *mut u8) {
 #[cold]
 #[inline(never)]
 unsafe extern "C" fn free_general(ptr: *mut u8) {
+    // A heap-profile sample that stayed in its bag (lean mode's push refused its unit).
+    raw::forget_sample(ptr);
     if raw::is_owned(ptr) {
         // A first-class heap's block goes back to its heap (secure mode's layer never saw
         // it: the core's checks apply).

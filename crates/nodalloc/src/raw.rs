@@ -93,6 +93,14 @@ pub fn large_is_zeroed(ptr: *const u8) -> bool {
     }
 }
 
+/// A free of `ptr` is starting: if it is a heap-profile sample that stayed in its bag, its share
+/// leaves the profile's live counts. Cheap and safe for any pointer (one load with profiling
+/// off); the C face's general free path calls it first.
+#[inline]
+pub fn forget_sample(ptr: *const u8) {
+    crate::profile::in_bag::forget(ptr as usize)
+}
+
 /// True when `ptr` lies in the memory of first-class heaps: a heap's block (or a misuse),
 /// which [`free_any`] gives back to its heap.
 pub fn is_owned(ptr: *const u8) -> bool {

@@ -56,6 +56,12 @@ impl Tag {
     /// The kind bit every bag unit has (first and later), so a free tests it alone.
     const BAG_BIT: u32 = 8;
 
+    /// A bag unit that holds a heap-profile sample (`profile/in_bag.rs`): set and cleared on
+    /// the live tag (`fetch_or`, `fetch_and`) while the bag is in use. Outside the kind's four
+    /// bits and the class's, so nothing that reads a bag's tag for its kind, class or offset
+    /// sees it.
+    pub const SAMPLED: u32 = 16;
+
     /// Where a bag unit's class sits (bits 6–13): masked, the tag is then the class times 64,
     /// its `ClassSlot`, with no shift on the C face's free.
     const CLASS_SHIFT: u32 = 6;
@@ -96,6 +102,12 @@ impl Tag {
         self.0 & Tag::BAG_BIT != 0
     }
 
+    /// True for a bag unit without a heap-profile sample ([`Tag::SAMPLED`]).
+    #[inline(always)]
+    pub fn is_unsampled_bag(self) -> bool {
+        self.0 & (Tag::BAG_BIT | Tag::SAMPLED) == Tag::BAG_BIT
+    }
+
     #[inline(always)]
     pub fn class(self) -> SizeClass {
         SizeClass((self.0 >> Tag::CLASS_SHIFT) as u8)
@@ -118,6 +130,7 @@ impl Tag {
 // few units, far below 2^17.
 const _: () = assert!(Tag::CLASS_SHIFT + 8 <= Tag::OFFSET_SHIFT);
 const _: () = assert!(Tag::BAG_BIT < 1 << Tag::CLASS_SHIFT);
+const _: () = assert!(Tag::SAMPLED > 0xf && Tag::SAMPLED < 1 << Tag::CLASS_SHIFT);
 
 /// Descriptor of a unit. Bag fields are owned by the node heap's class lock; span fields by the
 /// region's span lock. All-zero is a valid, empty descriptor.
@@ -375,6 +388,16 @@ impl PageMap {
             metas,
             bits,
         }
+    }
+
+    /// The arena's first address.
+    pub fn base(&self) -> usize {
+        self.base
+    }
+
+    /// Units the map covers.
+    pub fn units(&self) -> usize {
+        self.units
     }
 
     #[inline(always)]

@@ -50,6 +50,27 @@ impl HomeView {
         object: *const u8,
         magic: impl FnOnce(SizeClass) -> u64,
     ) -> Option<(SizeClass, usize)> {
+        self.bag_object_where(object, magic, Tag::is_bag)
+    }
+
+    /// [`Self::bag_object`] for a free that must leave objects of units holding a heap-profile
+    /// sample to the general path (`profile/in_bag.rs`): lean mode's push.
+    #[inline(always)]
+    pub(crate) fn bag_object_unsampled(
+        &self,
+        object: *const u8,
+        magic: impl FnOnce(SizeClass) -> u64,
+    ) -> Option<(SizeClass, usize)> {
+        self.bag_object_where(object, magic, Tag::is_unsampled_bag)
+    }
+
+    #[inline(always)]
+    fn bag_object_where(
+        &self,
+        object: *const u8,
+        magic: impl FnOnce(SizeClass) -> u64,
+        takes: impl FnOnce(Tag) -> bool,
+    ) -> Option<(SizeClass, usize)> {
         let from_region = (object as usize).wrapping_sub(self.region_base);
         let unit = from_region >> UNIT_SHIFT;
         if unit >= self.region_units {
@@ -58,7 +79,7 @@ impl HomeView {
         // SAFETY: a unit of the region (`NONE` has no units), whose tag is readable whether or
         // not anything was ever written there.
         let tag = Tag(unsafe { &*self.region_tags.add(unit) }.load(Ordering::Relaxed));
-        if !tag.is_bag() {
+        if !takes(tag) {
             return None;
         }
         let class = tag.class();

@@ -168,6 +168,19 @@ impl NodeHeaps {
         }
     }
 
+    /// Records the object at `address` (of `class`, just allocated) as the heap profile's
+    /// sample of site `site` for `asked` bytes, kept in its unit's slot
+    /// (`profile/in_bag.rs`); false when the unit holds a sample already.
+    pub(crate) fn claim_sample(
+        &self,
+        address: usize,
+        class: crate::size_class::SizeClass,
+        site: usize,
+        asked: usize,
+    ) -> bool {
+        crate::profile::in_bag::claim(self.arena.map(), address, class, site, asked)
+    }
+
     /// Takes a sampled large block's share off its site's live counts as it is freed or
     /// resized (a resize is a new allocation to the profile), and unmarks it.
     pub(crate) fn forget_sample(&self, address: usize) {

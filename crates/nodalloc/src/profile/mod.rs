@@ -9,19 +9,21 @@
 //! probability `p = 1 − e^(−s/R)` whatever came before it, and a sample stands for `1/p`
 //! objects and `s/p` bytes: the estimates are unbiased for every size.
 //!
-//! **Where the count is kept.** The fast paths are not touched: with profiling on, the thread
-//! heaps run as with call-site partitions (one partition when `NODALLOC_CALLSITE` is off), whose
-//! lists the fast paths never see; the partition lists' pop counts the bytes down
-//! (`ThreadHeap::pop_in`), and a large allocation counts its own. With profiling off, nothing
-//! of this runs and no fast path has an instruction more.
+//! **Where the count is kept.** The fast paths are not touched. With call-site partitions off
+//! (lean mode, `thread/profile.rs`) the class lists count their pops for the statistics anyway,
+//! and each class is sampled on its own budget of allocations, enforced from the slow paths;
+//! with partitions on, the partition lists' slow entries count the bytes. A large allocation
+//! counts its own. With profiling off, nothing of this runs and no fast path has an
+//! instruction more.
 //!
-//! **A sampled block** of a small class is served as a large block of its own (a span of whole
-//! units, as tcmalloc gives each sampled object a span of its own), whose descriptor names its
-//! site and what it stands for; a sampled large block is marked the same way. A free finds the
-//! mark in the descriptor it reads anyway and takes the block's share off its site's live
-//! counts; nothing else needs to know which blocks are sampled.
+//! **A sampled block** of a small class stays in its bag in lean mode, its record in a word
+//! per 32 KiB unit beside the page map (`in_bag.rs`); otherwise (a second sample in the same
+//! unit, or partitions on) it is served as a large block of its own, whose descriptor names its
+//! site and what it stands for, as a sampled large block's does. Frees find either and take the
+//! block's share off its site's live counts.
 
 pub(crate) mod gzip;
+pub(crate) mod in_bag;
 pub(crate) mod pprof;
 pub(crate) mod proto;
 pub(crate) mod sites;

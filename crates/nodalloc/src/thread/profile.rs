@@ -149,8 +149,10 @@ impl ThreadHeap {
         self.lean_enforce(class);
     }
 
-    /// Lean mode, the sample of `class` was taken: the next budget.
+    /// Lean mode, the sample of `class` was taken: the next budget, counted from here (a sample
+    /// that stayed in its bag was popped from the list: that pop was the sample's).
     pub(super) fn lean_sampled(&mut self, class: SizeClass) {
+        self.seen[class.index()] = self.lists[class.index()].pops_since_publish();
         self.budget[class.index()] = self.sampler.draw_objects(class.size());
         self.lean_enforce(class);
     }
@@ -161,7 +163,7 @@ impl ThreadHeap {
     #[inline]
     pub fn lean_class_of(&self, object: *const u8) -> Option<SizeClass> {
         self.lean_home
-            .bag_object(object, |class| self.lists[class.index()].start_magic)
+            .bag_object_unsampled(object, |class| self.lists[class.index()].start_magic)
             .map(|(class, _)| class)
     }
 
@@ -264,34 +266,44 @@ impl ThreadHeap {
         true
     }
 
-    /// A sampled allocation of a block of `bytes`: a large block of its own, recorded with
-    /// the caller's stack. Null when no memory is left.
+    /// A sampled allocation of `class`, recorded with the caller's stack: in lean mode an object
+    /// of the class like any other, whose sample its unit's slot keeps (`profile/in_bag.rs`);
+    /// else, or when that unit holds a sample already, a large block of its own. Null when no
+    /// memory is left.
     #[cold]
     #[inline(never)]
-    pub(super) fn alloc_sampled(&mut self, bytes: usize) -> *mut u8 {
+    pub(super) fn alloc_sampled(&mut self, class: SizeClass) -> *mut u8 {
         let Some(heaps) = self.heaps() else {
             return null_mut();
         };
-        let block = heaps.alloc_large(self.allocation_node(), bytes, 16);
+        let bytes = class.size();
         // The size the face said was asked for, if it said (and it fits the class).
         let asked = match core::mem::take(&mut self.caller.size) {
             size if size != 0 && size <= bytes => size,
             _ => bytes,
         };
+        if self.lean_counts() {
+            let object = self.alloc_uncounted(class);
+            if object.is_null() || self.record_in_bag(object, class, asked) {
+                return object;
+            }
+            // Its unit holds another sample: the object goes back to the list, and the sample
+            // is a large block.
+            // SAFETY: an object of this class just popped from this heap, never handed out.
+            unsafe { self.free_local(object, class) };
+            self.untouched = false;
+        }
+        let block = heaps.alloc_large(self.allocation_node(), bytes, 16);
         if !block.is_null() {
             self.record_sample(block, bytes, asked);
         }
         block
     }
 
-    /// Records `block`, a large block of `bytes` just allocated for this thread for a request
-    /// of `asked` bytes, as a sample of the current allocation's call stack. The probability
-    /// is the block's (its size was counted); what the sample stands for is in the bytes
-    /// asked for.
-    pub(crate) fn record_sample(&mut self, block: *mut u8, bytes: usize, asked: usize) {
-        let Some(heaps) = self.heaps() else {
-            return;
-        };
+    /// The site of a sample at `block`, just allocated: the current allocation's call stack
+    /// and the block's placement. `None` when the site table cannot be mapped.
+    fn sample_site(&mut self, block: *mut u8) -> Option<&'static sites::Site> {
+        let heaps = self.heaps()?;
         let here = 0u8;
         let sp = &here as *const u8 as usize;
         if !(self.stack.0..self.stack.1).contains(&sp) {
@@ -314,11 +326,41 @@ impl ThreadHeap {
         } else {
             0
         };
+        sites::site_of(&key)
+    }
+
+    /// Records `block`, a large block of `bytes` just allocated for this thread for a request
+    /// of `asked` bytes, as a sample of the current allocation's call stack. The probability
+    /// is the block's (its size was counted); what the sample stands for is in the bytes
+    /// asked for.
+    pub(crate) fn record_sample(&mut self, block: *mut u8, bytes: usize, asked: usize) {
+        let Some(site) = self.sample_site(block) else {
+            return;
+        };
+        let Some(heaps) = self.heaps() else { return };
         let (objects, weight) = profile::weights(bytes, asked, profile::rate());
-        if let Some(site) = sites::site_of(&key) {
-            sites::add(site, objects, weight);
-            heaps.mark_sampled(block as usize, sites::index_of(site), objects, weight);
+        sites::add(site, objects, weight);
+        heaps.mark_sampled(block as usize, sites::index_of(site), objects, weight);
+    }
+
+    /// Records `object`, an object of `class` just allocated for a request of `asked` bytes,
+    /// as a sample that stays in its bag; false, recording nothing, when its unit holds a
+    /// sample already.
+    fn record_in_bag(&mut self, object: *mut u8, class: SizeClass, asked: usize) -> bool {
+        let Some(site) = self.sample_site(object) else {
+            // No table: the allocation goes unrecorded.
+            return true;
+        };
+        let Some(heaps) = self.heaps() else {
+            return true;
+        };
+        if !heaps.claim_sample(object as usize, class, sites::index_of(site), asked) {
+            return false;
         }
+        // The weights `in_bag::forget` takes off again, from the same figures.
+        let (objects, weight) = profile::weights(class.size(), asked, profile::rate());
+        sites::add(site, objects, weight);
+        true
     }
 
     /// The C face: the caller of the current allocation, for the profile's stack.

@@ -27,7 +27,7 @@ impl ThreadHeap {
                 self.count_allocation(class.size())
             };
             if due {
-                object = self.alloc_sampled(class.size());
+                object = self.alloc_sampled(class);
                 if lean {
                     self.lean_sampled(class);
                 }
@@ -86,7 +86,7 @@ impl ThreadHeap {
             return self.alloc_lean(class);
         }
         if self.counts_allocations() && self.count_allocation(class.size()) {
-            return self.alloc_sampled(class.size());
+            return self.alloc_sampled(class);
         }
         if self.part_fast && !self.moved() {
             self.untouched = false;
@@ -108,7 +108,7 @@ impl ThreadHeap {
         }
         if self.counts_allocations() && self.count_allocation(class.size()) {
             self.untouched = false;
-            return self.alloc_sampled(class.size());
+            return self.alloc_sampled(class);
         }
         self.alloc_uncounted(class)
     }
@@ -128,7 +128,7 @@ impl ThreadHeap {
     fn alloc_lean(&mut self, class: SizeClass) -> *mut u8 {
         if self.lean_due(class) {
             self.untouched = false;
-            let object = self.alloc_sampled(class.size());
+            let object = self.alloc_sampled(class);
             self.lean_sampled(class);
             return object;
         }
@@ -138,7 +138,7 @@ impl ThreadHeap {
     }
 
     /// [`Self::alloc_slow`] for an allocation the heap profile has counted already.
-    fn alloc_uncounted(&mut self, class: SizeClass) -> *mut u8 {
+    pub(super) fn alloc_uncounted(&mut self, class: SizeClass) -> *mut u8 {
         self.untouched = false;
         if let Some(object) = self.alloc_far(class) {
             return object;
@@ -421,6 +421,8 @@ impl ThreadHeap {
             unsafe { self.free_local(object, class) };
             return self.lean_enforce(class);
         }
+        // A heap-profile sample that stayed in its bag (lean mode refused its unit above).
+        crate::profile::in_bag::forget(object as usize);
         self.check_moved();
         if let Some((found, part)) = self.partition_class_of(object) {
             if found == class {
