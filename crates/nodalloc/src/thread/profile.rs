@@ -287,10 +287,10 @@ impl ThreadHeap {
             if object.is_null() || self.record_in_bag(object, class, asked) {
                 return object;
             }
-            // Its unit holds another sample: the object goes back to the list, and the sample
-            // is a large block.
-            // SAFETY: an object of this class just popped from this heap, never handed out.
-            unsafe { self.free_local(object, class) };
+            // Its unit holds another sample: the object goes back (to the list, or to its node
+            // when a far scope served it), and the sample is a large block.
+            // SAFETY: an object of this class just allocated by this heap, never handed out.
+            unsafe { self.free(object, class) };
             self.untouched = false;
         }
         let block = heaps.alloc_large(self.allocation_node(), bytes, 16);
