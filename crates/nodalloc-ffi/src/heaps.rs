@@ -3,10 +3,11 @@
 //! an abort naming the heap, however the slot was reused since. Blocks are freed with plain
 //! `free` (or `realloc`, which keeps a block in its heap).
 
+use crate::callsite::entry_stub;
 use crate::plain::{handed_out, set_errno, MALLOC_ALIGN};
 use core::ffi::{c_char, c_int, c_void};
 use core::ptr::null_mut;
-use nodalloc_core::raw::{self, OwnedId, OwnedRefusal, Pointer, NAME_BYTES};
+use nodalloc_core::raw::{self, Caller, OwnedId, OwnedRefusal, Pointer, NAME_BYTES};
 
 /// `nodalloc_heap_options_t`.
 #[repr(C)]
@@ -102,6 +103,33 @@ pub unsafe extern "C" fn nodalloc_heap_new(options: *const HeapOptions) -> *mut 
     }
 }
 
+/// [`raw::heap_alloc`], counted on the calling thread's heap-profile sampler (one flag test
+/// with profiling off).
+/// `caller`: the return address and frame pointer an entry stub read (zero where none did:
+/// a sample's stack is then empty, never another call's).
+fn heap_alloc(id: OwnedId, size: usize, align: usize, zero: bool, caller: Caller) -> *mut u8 {
+    let block = raw::heap_alloc(id, size, align, zero);
+    if !raw::profile_on() {
+        return block;
+    }
+    match crate::plain::heap() {
+        Some(heap) => {
+            heap.enter_caller(caller);
+            heap.sample_owned(block, size, align, zero, id)
+        }
+        None => block,
+    }
+}
+
+/// The caller an entry stub passed on.
+fn caller(site: usize, frame: usize, size: usize) -> Caller {
+    Caller {
+        ret: site,
+        frame,
+        size,
+    }
+}
+
 /// Destroys `heap` and every block it still holds.
 #[no_mangle]
 pub extern "C" fn nodalloc_heap_destroy(heap: *mut c_void) {
@@ -111,7 +139,21 @@ pub extern "C" fn nodalloc_heap_destroy(heap: *mut c_void) {
 /// `size` bytes from `heap`; NULL with ENOMEM past its limit or out of memory.
 #[no_mangle]
 pub extern "C" fn nodalloc_heap_malloc(heap: *mut c_void, size: usize) -> *mut c_void {
-    handed_out(raw::heap_alloc(id_of(heap), size, MALLOC_ALIGN, false))
+    // SAFETY: the stub passes its arguments on; a tail jump, so it reads our caller.
+    unsafe { nodalloc_heap_malloc_entry(heap, size) }
+}
+
+entry_stub!(fn nodalloc_heap_malloc_entry(heap: *mut c_void, size: usize) -> *mut c_void
+    => heap_malloc_at, site: "rdx", frame: "rcx");
+
+extern "C" fn heap_malloc_at(
+    heap: *mut c_void,
+    size: usize,
+    site: usize,
+    frame: usize,
+) -> *mut c_void {
+    let caller = caller(site, frame, size);
+    handed_out(heap_alloc(id_of(heap), size, MALLOC_ALIGN, false, caller))
 }
 
 /// `count × size` zeroed bytes from `heap`; NULL with ENOMEM on overflow, past its limit or out
@@ -122,12 +164,32 @@ pub extern "C" fn nodalloc_heap_calloc(
     count: usize,
     size: usize,
 ) -> *mut c_void {
+    // SAFETY: the stub passes its arguments on; a tail jump, so it reads our caller.
+    unsafe { nodalloc_heap_calloc_entry(heap, count, size) }
+}
+
+entry_stub!(fn nodalloc_heap_calloc_entry(heap: *mut c_void, count: usize, size: usize)
+    -> *mut c_void => heap_calloc_at, site: "rcx", frame: "r8");
+
+extern "C" fn heap_calloc_at(
+    heap: *mut c_void,
+    count: usize,
+    size: usize,
+    site: usize,
+    frame: usize,
+) -> *mut c_void {
     let id = id_of(heap);
     let Some(total) = count.checked_mul(size) else {
         set_errno(libc::ENOMEM);
         return null_mut();
     };
-    handed_out(raw::heap_alloc(id, total, MALLOC_ALIGN, true))
+    handed_out(heap_alloc(
+        id,
+        total,
+        MALLOC_ALIGN,
+        true,
+        caller(site, frame, total),
+    ))
 }
 
 /// `size` bytes at `alignment` (a power of two) from `heap`; NULL with EINVAL for another
@@ -138,16 +200,32 @@ pub extern "C" fn nodalloc_heap_aligned_alloc(
     alignment: usize,
     size: usize,
 ) -> *mut c_void {
+    // SAFETY: the stub passes its arguments on; a tail jump, so it reads our caller.
+    unsafe { nodalloc_heap_aligned_alloc_entry(heap, alignment, size) }
+}
+
+entry_stub!(fn nodalloc_heap_aligned_alloc_entry(heap: *mut c_void, alignment: usize,
+    size: usize) -> *mut c_void => heap_aligned_alloc_at, site: "rcx", frame: "r8");
+
+extern "C" fn heap_aligned_alloc_at(
+    heap: *mut c_void,
+    alignment: usize,
+    size: usize,
+    site: usize,
+    frame: usize,
+) -> *mut c_void {
     let id = id_of(heap);
     if !alignment.is_power_of_two() {
         set_errno(libc::EINVAL);
         return null_mut();
     }
-    handed_out(raw::heap_alloc(
+    let caller = caller(site, frame, size);
+    handed_out(heap_alloc(
         id,
         size,
         alignment.max(MALLOC_ALIGN),
         false,
+        caller,
     ))
 }
 
@@ -164,7 +242,7 @@ pub unsafe extern "C" fn nodalloc_heap_realloc(
 ) -> *mut c_void {
     let id = id_of(heap);
     if ptr.is_null() {
-        return handed_out(raw::heap_alloc(id, size, MALLOC_ALIGN, false));
+        return handed_out(heap_alloc(id, size, MALLOC_ALIGN, false, Caller::default()));
     }
     if size == 0 {
         // SAFETY: forwarded contract.
@@ -204,7 +282,7 @@ unsafe fn realloc_into(id: OwnedId, old: *mut u8, size: usize) -> *mut c_void {
     if in_place {
         return old as *mut c_void;
     }
-    let new = handed_out(raw::heap_alloc(id, size, MALLOC_ALIGN, false));
+    let new = handed_out(heap_alloc(id, size, MALLOC_ALIGN, false, Caller::default()));
     if new.is_null() {
         return null_mut();
     }

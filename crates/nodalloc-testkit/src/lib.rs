@@ -131,7 +131,8 @@ pub fn pprof() -> Option<PathBuf> {
     candidates.into_iter().find(|path| runs(path))
 }
 
-/// The total `pprof -top` reports for `sample` of `profile` ("… of N total"), in bytes.
+/// The total `pprof -top` reports for `sample` of `profile` ("… of N total"), in bytes (0 for
+/// a profile with nothing in it, which pprof reports without a unit).
 pub fn pprof_total(pprof: &Path, profile: &Path, sample: &str) -> u64 {
     let out = Command::new(pprof)
         .args(["-top", "-unit=B", "-nodecount=1"])
@@ -142,6 +143,9 @@ pub fn pprof_total(pprof: &Path, profile: &Path, sample: &str) -> u64 {
     let text = String::from_utf8_lossy(&out.stdout);
     text.lines()
         .find_map(|line| {
+            if line.ends_with(" of 0 total") {
+                return Some(0);
+            }
             let end = line.find("B total")?;
             let start = line[..end].rfind(' ')? + 1;
             line[start..end].parse().ok()

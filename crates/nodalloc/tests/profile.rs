@@ -25,6 +25,7 @@ fn child_entry() {
     match std::env::var("NODALLOC_TEST_CHILD").as_deref() {
         Ok("profile") => allocate_and_write_profiles(),
         Ok("lean") => lean_lists_hand_out_each_block_once(),
+        Ok("heaps") => profile_first_class_heaps(),
         Ok(other) => panic!("unknown scenario {other}"),
         Err(_) => {}
     }
@@ -232,4 +233,75 @@ fn lean_mode_hands_out_each_block_once_and_loses_none() {
         &[("NODALLOC_PROFILE", "1"), ("NODALLOC_PROFILE_RATE", "16K")],
         "lean lists checked",
     );
+}
+
+/// Bytes the first-class heaps' scenario keeps in a shared heap (1 000-byte blocks, 4 KiB
+/// blocks and 300 KiB large blocks) and in a thread-local one (200-byte blocks).
+const HEAP_SHARED: usize = 4 << 20;
+const HEAP_LOCAL: usize = 2 << 20;
+
+/// Fills a `nodalloc::Heap` and a `nodalloc::LocalHeap`, writes a profile, drops both heaps
+/// (their blocks go with them, without a free each) and writes a second one.
+fn profile_first_class_heaps() {
+    use std::alloc::Layout;
+    assert!(nodalloc::profile::is_on());
+    let dir = PathBuf::from(std::env::var("PROFILE_DIR").unwrap());
+    let shared = nodalloc::Heap::new();
+    let local = nodalloc::LocalHeap::new();
+    for (size, share) in [(1000, 2), (4096, 1), (300 << 10, 1)] {
+        let layout = Layout::from_size_align(size, 8).unwrap();
+        for _ in 0..HEAP_SHARED / 4 * share / size {
+            assert!(!shared.alloc(layout).is_null());
+        }
+    }
+    let small = Layout::from_size_align(200, 8).unwrap();
+    for i in 0..HEAP_LOCAL / 200 {
+        let block = local.alloc(small);
+        assert!(!block.is_null());
+        if i % 2 == 1 {
+            // Half freed again one by one: their samples leave the profile.
+            // SAFETY: allocated just above with this layout.
+            unsafe { local.dealloc(block, small) };
+        }
+    }
+    nodalloc::profile::dump(dir.join("held.pb")).unwrap();
+    drop(shared);
+    drop(local);
+    nodalloc::profile::dump(dir.join("dropped.pb")).unwrap();
+    eprintln!("heap profiles written");
+}
+
+/// First-class heaps are profiled as `malloc` is: what a `Heap` and a `LocalHeap` hold shows
+/// in `inuse_space` (the blocks a `LocalHeap` freed do not), and leaves it when the heaps are
+/// dropped whole.
+#[test]
+fn first_class_heaps_are_sampled_and_leave_the_profile_with_their_drop() {
+    let Some(pprof) = pprof() else {
+        return skip(
+            Need::OnCi,
+            "needs Google's pprof (scripts/setup.sh installs it)",
+        );
+    };
+    let dir = std::env::temp_dir().join(format!("nodalloc-heap-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    expect_child(
+        "heaps",
+        &[
+            ("NODALLOC_PROFILE", "1"),
+            ("NODALLOC_PROFILE_RATE", "8K"),
+            ("PROFILE_DIR", dir.to_str().unwrap()),
+        ],
+        "heap profiles written",
+    );
+    let held = pprof_total(&pprof, &dir.join("held.pb"), "inuse_space");
+    let dropped = pprof_total(&pprof, &dir.join("dropped.pb"), "inuse_space");
+    let truth = HEAP_SHARED + HEAP_LOCAL / 2;
+    let found = held.saturating_sub(dropped);
+    let error = (found as f64 - truth as f64).abs() / truth as f64;
+    assert!(
+        error <= 0.10,
+        "{found} B live in the heaps by the profile ({held} held, {dropped} after the drop), {truth} true"
+    );
+    assert!(dropped < 256 << 10, "{dropped} B still live after the drop");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -18,7 +18,12 @@
 #define SITE __attribute__((noinline, noipa))
 
 SITE static void *keep_small(size_t size) { return opaque_pointer(malloc(size)); }
-SITE static void *keep_medium(size_t size) { return opaque_pointer(malloc(size)); }
+/* With PROFILE_HEAP set, keep_medium's blocks come from a first-class heap. */
+static nodalloc_heap_t *medium_heap;
+SITE static void *keep_medium(size_t size) {
+    return opaque_pointer(medium_heap ? NODALLOC(nodalloc_heap_malloc)(medium_heap, size)
+                                      : malloc(size));
+}
 SITE static void *churn(size_t size) { return opaque_pointer(malloc(size)); }
 
 static volatile int stop;
@@ -72,6 +77,10 @@ int main(int argc, char **argv) {
     if (threads_wanted != NULL)
         threads = (size_t)atoi(threads_wanted);
     CHECK(threads >= 1 && threads <= 64, "PROFILE_THREADS=%zu", threads);
+    if (getenv("PROFILE_HEAP") != NULL) {
+        medium_heap = NODALLOC(nodalloc_heap_new)(NULL);
+        CHECK(medium_heap != NULL, "nodalloc_heap_new");
+    }
     kept = malloc((small_count + medium_count) * sizeof(void *));
     CHECK(kept != NULL, "the array of kept blocks");
     if (threads == 1) {

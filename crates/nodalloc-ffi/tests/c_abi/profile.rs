@@ -242,6 +242,13 @@ fn with_call_site_partitions_the_sites_bytes_still_add_up() {
     check_kept_sites("callsite", "profile", &[("NODALLOC_CALLSITE", "64")], false);
 }
 
+/// `keep_medium`'s blocks from a first-class heap (`nodalloc_heap_malloc`): sampled as
+/// `malloc`'s are, each site's live bytes still add up.
+#[test]
+fn a_first_class_heaps_blocks_are_sampled_at_their_site() {
+    check_kept_sites("heap", "profile", &[("PROFILE_HEAP", "1")], false);
+}
+
 /// The same program built without frame pointers (`profile_nofp.c`): every stack is one
 /// frame, the allocation's caller, which names each site with its bytes.
 #[test]

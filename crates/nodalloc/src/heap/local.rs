@@ -71,12 +71,13 @@ impl LocalHeap {
     /// unsafe { local.dealloc(block, Layout::new::<[u8; 24]>()) };
     /// ```
     pub fn alloc(&self, layout: Layout) -> *mut u8 {
-        self.heap.instance.owned().cached_alloc(
+        let block = self.heap.instance.owned().cached_alloc(
             self.cache(),
             self.heap.id,
             layout.size(),
             layout.align(),
-        )
+        );
+        super::sample(block, layout, false, self.heap.id)
     }
 
     /// [`LocalHeap::alloc`], the block reading as zero.
@@ -112,6 +113,13 @@ impl LocalHeap {
     /// assert_eq!(local.stats().blocks, 0);
     /// ```
     pub unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // A heap-profile sample that stayed in its bag (one load with profiling off).
+        crate::profile::in_bag::forget(ptr as usize);
+        if crate::profile::is_on() && self.heap.instance.owned().large_units(ptr as usize).is_ok() {
+            // A sample served as a large block of its own (`ThreadHeap::sample_owned`).
+            // SAFETY: forwarded contract.
+            return unsafe { crate::raw::free_any(ptr) };
+        }
         match crate::size_class::class_of(layout.size(), layout.align()) {
             // SAFETY: forwarded contract: a live object of this class of this heap.
             Some(class) => unsafe {

@@ -298,9 +298,11 @@ impl Heap {
     /// unsafe { heap.dealloc(block, layout) };
     /// ```
     pub fn alloc(&self, layout: Layout) -> *mut u8 {
-        self.instance
-            .owned()
-            .owned_alloc(self.id, layout.size(), layout.align(), false)
+        let block =
+            self.instance
+                .owned()
+                .owned_alloc(self.id, layout.size(), layout.align(), false);
+        sample(block, layout, false, self.id)
     }
 
     /// [`Heap::alloc`], the block reading as zero.
@@ -314,9 +316,11 @@ impl Heap {
     /// assert!(unsafe { std::slice::from_raw_parts(block, 1000) }.iter().all(|&b| b == 0));
     /// ```
     pub fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        self.instance
+        let block = self
+            .instance
             .owned()
-            .owned_alloc(self.id, layout.size(), layout.align(), true)
+            .owned_alloc(self.id, layout.size(), layout.align(), true);
+        sample(block, layout, true, self.id)
     }
 
     /// Frees a block of this heap (any heap's block, or any block of nodalloc's, is accepted:
@@ -500,4 +504,17 @@ fn usable(layout: Layout) -> usize {
         Some(class) => SizeClass::size(class),
         None => layout.size(),
     }
+}
+
+/// The heap profile's count of a block heap `id` handed out for `layout` (`zero`: read as
+/// zero), on the calling thread's sampler (`ThreadHeap::sample_owned`): the block to hand
+/// out. One flag test with profiling off.
+#[inline]
+pub(crate) fn sample(block: *mut u8, layout: Layout, zero: bool, id: OwnedId) -> *mut u8 {
+    if !crate::profile::is_on() {
+        return block;
+    }
+    crate::instance::with_heap(|heap| {
+        heap.sample_owned(block, layout.size(), layout.align(), zero, id)
+    })
 }

@@ -305,6 +305,8 @@ impl Instance {
     /// Frees a block of a first-class heap back to its heap, or reports the misuse.
     pub(crate) fn free_owned(self, ptr: *mut u8) {
         let address = ptr as usize;
+        // A heap-profile sample that stayed in its bag.
+        crate::profile::in_bag::forget(address);
         let Some(origin) = self.heaps.origin_of(address) else {
             report_misuse(ptr, Misuse::InvalidPointer);
         };

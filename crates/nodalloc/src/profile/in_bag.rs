@@ -131,15 +131,34 @@ pub(crate) fn forget(address: usize) {
     }
     // SAFETY: as above, the slot of a unit of the arena.
     let slot = unsafe { &*slots.add(unit) };
-    forget_in(tag, slot, address);
+    forget_in(tag, slot, Some(address));
 }
 
+/// The bag of `units` units at `start` goes back whole (a first-class heap dropped or reset):
+/// the sample any of its units holds leaves the profile's live counts.
+pub(crate) fn forget_units(start: usize, units: usize) {
+    let slots = SLOTS.load(Ordering::Acquire);
+    if slots.is_null() {
+        return;
+    }
+    let first = start.wrapping_sub(BASE.load(Ordering::Relaxed)) >> UNIT_SHIFT;
+    for unit in first..(first + units).min(UNITS.load(Ordering::Relaxed)) {
+        // SAFETY: a unit of the arena (bounded above): its tag and slot exist, as in `forget`.
+        let (tag, slot) = unsafe { (&*TAGS.load(Ordering::Relaxed).add(unit), &*slots.add(unit)) };
+        if tag.load(Ordering::Acquire) & Tag::SAMPLED != 0 {
+            forget_in(tag, slot, None);
+        }
+    }
+}
+
+/// Empties the slot of a unit whose tag has [`Tag::SAMPLED`] if it names the object at
+/// `address` (any object of the unit for `None`), and takes the sample off its site.
 #[cold]
 #[inline(never)]
-fn forget_in(tag: &AtomicU32, slot: &AtomicU64, address: usize) {
+fn forget_in(tag: &AtomicU32, slot: &AtomicU64, address: Option<usize>) {
     let word = slot.load(Ordering::Acquire);
     let (offset, site, class, asked) = unpack(word);
-    if word & USED == 0 || offset != address & (UNIT - 1) {
+    if word & USED == 0 || address.is_some_and(|address| offset != address & (UNIT - 1)) {
         // Another object of the unit is the sample.
         return;
     }

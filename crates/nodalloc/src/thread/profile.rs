@@ -300,9 +300,89 @@ impl ThreadHeap {
         block
     }
 
+    /// A block first-class heap `heap` just handed out for a request of `size` bytes at
+    /// `align` (`zero`: read as zero), on this thread: counted on the thread's sampler (as its
+    /// `malloc`s are), and recorded when it is the sample, labelled with the heap's partition:
+    /// a small object in its unit's slot (`profile/in_bag.rs`), a large block in its
+    /// descriptor. Returns the block to hand out: a small sample whose unit holds a sample
+    /// already becomes a large block of the heap (the object goes back), as in lean mode.
+    /// Nothing with profiling off.
+    pub fn sample_owned(
+        &mut self,
+        block: *mut u8,
+        size: usize,
+        align: usize,
+        zero: bool,
+        heap: crate::node::OwnedId,
+    ) -> *mut u8 {
+        if block.is_null() || !profile::is_on() {
+            return block;
+        }
+        if self.state == HeapState::Fresh && !self.run_attach_hook() {
+            return block;
+        }
+        let Some(heaps) = self.heaps() else {
+            return block;
+        };
+        // A small object counts its class's bytes, as the class lists count theirs.
+        let class = heaps.small_class_at(block as usize).ok().flatten();
+        if !self.sampler.take(class.map_or(size, SizeClass::size)) {
+            return block;
+        }
+        self.record_owned(block, size, align, zero, class, heap)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn record_owned(
+        &mut self,
+        block: *mut u8,
+        size: usize,
+        align: usize,
+        zero: bool,
+        class: Option<SizeClass>,
+        heap: crate::node::OwnedId,
+    ) -> *mut u8 {
+        let part = Some(heap.partition().0);
+        let Some(site) = self.sample_site(block, part) else {
+            return block;
+        };
+        let Some(heaps) = self.heaps() else {
+            return block;
+        };
+        let rate = profile::rate();
+        if let Some(class) = class {
+            let asked = size.min(class.size());
+            if heaps.claim_sample(block as usize, class, sites::index_of(site), asked) {
+                // The weights `in_bag::forget` takes off again, from the same figures.
+                let (objects, weight) = profile::weights(class.size(), asked, rate);
+                sites::add(site, objects, weight);
+                return block;
+            }
+            let large = heaps.owned_alloc_large_block(heap, size, align, zero);
+            let Some(origin) = heaps.origin_of(block as usize).filter(|_| !large.is_null()) else {
+                // No room for it: the object goes out unrecorded.
+                return block;
+            };
+            // SAFETY: an object of `class` that heap `heap` handed out just now, never the
+            // program's.
+            unsafe { heaps.owned_free_small(origin, class, block) };
+            // The probability is the class's, whose bytes were counted.
+            let (objects, weight) = profile::weights(class.size(), asked, rate);
+            sites::add(site, objects, weight);
+            heaps.mark_sampled(large as usize, sites::index_of(site), objects, weight);
+            return large;
+        }
+        let (objects, weight) = profile::weights(size, size, rate);
+        sites::add(site, objects, weight);
+        heaps.mark_sampled(block as usize, sites::index_of(site), objects, weight);
+        block
+    }
+
     /// The site of a sample at `block`, just allocated: the current allocation's call stack
-    /// and the block's placement. `None` when the site table cannot be mapped.
-    fn sample_site(&mut self, block: *mut u8) -> Option<&'static sites::Site> {
+    /// and the block's placement, with partition `part` when a first-class heap serves it.
+    /// `None` when the site table cannot be mapped.
+    fn sample_site(&mut self, block: *mut u8, part: Option<u16>) -> Option<&'static sites::Site> {
         let heaps = self.heaps()?;
         let here = 0u8;
         let sp = &here as *const u8 as usize;
@@ -310,6 +390,7 @@ impl ThreadHeap {
             self.stack = profile::stack_of(sp);
         }
         let mut key = sites::Key::EMPTY;
+        // The C face's caller, entered by its entry points' stubs (its heap API's too).
         let (ret, frame) = if self.call_site != 0 {
             (self.caller.ret, self.caller.frame)
         } else {
@@ -321,10 +402,10 @@ impl ThreadHeap {
         });
         key.node = node.index() as u16;
         key.far = heaps.topology().is_far(node.index());
-        key.partition = if heaps.partitions() != 0 {
-            self.current_partition().0
-        } else {
-            0
+        key.partition = match part {
+            Some(part) => part,
+            None if heaps.partitions() != 0 => self.current_partition().0,
+            None => 0,
         };
         sites::site_of(&key)
     }
@@ -334,7 +415,7 @@ impl ThreadHeap {
     /// is the block's (its size was counted); what the sample stands for is in the bytes
     /// asked for.
     pub(crate) fn record_sample(&mut self, block: *mut u8, bytes: usize, asked: usize) {
-        let Some(site) = self.sample_site(block) else {
+        let Some(site) = self.sample_site(block, None) else {
             return;
         };
         let Some(heaps) = self.heaps() else { return };
@@ -347,7 +428,7 @@ impl ThreadHeap {
     /// as a sample that stays in its bag; false, recording nothing, when its unit holds a
     /// sample already.
     fn record_in_bag(&mut self, object: *mut u8, class: SizeClass, asked: usize) -> bool {
-        let Some(site) = self.sample_site(object) else {
+        let Some(site) = self.sample_site(object, None) else {
             // No table: the allocation goes unrecorded.
             return true;
         };

@@ -69,6 +69,8 @@ impl NodeHeaps {
             report(address as *mut u8, Misuse::InvalidPointer);
         }
         let record = self.owned.record(owner.owned_index());
+        // A heap-profile sample (`ThreadHeap::sample_owned`) leaves the live counts.
+        self.forget_sample(address);
         {
             let _large = record.large_lock.lock();
             // SAFETY: a live large block of this heap is on its list (large lock held).

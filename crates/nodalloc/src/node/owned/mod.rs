@@ -82,7 +82,7 @@ impl OwnedId {
         OwnedId { index, generation }
     }
 
-    fn partition(self) -> Partition {
+    pub(crate) fn partition(self) -> Partition {
         Partition(OWNED_BIT | self.index)
     }
 }
@@ -327,13 +327,12 @@ impl NodeHeaps {
         align: usize,
         zero: bool,
     ) -> *mut u8 {
+        let Some(class) = class_of(size, align) else {
+            return self.owned_alloc_large_block(id, size, align, zero);
+        };
         let record = self.live_record(id, "an allocation");
         let node = NodeId(record.node.load(Ordering::Relaxed));
-        let part = id.partition();
-        let Some(class) = class_of(size, align) else {
-            return self.owned_alloc_large(record, part, node, size, align, zero);
-        };
-        let Some((object, zeroed)) = self.owned_pop(record, node, part, class) else {
+        let Some((object, zeroed)) = self.owned_pop(record, node, id.partition(), class) else {
             return null_mut();
         };
         if zero {
@@ -347,6 +346,20 @@ impl NodeHeaps {
             }
         }
         object
+    }
+
+    /// A large block of heap `id` for `size` bytes, however small (a heap-profile sample that
+    /// cannot stay in its bag: `ThreadHeap::sample_owned`); null when the heap has no room.
+    pub(crate) fn owned_alloc_large_block(
+        &self,
+        id: OwnedId,
+        size: usize,
+        align: usize,
+        zero: bool,
+    ) -> *mut u8 {
+        let record = self.live_record(id, "an allocation");
+        let node = NodeId(record.node.load(Ordering::Relaxed));
+        self.owned_alloc_large(record, id.partition(), node, size, align, zero)
     }
 
     /// A span for a new bag of `class` of heap `part`, charged to its limit; `None` when the
@@ -514,6 +527,8 @@ impl NodeHeaps {
                         }
                         (*bag).next = null_mut();
                         (*bag).prev = null_mut();
+                        // Its objects leave the heap profile's live counts with it.
+                        crate::profile::in_bag::forget_units(start, units);
                         self.owned_free_bag(part, start, units);
                         bag = next;
                     }
@@ -536,6 +551,7 @@ impl NodeHeaps {
                 let start = map.address_of(map.unit_of_meta(block));
                 (*block).next = null_mut();
                 (*block).prev = null_mut();
+                self.forget_sample(start);
                 if secure {
                     self.arena.unguard_large(start, units);
                 }
