@@ -18,7 +18,12 @@ struct File {
 
 impl File {
     fn open(path: &str, build_id: &str) -> Option<File> {
-        let data = std::fs::read(path).ok()?;
+        let file = std::fs::File::open(path).ok()?;
+        // SAFETY: a read-only mapping of a file the profile names, read by `object`'s
+        // bounds-checked parser. A file rewritten meanwhile gives wrong names (caught by the
+        // build-ID check when it is another build) and one truncated meanwhile faults the read,
+        // as `addr2line`'s own mapping of it below would.
+        let data = unsafe { memmap2::Mmap::map(&file) }.ok()?;
         let object = object::File::parse(&data[..]).ok()?;
         let found = object.build_id().ok().flatten().map(hex);
         if !build_id.is_empty() && found.as_deref() != Some(&build_id.to_ascii_lowercase()) {
