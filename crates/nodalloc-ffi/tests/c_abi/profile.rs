@@ -326,3 +326,64 @@ fn a_leak_report_at_exit_names_what_is_still_live() {
         }
     }
 }
+
+/// Off means off: with `NODALLOC_PROFILE` unset, `free` and `malloc` in their steady state (64 B
+/// pairs after a warm-up, `pairs.c`, counted by callgrind) run no instruction of the profile's
+/// code (`profile/`, `thread/profile.rs`); with it set, they do (lean mode's free), so the check
+/// can tell. Instruction counts, not time: deterministic.
+#[test]
+fn off_means_off_the_fast_paths_run_none_of_the_profiles_code() {
+    let has_valgrind = Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !has_valgrind {
+        return skip(Need::OnCi, "needs valgrind (scripts/setup.sh installs it)");
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("off-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pairs = 20_000u64;
+    let count = |profile: &str| {
+        let out = dir.join(format!("callgrind.{profile}"));
+        let program = command("pairs", Mode::Linked);
+        let mut valgrind = Command::new("valgrind");
+        valgrind
+            .args(["--tool=callgrind", "--collect-atstart=no"])
+            .arg("--toggle-collect=run_pairs")
+            .arg(format!("--callgrind-out-file={}", out.display()))
+            .arg(program.get_program())
+            .arg(pairs.to_string())
+            .env("NODALLOC_PROFILE", profile);
+        let finished = run_passing("pairs", Mode::Linked, &mut valgrind);
+        let annotated = Command::new("callgrind_annotate")
+            .args(["--inclusive=no", "--threshold=100"])
+            .arg(&out)
+            .output()
+            .expect("running callgrind_annotate");
+        assert!(annotated.status.success(), "{}", finished.describe());
+        String::from_utf8_lossy(&annotated.stdout).into_owned()
+    };
+    let profile_lines = |annotated: &str| {
+        annotated
+            .lines()
+            .filter(|line| line.contains("/profile/") || line.contains("/profile.rs:"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let off = count("0");
+    assert!(
+        off.contains("run_pairs"),
+        "callgrind counted nothing in run_pairs:\n{off}"
+    );
+    assert_eq!(
+        profile_lines(&off),
+        Vec::<String>::new(),
+        "with profiling off the fast paths ran the profile's code:\n{off}"
+    );
+    let on = count("1");
+    assert!(
+        !profile_lines(&on).is_empty(),
+        "with profiling on no profile code was counted (the check cannot tell):\n{on}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
