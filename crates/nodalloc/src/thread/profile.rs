@@ -167,8 +167,8 @@ impl ThreadHeap {
             .map(|(class, _)| class)
     }
 
-    /// Keeps `class`'s list shorter than its budget: the objects past it (the least recently
-    /// freed) go back to the node heap. After every slow path that may lengthen the list (a
+    /// Keeps `class`'s list shorter than its budget: a list that reaches it moves to the
+    /// class's stash ([`Self::lean_trim`]). After every slow path that may lengthen the list (a
     /// face's free path that pushed onto it calls it); nothing outside the lean mode.
     #[inline]
     pub fn lean_enforce(&mut self, class: SizeClass) {
