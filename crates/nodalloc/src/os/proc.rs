@@ -37,6 +37,22 @@ pub fn mapping_of(address: usize) -> Option<(usize, usize)> {
     found
 }
 
+/// Calls `visit(start, end)` for every executable mapping of this process (`x` in its
+/// permissions in `/proc/self/maps`), in address order, until it returns false. False when the
+/// file cannot be read. No allocation.
+pub fn for_each_code_mapping(mut visit: impl FnMut(usize, usize) -> bool) -> bool {
+    for_each_line(c"/proc/self/maps", |line| {
+        let Some((start, end)) = parse_mapping_range(line) else {
+            return true;
+        };
+        let permissions = line.split(|&b| b == b' ').nth(1).unwrap_or(b"");
+        if permissions.get(2) == Some(&b'x') {
+            return visit(start, end);
+        }
+        true
+    })
+}
+
 /// Calls `visit` with every line of the file at `path` (without its newline) until it returns
 /// false, streaming the file through a stack buffer; a line longer than the buffer (a long path
 /// name) is skipped. False when the file cannot be opened. No allocation.

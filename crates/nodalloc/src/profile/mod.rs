@@ -22,6 +22,7 @@
 //! site and what it stands for, as a sampled large block's does. Frees find either and take the
 //! block's share off its site's live counts.
 
+pub(crate) mod code;
 pub(crate) mod gzip;
 pub(crate) mod in_bag;
 pub(crate) mod pprof;
@@ -213,7 +214,9 @@ pub(crate) fn capture(site: usize, frame: usize, stack: (usize, usize), key: &mu
                 ((frame + 8) as *const usize).read(),
             )
         };
-        if return_address == 0 {
+        if return_address == 0 || !code::is_code(return_address) {
+            // The end of the chain, or a word that is no frame (a function built without
+            // frame pointers left something else in `rbp`): the stack ends here.
             break;
         }
         key.frames[depth] = return_address;
