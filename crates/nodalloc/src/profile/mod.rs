@@ -451,21 +451,33 @@ mod tests {
 
     #[test]
     fn a_walk_stops_at_the_first_frame_outside_the_stack() {
-        // A fake stack: three frames chained upwards, the third pointing outside.
+        // A fake stack: three frames chained upwards, the third pointing outside, their return
+        // addresses in this crate's code.
+        let code = [
+            capture as *const () as usize,
+            stack_of as *const () as usize,
+            weights as *const () as usize,
+        ];
         let mut stack = [0usize; 16];
         let base = stack.as_ptr() as usize;
         stack[0] = base + 4 * 8; // frame 0 -> frame at index 4
-        stack[1] = 0x1111;
+        stack[1] = code[0];
         stack[4] = base + 8 * 8; // -> index 8
-        stack[5] = 0x2222;
+        stack[5] = code[1];
         stack[8] = 0x10; // -> outside
-        stack[9] = 0x3333;
+        stack[9] = code[2];
         std::hint::black_box(&stack);
         let mut key = Key::EMPTY;
         capture(0x0abc, base, (base, base + 16 * 8), &mut key);
-        assert_eq!(key.stack(), [0x0abc, 0x1111, 0x2222, 0x3333]);
+        assert_eq!(key.stack(), [0x0abc, code[0], code[1], code[2]]);
         // A frame pointer that is no frame: the site alone.
         capture(0x0abc, 0x7, (base, base + 16 * 8), &mut key);
         assert_eq!(key.stack(), [0x0abc]);
+        // A "return address" that is no code (a word of data where a function built without
+        // frame pointers left `rbp`): the walk ends before it.
+        stack[5] = base;
+        std::hint::black_box(&stack);
+        capture(0x0abc, base, (base, base + 16 * 8), &mut key);
+        assert_eq!(key.stack(), [0x0abc, code[0]]);
     }
 }
