@@ -27,6 +27,7 @@
 //! Large allocations are counted by bytes in both modes (`sample_large`).
 
 use super::{HeapState, ThreadHeap};
+use crate::node::NodeHeaps;
 use crate::profile::{self, sites};
 use crate::size_class::SizeClass;
 use core::ptr::null_mut;
@@ -350,33 +351,25 @@ impl ThreadHeap {
         let Some(heaps) = self.heaps() else {
             return block;
         };
-        let rate = profile::rate();
-        if let Some(class) = class {
-            let asked = size.min(class.size());
-            if heaps.claim_sample(block as usize, class, sites::index_of(site), asked) {
-                // The weights `in_bag::forget` takes off again, from the same figures.
-                let (objects, weight) = profile::weights(class.size(), asked, rate);
-                sites::add(site, objects, weight);
-                return block;
-            }
-            let large = heaps.owned_alloc_large_block(heap, size, align, zero);
-            let Some(origin) = heaps.origin_of(block as usize).filter(|_| !large.is_null()) else {
-                // No room for it: the object goes out unrecorded.
-                return block;
-            };
-            // SAFETY: an object of `class` that heap `heap` handed out just now, never the
-            // program's.
-            unsafe { heaps.owned_free_small(origin, class, block) };
-            // The probability is the class's, whose bytes were counted.
-            let (objects, weight) = profile::weights(class.size(), asked, rate);
-            sites::add(site, objects, weight);
-            heaps.mark_sampled(large as usize, sites::index_of(site), objects, weight);
-            return large;
+        let Some(class) = class else {
+            keep_large(heaps, site, block, size, size);
+            return block;
+        };
+        let asked = size.min(class.size());
+        if keep_in_bag(heaps, site, block, class, asked) {
+            return block;
         }
-        let (objects, weight) = profile::weights(size, size, rate);
-        sites::add(site, objects, weight);
-        heaps.mark_sampled(block as usize, sites::index_of(site), objects, weight);
-        block
+        let large = heaps.owned_alloc_large_block(heap, size, align, zero);
+        let Some(origin) = heaps.origin_of(block as usize).filter(|_| !large.is_null()) else {
+            // No room for it: the object goes out unrecorded.
+            return block;
+        };
+        // SAFETY: an object of `class` that heap `heap` handed out just now, never the
+        // program's.
+        unsafe { heaps.owned_free_small(origin, class, block) };
+        // The probability is the class's, whose bytes were counted.
+        keep_large(heaps, site, large, class.size(), asked);
+        large
     }
 
     /// The site of a sample at `block`, just allocated: the current allocation's call stack
@@ -418,10 +411,9 @@ impl ThreadHeap {
         let Some(site) = self.sample_site(block, None) else {
             return;
         };
-        let Some(heaps) = self.heaps() else { return };
-        let (objects, weight) = profile::weights(bytes, asked, profile::rate());
-        sites::add(site, objects, weight);
-        heaps.mark_sampled(block as usize, sites::index_of(site), objects, weight);
+        if let Some(heaps) = self.heaps() {
+            keep_large(heaps, site, block, bytes, asked);
+        }
     }
 
     /// Records `object`, an object of `class` just allocated for a request of `asked` bytes,
@@ -432,16 +424,10 @@ impl ThreadHeap {
             // No table: the allocation goes unrecorded.
             return true;
         };
-        let Some(heaps) = self.heaps() else {
-            return true;
-        };
-        if !heaps.claim_sample(object as usize, class, sites::index_of(site), asked) {
-            return false;
+        match self.heaps() {
+            Some(heaps) => keep_in_bag(heaps, site, object, class, asked),
+            None => true,
         }
-        // The weights `in_bag::forget` takes off again, from the same figures.
-        let (objects, weight) = profile::weights(class.size(), asked, profile::rate());
-        sites::add(site, objects, weight);
-        true
     }
 
     /// The C face: the caller of the current allocation, for the profile's stack.
@@ -449,6 +435,33 @@ impl ThreadHeap {
     pub fn enter_caller(&mut self, caller: Caller) {
         self.caller = caller;
     }
+}
+
+/// Records `object`, of `class`, as a sample of `site` for `asked` bytes that stays in its bag
+/// (its unit's slot, `profile/in_bag.rs`); false, recording nothing, when the unit holds a
+/// sample already.
+fn keep_in_bag(
+    heaps: &NodeHeaps,
+    site: &sites::Site,
+    object: *mut u8,
+    class: SizeClass,
+    asked: usize,
+) -> bool {
+    if !heaps.claim_sample(object as usize, class, sites::index_of(site), asked) {
+        return false;
+    }
+    // The weights `in_bag::forget` takes off again, from the same figures.
+    let (objects, weight) = profile::weights(class.size(), asked, profile::rate());
+    sites::add(site, objects, weight);
+    true
+}
+
+/// Records `block`, a large block, as a sample of `site` standing for an allocation of `bytes`
+/// (the bytes counted, whose probability it had) asked as `asked`, marked in its descriptor.
+fn keep_large(heaps: &NodeHeaps, site: &sites::Site, block: *mut u8, bytes: usize, asked: usize) {
+    let (objects, weight) = profile::weights(bytes, asked, profile::rate());
+    sites::add(site, objects, weight);
+    heaps.mark_sampled(block as usize, sites::index_of(site), objects, weight);
 }
 
 /// The caller's frame pointer as this function sees it (a Rust-face allocation: the walk
