@@ -79,7 +79,8 @@ impl Arena {
         } else {
             os::reserve(metadata_bytes)?
         };
-        let Some(base) = os::reserve_aligned_with(total, CHUNK_UNITS * UNIT, on_demand) else {
+        // Inaccessible until each pool's frontier opens it (see `Region::frontier_for`).
+        let Some(base) = os::reserve_aligned_with(total, CHUNK_UNITS * UNIT, true) else {
             // SAFETY: we just mapped `metadata` and nothing refers to it.
             unsafe { os::unmap(metadata, metadata_bytes) };
             return None;

@@ -201,8 +201,9 @@ unsafe impl Sync for Arena {}
 // SAFETY: as for Sync: the arena is process-wide memory, not tied to a thread.
 unsafe impl Send for Arena {}
 
-/// Bytes at the start of each region never advised to use huge pages (four chunks).
-const SMALL_PAGE_HEAD: usize = 4 * CHUNK_UNITS * UNIT;
+/// Bytes at the start of each pool never advised to use huge pages (four chunks): also where
+/// the frontier opens the reservation in fine steps (`region::FINE_FRONTIER`).
+const SMALL_PAGE_HEAD: usize = region::FINE_FRONTIER;
 
 /// Smallest region: 32 chunks, enough for any bag and a few large objects.
 pub const MIN_REGION_SHIFT: u32 = 26;

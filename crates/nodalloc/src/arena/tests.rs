@@ -407,6 +407,52 @@ fn commit_on_demand_arenas_commit_only_what_the_frontier_passed() {
     assert!(arena.tag_checked(beyond).is_some());
 }
 
+/// Whether the byte at `address` can be read, asked of the kernel (a `write` of it into a pipe
+/// fails with `EFAULT` where it cannot) rather than by touching it.
+fn readable(address: usize) -> bool {
+    let mut pipe = [0; 2];
+    // SAFETY: a fresh pipe; `write` reads one byte at `address` or reports EFAULT, and both
+    // ends are closed before returning.
+    unsafe {
+        assert_eq!(libc::pipe(pipe.as_mut_ptr()), 0);
+        let written = libc::write(pipe[1], address as *const libc::c_void, 1);
+        libc::close(pipe[0]);
+        libc::close(pipe[1]);
+        written == 1
+    }
+}
+
+#[test]
+fn the_reservation_past_each_frontier_is_inaccessible() {
+    let arena = test_arena(1, 64 << 20, usize::MAX);
+    let sparse = arena.pool(0, Pool::Sparse);
+    let (a, _) = arena.alloc_span(0, 3, 1, SpanUse::Large).unwrap();
+    assert_eq!(a, sparse.start());
+    // SAFETY: the span was handed out and is ours.
+    unsafe { (a as *mut u8).write_bytes(0x11, 3 * UNIT) };
+    // The frontier moved by a fence step (two units) past the span, no further; what lies
+    // before the pool (the dense pool's untouched tail) is closed too.
+    let fence = a + region::FENCE_STEP
+        .max(3 * UNIT)
+        .next_multiple_of(region::FENCE_STEP);
+    assert!(readable(a) && readable(fence - 1));
+    assert!(!readable(fence), "one byte past the frontier");
+    assert!(!readable(a + (1 << 20)), "a megabyte past the block");
+    assert!(!readable(a - 1), "the byte before the pool");
+    // Growth in place opens what it takes.
+    assert!(sparse.grow(arena.map(), a, 3, 100));
+    // SAFETY: the grown span is ours.
+    unsafe { (a as *mut u8).add(99 * UNIT).write_bytes(0x22, UNIT) };
+    assert!(!readable(a + 100 * UNIT));
+    // Past the pool's first bytes the frontier moves by whole chunks (each can be a huge page).
+    let past = region::FINE_FRONTIER / UNIT;
+    let (b, _) = arena.alloc_span(0, past, 1, SpanUse::Large).unwrap();
+    let end = b + past * UNIT;
+    let chunk_end = end.next_multiple_of(CHUNK_UNITS * UNIT);
+    assert!(end < chunk_end && readable(chunk_end - 1));
+    assert!(!readable(chunk_end));
+}
+
 #[test]
 fn the_commit_limit_is_never_exceeded_and_frees_make_room() {
     let arena = test_arena(2, 64 << 20, 0);

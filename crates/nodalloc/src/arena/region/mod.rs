@@ -2,7 +2,10 @@
 //!
 //! The region grows a **frontier** through its reserved range in 2 MiB chunks (each can be one
 //! transparent huge page, and all threads of the node carve their bags from the same chunks:
-//! NUMAlloc's incremental sharing of huge pages). Freed spans go into size **buckets** and
+//! NUMAlloc's incremental sharing of huge pages). The reservation past the frontier is
+//! `PROT_NONE`, opened as the frontier passes it: a wild access past the heap faults instead of
+//! landing in writable memory. In the pool's first 8 MiB (never on huge pages) the frontier
+//! moves by 64 KiB steps, so a young heap's fence stays close behind its blocks. Freed spans go into size **buckets** and
 //! coalesce with free neighbours of the same state, found through the page map's boundary tags.
 //!
 //! Free spans are either **dirty** (still committed: reusing them costs no page fault) or
@@ -50,6 +53,12 @@ const CHUNK_BYTES: usize = CHUNK_UNITS * UNIT;
 /// Exact-size buckets for spans up to a chunk, then one bucket per power of two.
 const EXACT_BUCKETS: usize = MAX_BAG_UNITS;
 const NUM_BUCKETS: usize = 128;
+
+/// The frontier's step within a pool's first [`FINE_FRONTIER`] bytes (see
+/// [`Region::frontier_for`]). Those bytes are never advised onto huge pages (the arena's small
+/// page head), so opening them piecemeal costs no huge page.
+pub const FENCE_STEP: usize = 2 * UNIT;
+pub const FINE_FRONTIER: usize = 4 * CHUNK_BYTES;
 
 /// Chunks of one fullness level the filler looks into before trying the next level down.
 const FILLER_TRIES: usize = 4;
@@ -253,13 +262,29 @@ impl Region {
         self.committed.fetch_sub(bytes, Ordering::Relaxed);
     }
 
-    /// Moves the frontier to `new` (under the span lock), committing the stretch first when the
-    /// arena commits on demand. False, changing nothing, if the kernel refuses.
+    /// Where the frontier moves to hand out spans up to `needed_end`: the next [`FENCE_STEP`]
+    /// within the pool's first [`FINE_FRONTIER`] bytes (a small heap's wild accesses a little
+    /// way past its blocks then fault, as past glibc's heap top), the next chunk past them (a
+    /// chunk opened whole can be one huge page).
+    fn frontier_for(&self, needed_end: usize) -> usize {
+        let offset = needed_end - self.start;
+        let step = if offset <= FINE_FRONTIER {
+            FENCE_STEP
+        } else {
+            CHUNK_BYTES
+        };
+        self.start + round_up(offset, step)
+    }
+
+    /// Moves the frontier to `new` (under the span lock), opening the stretch first (and
+    /// committing its descriptors when the arena commits on demand). False, changing nothing,
+    /// if the kernel refuses.
     fn move_frontier(&self, state: &mut PoolState, map: &PageMap, new: usize) -> bool {
         let old = state.frontier;
-        if self.commit_on_demand
-            && !(os::commit(old as *mut u8, new - old)
-                && map.commit_units(map.unit_of(old), map.unit_of(new)))
+        // The reservation past the frontier is `PROT_NONE` (the fence): the stretch is opened
+        // here, and its descriptors committed when the page map commits on demand too.
+        if !os::commit(old as *mut u8, new - old)
+            || (self.commit_on_demand && !map.commit_units(map.unit_of(old), map.unit_of(new)))
         {
             return false;
         }

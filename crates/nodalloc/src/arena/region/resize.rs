@@ -26,8 +26,7 @@ impl Region {
         let extend_to = if needed_end <= room_end {
             None
         } else if room_end == state.frontier {
-            let frontier =
-                round_up(needed_end - self.start, CHUNK_UNITS << UNIT_SHIFT) + self.start;
+            let frontier = self.frontier_for(needed_end);
             if frontier > self.end {
                 return false;
             }

@@ -230,9 +230,7 @@ impl Region {
             give_back(self, state);
             return None;
         };
-        let new_frontier = (round_up(needed_end - self.start, CHUNK_UNITS << UNIT_SHIFT)
-            + self.start)
-            .max(state.frontier);
+        let new_frontier = self.frontier_for(needed_end).max(state.frontier);
         if new_frontier > self.end {
             give_back(self, state);
             return None;
