@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
 # The heap-misuse suite's scores under glibc, nodalloc, nodalloc in secure mode and the peers that
 # are installed (mimalloc, tcmalloc, jemalloc), as tables of caught (x) / not caught (.), for both
-# sets of cases of crates/nodalloc-ffi/tests/c/misuse_suite.cpp (tests/misuse_suite.rs holds
-# nodalloc to them):
+# sets of cases of the heap-misuse suite, crates/nodalloc-ffi/tests/c/misuse_suite.cpp and
+# public_suite.c (tests/misuse_suite.rs holds nodalloc to them):
 #
 # - the project's extra cases: category × size 8, 4096, 262144 (the categories are the rows of
 #   tests/c/misuse_cases.def, as `misuse_suite list` prints them). Caught: the process was killed
 #   by a signal, exited non-zero, or ended without printing its `unnoticed` line (a 5 s timeout
 #   counts as caught and is listed).
 # - the public suite of record, mimalloc-bench's bench/security: its 116 binaries, each
-#   reproduced by one program of tests/c/public_cases.def at one size (`misuse_suite
-#   list-public`), with its verdict: caught when the process ends without printing its
-#   NOT_CAUGHT line within 1 s, as its bench.sh classifies ("public suite: N of 116"). They run
-#   one at a time, as bench.sh runs them; in the TSV their rows follow, as PROGRAM SIZE.
+#   reproduced by one program of tests/c/public_cases.def at one size (`public_suite
+#   list-public` for the C programs, built as the public suite builds them, `misuse_suite
+#   list-public` for the C++ ones), with its verdict: caught when the process ends without
+#   printing its NOT_CAUGHT line within 1 s, as its bench.sh classifies ("public suite: N of
+#   116"). They run one at a time, as bench.sh runs them; in the TSV their rows follow, as
+#   PROGRAM SIZE.
 #
 # glibc-warm is glibc past its start (see below).
 #
 # Usage: scripts/misuse-score.sh [--tsv FILE] [--jobs N] [--no-build]
+# The library is CARGO_TARGET_DIR's release build (default: target/), built first unless
+# --no-build.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -30,7 +34,7 @@ while [ $# -gt 0 ]; do
         --tsv) tsv="$2"; shift 2 ;;
         --jobs) jobs="$2"; shift 2 ;;
         --no-build) build=0; shift ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -38,16 +42,25 @@ done
 out="$root/target/misuse-suite"
 mkdir -p "$out"
 program="$out/misuse_suite"
-library="$root/target/release/libnodalloc.so"
+public_program="$out/public_suite"
+library="${CARGO_TARGET_DIR:-$root/target}/release/libnodalloc.so"
 
 if [ "$build" = 1 ]; then
     cargo build --release --quiet -p nodalloc-ffi
-    # As tests/misuse_suite.rs builds it, the public suite's flags included (PUBLIC_BUILD_FLAGS).
-    c++ -O1 -g -pthread -fno-omit-frame-pointer -rdynamic -fno-inline -fno-builtin-inline \
-        -fno-inline-small-functions -fno-ipa-pure-const -fsized-deallocation -Wall -Werror \
-        -I crates/nodalloc-ffi/include -o "$program" crates/nodalloc-ffi/tests/c/misuse_suite.cpp
+    # As tests/misuse_suite.rs builds them, with the public suite's flags (PUBLIC_BUILD_FLAGS):
+    # the C programs as the public suite builds them (PUBLIC_C_BUILD_FLAGS), the project's cases
+    # and the C++ programs with -fsized-deallocation (PUBLIC_CXX_BUILD_FLAGS).
+    public_flags=(-fno-inline -fno-builtin-inline -fno-inline-small-functions -fno-ipa-pure-const)
+    c++ -O1 -g -pthread -fno-omit-frame-pointer -rdynamic "${public_flags[@]}" \
+        -fsized-deallocation -Wall -Werror -DNODALLOC_PRELOADED -I crates/nodalloc-ffi/include \
+        -o "$program" crates/nodalloc-ffi/tests/c/misuse_suite.cpp
+    cc -O3 -DNDEBUG -Wno-free-nonheap-object "${public_flags[@]}" -Wall -Werror \
+        -DNODALLOC_PRELOADED -I crates/nodalloc-ffi/include -o "$public_program" \
+        crates/nodalloc-ffi/tests/c/public_suite.c
 fi
-[ -x "$program" ] || { echo "no $program (run without --no-build)" >&2; exit 1; }
+for file in "$program" "$public_program"; do
+    [ -x "$file" ] || { echo "no $file (run without --no-build)" >&2; exit 1; }
+done
 [ -f "$library" ] || { echo "no $library (run without --no-build)" >&2; exit 1; }
 
 # name, LD_PRELOAD (empty: none), extra environment
@@ -73,9 +86,16 @@ done
 
 sizes=(8 4096 262144)
 # The program's categories come from the table it includes (misuse_cases.def); the public
-# suite's binaries, as NAME PROGRAM SIZE, from public_cases.def.
+# suite's binaries, as NAME PROGRAM SIZE EXECUTABLE, from public_cases.def: the C programs'
+# (public_suite) and the C++ programs' (misuse_suite), merged back into the table's order, which
+# is that of the public program's names (its file names), then of their sizes.
 mapfile -t categories < <("$program" list)
-mapfile -t public < <("$program" list-public)
+mapfile -t public < <(
+    {
+        "$public_program" list-public | sed "s|\$| $public_program|"
+        "$program" list-public | sed "s|\$| $program|"
+    } | LC_ALL=C sort -s -k2,2 -k3,3n
+)
 
 results="$out/results"
 rm -rf "$results"
@@ -120,19 +140,20 @@ run_case() {
     fi
     printf '%s\t%s\n' "$result" "$detail" >"$file"
 }
-# One run of a public program: NAME PRELOAD EXTRA BINARY PROGRAM SIZE. Its verdict as the public
-# suite's bench.sh gives it: missed if the output holds the NOT_CAUGHT line (whatever came after)
-# or the program was still running after 1 s, caught otherwise. Leaves "RESULT<TAB>DETAIL" in
-# $results/NAME/public-BINARY.
+# One run of a public program: NAME PRELOAD EXTRA BINARY PROGRAM SIZE EXECUTABLE (public_suite
+# or misuse_suite). Its verdict as the public suite's bench.sh gives it: missed if the output
+# holds the NOT_CAUGHT line (whatever came after) or the program was still running after 1 s,
+# caught otherwise. Leaves "RESULT<TAB>DETAIL" in $results/NAME/public-BINARY.
 run_public_case() {
     local name="$1" preload="$2" extra="$3" binary="$4" public_program="$5" size="$6"
+    local executable="$7"
     local file="$results/$name/public-$binary"
     local -a environment
     set_environment "$preload" "$extra"
     local status
     status="$(
         {
-            "${environment[@]}" timeout 1 "$program" "$public_program" "$size" \
+            "${environment[@]}" timeout 1 "$executable" "$public_program" "$size" \
                 >"$file.out" 2>"$file.err" </dev/null
             echo $?
         } 2>/dev/null
@@ -257,7 +278,7 @@ if [ -n "$tsv" ]; then
         done
         # The public suite's binaries: the program's name and size in the first two columns.
         for line in "${public[@]}"; do
-            read -r binary public_program size <<<"$line"
+            read -r binary public_program size _ <<<"$line"
             printf '%s\t%s' "$public_program" "$size"
             for name in "${names[@]}"; do
                 printf '\t%s' "$(cut -f1,2 "$results/$name/public-$binary" | tr '\t' ' ')"

@@ -22,6 +22,7 @@
 
 mod aligned;
 mod callsite;
+mod copy;
 mod cxx;
 mod extras;
 mod foreign;

@@ -1,15 +1,21 @@
-//! The heap-misuse suite (`tests/c/misuse_suite.cpp`) against `libnodalloc.so` under
-//! `LD_PRELOAD`, in default and in secure mode. It holds two sets of cases, scored apart:
+//! The heap-misuse suite (`tests/c/misuse_suite.cpp` and `tests/c/public_suite.c`) against
+//! `libnodalloc.so` under `LD_PRELOAD`, in default and in secure mode. It holds two sets of
+//! cases, scored apart:
 //!
 //! - **The public suite of record**, mimalloc-bench's `bench/security`: one case per program
 //!   of it, 116 in all (37 C programs at 8, 4096 and 262144 bytes, 5 C++ programs at 4096), each
 //!   doing what that program does and named as its binary is (`double_free_small`), listed in
-//!   the table `tests/c/public_cases.def`. The verdict is the public suite's (its `bench.sh`): a
-//!   program is caught when it dies, or exits, before printing its `NOT_CAUGHT` line, within 1 s;
-//!   one that prints the line is missed, whatever happens after. The table's caught columns (the
-//!   programs nodalloc caught in every run of the public suite itself) must be caught, and the
-//!   score of each mode, `public suite: N of 116`, must reach their count; a program the table
-//!   marks as caught in some runs only (`?`) is held neither way.
+//!   the table `tests/c/public_cases.def`. The C programs are reproduced by a C program,
+//!   `public_suite.c`, built as the public suite builds them, and the C++ ones by
+//!   `misuse_suite.cpp`: a C++ process allocates before `main` (libstdc++'s emergency exception
+//!   pool), which moves a C program's first blocks away from where they land in the public
+//!   binaries, and with them the verdicts of overflows and underflows. The verdict is the public
+//!   suite's (its `bench.sh`): a program is caught when it dies, or exits, before printing its
+//!   `NOT_CAUGHT` line, within 1 s; one that prints the line is missed, whatever happens after.
+//!   The table's caught columns (the programs nodalloc caught in every run of the public suite
+//!   itself) must be caught, and the score of each mode, `public suite: N of 116`, must reach
+//!   their count; a program the table marks as caught in some runs only (`?`) is held neither
+//!   way.
 //! - **The project's extra cases** (`tests/c/misuse_cases.def`: one bad operation per case, each
 //!   category at 8, 4096 and 262144 bytes, among neighbours and followed by what a program does
 //!   next). The table's caught columns (the sizes at which nodalloc caught a category every time
@@ -22,7 +28,7 @@
 //! In both, a fault (SIGSEGV, SIGBUS: a guard page, an inaccessible `malloc(0)`, or a link
 //! followed into unmapped memory) is accepted without a message, and so is, against the debug
 //! library, the panic of one of its checks where the release library would fault; any other
-//! abort must carry a `nodalloc: ` message. The program reads both tables as X-macros, so a new
+//! abort must carry a `nodalloc: ` message. The programs read the tables as X-macros, so a new
 //! case is a function there and a row in a table. Each mode's scores are printed
 //! (`cargo test --release -p nodalloc-ffi --test misuse_suite -- --nocapture`);
 //! `scripts/misuse-score.sh` compares them with glibc and other allocators.
@@ -52,7 +58,9 @@ const SIGSEGV: i32 = 11;
 /// caught). `misuse_suite.cpp` includes the same file as an X-macro for its categories.
 const TABLE: &str = include_str!("c/misuse_cases.def");
 
-/// The table of the public suite's programs (`PUBLIC_CASE(...)` rows), read the same way.
+/// The table of the public suite's programs (`PUBLIC_CASE(...)` rows for its C programs, which
+/// `public_suite.c` includes, `PUBLIC_CASE_CXX(...)` for its C++ ones, which `misuse_suite.cpp`
+/// includes), read the same way.
 const PUBLIC_TABLE: &str = include_str!("c/public_cases.def");
 
 /// Programs in mimalloc-bench's `bench/security`, as its CMakeLists builds them: 37 C programs
@@ -64,15 +72,22 @@ const PUBLIC_PROGRAMS: usize = 116;
 const PUBLIC_TIME_LIMIT: Duration = Duration::from_secs(1);
 
 /// The compiler flags of the public suite's build (`bench/security/CMakeLists.txt`) that keep a
-/// misuse from being inlined or folded away, and C++'s sized deallocation, which its C++ programs
-/// are built with (`-fsized-deallocation`): the program is built with them too.
-const PUBLIC_BUILD_FLAGS: [&str; 5] = [
+/// misuse from being inlined or folded away: both programs are built with them.
+const PUBLIC_BUILD_FLAGS: [&str; 4] = [
     "-fno-inline",
     "-fno-builtin-inline",
     "-fno-inline-small-functions",
     "-fno-ipa-pure-const",
-    "-fsized-deallocation",
 ];
+
+/// The rest of the public suite's flags for its C programs: its build type, Release, and the
+/// warning it silences. `public_suite.c` is built with these and [`PUBLIC_BUILD_FLAGS`] alone,
+/// as the public binaries are.
+const PUBLIC_C_BUILD_FLAGS: [&str; 3] = ["-O3", "-DNDEBUG", "-Wno-free-nonheap-object"];
+
+/// C++'s sized deallocation, which the public suite's C++ programs are built with, and so is
+/// `misuse_suite.cpp`.
+const PUBLIC_CXX_BUILD_FLAGS: [&str; 1] = ["-fsized-deallocation"];
 
 /// One row of the table: a category and, per mode, the sizes at which nodalloc must catch it.
 #[derive(Debug, PartialEq)]
@@ -123,14 +138,14 @@ fn macro_fields<'a>(line: &'a str, name: &str) -> Result<Vec<&'a str>, String> {
         .ok_or_else(|| format!("not a {name}(...) row on one line"))
 }
 
-/// Fails unless `function` is a C++ identifier, as the function column must be.
+/// Fails unless `function` is a C or C++ identifier, as the function column must be.
 fn check_identifier(function: &str) -> Result<(), String> {
     let identifier = |c: char| c.is_ascii_alphanumeric() || c == '_';
     if function.is_empty()
         || function.starts_with(|c: char| c.is_ascii_digit())
         || !function.chars().all(identifier)
     {
-        return Err(format!("function {function:?} is not a C++ identifier"));
+        return Err(format!("function {function:?} is not an identifier"));
     }
     Ok(())
 }
@@ -203,11 +218,55 @@ struct Expected {
     sometimes: Vec<usize>,
 }
 
-/// One row of the public table: a program of the public suite, the sizes it is built at, and
-/// what nodalloc must catch of it per mode.
+/// The language of a public program, which says which of the two programs reproduces it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Language {
+    /// A `PUBLIC_CASE` row, reproduced by `public_suite.c`.
+    C,
+    /// A `PUBLIC_CASE_CXX` row, reproduced by `misuse_suite.cpp`.
+    Cxx,
+}
+
+impl Language {
+    /// The macro of its rows in the public table.
+    fn row_macro(self) -> &'static str {
+        match self {
+            Language::C => "PUBLIC_CASE",
+            Language::Cxx => "PUBLIC_CASE_CXX",
+        }
+    }
+
+    /// The sizes the public suite builds its programs in this language at (its CMakeLists).
+    fn sizes(self) -> &'static [usize] {
+        match self {
+            Language::C => &SIZES,
+            Language::Cxx => &[4096],
+        }
+    }
+
+    /// The name of the program that reproduces them (its source's, as [`compile`] names it).
+    fn program_name(self) -> &'static str {
+        match self {
+            Language::C => "public_suite",
+            Language::Cxx => "misuse_suite",
+        }
+    }
+
+    /// The program that reproduces them.
+    fn program(self) -> &'static Path {
+        match self {
+            Language::C => public_program(),
+            Language::Cxx => program(),
+        }
+    }
+}
+
+/// One row of the public table: a program of the public suite, its language, the sizes it is
+/// built at, and what nodalloc must catch of it per mode.
 #[derive(Debug, PartialEq)]
 struct PublicRow<'a> {
     program: &'a str,
+    language: Language,
     sizes: Vec<usize>,
     expected_default: Expected,
     expected_secure: Expected,
@@ -235,9 +294,17 @@ impl Expected {
     }
 }
 
-/// `PUBLIC_CASE("program", function, "sizes", "default caught", "secure caught")`.
+/// `PUBLIC_CASE("program", function, "sizes", "default caught", "secure caught")`, or
+/// `PUBLIC_CASE_CXX(...)` with the same fields for a C++ program.
 fn parse_public_row(line: &str) -> Result<PublicRow<'_>, String> {
-    let fields = macro_fields(line, "PUBLIC_CASE")?;
+    let (language, fields) = [Language::Cxx, Language::C]
+        .into_iter()
+        .find_map(|language| {
+            macro_fields(line, language.row_macro())
+                .ok()
+                .map(|fields| (language, fields))
+        })
+        .ok_or("not a PUBLIC_CASE(...) or PUBLIC_CASE_CXX(...) row on one line")?;
     let [program, function, built, caught_default, caught_secure] = fields[..] else {
         return Err(format!("{} fields, not 5", fields.len()));
     };
@@ -253,8 +320,12 @@ fn parse_public_row(line: &str) -> Result<PublicRow<'_>, String> {
     }
     check_identifier(function)?;
     let sizes = sizes(quoted(built)?)?;
-    if sizes.is_empty() {
-        return Err("a program built at no size".to_string());
+    if sizes != language.sizes() {
+        return Err(format!(
+            "built at {sizes:?}: the public suite builds a {} row's program at {:?}",
+            language.row_macro(),
+            language.sizes()
+        ));
     }
     let expected_default = expected(quoted(caught_default)?)?;
     let expected_secure = expected(quoted(caught_secure)?)?;
@@ -270,6 +341,7 @@ fn parse_public_row(line: &str) -> Result<PublicRow<'_>, String> {
     }
     Ok(PublicRow {
         program,
+        language,
         sizes,
         expected_default,
         expected_secure,
@@ -323,9 +395,15 @@ impl PublicCase<'_> {
         format!("{} {}", self.row.program, self.size)
     }
 
-    /// As `misuse_suite list-public` prints it: `NAME PROGRAM SIZE`.
+    /// As `public_suite list-public` (or `misuse_suite`'s, for a C++ program) prints it: `NAME
+    /// PROGRAM SIZE`.
     fn listing(&self) -> String {
         format!("{} {}", self.name, self.arguments())
+    }
+
+    /// The command that runs it, for a message: `public_suite PROGRAM SIZE`.
+    fn command(&self) -> String {
+        format!("{} {}", self.row.language.program_name(), self.arguments())
     }
 
     fn expectation(&self, mode: Mode) -> Expectation {
@@ -386,8 +464,9 @@ impl Mode {
     }
 }
 
-/// Builds `tests/c/misuse_suite.cpp` (not linked with nodalloc: it runs under `LD_PRELOAD`).
-fn compile() -> PathBuf {
+/// Builds `tests/c/SOURCE` with `compiler` and `flags` into a program named for the source
+/// (not linked with nodalloc: it runs under `LD_PRELOAD`).
+fn compile(source: &str, compiler: &str, flags: &[&str]) -> PathBuf {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let profile = library()
         .parent()
@@ -397,24 +476,28 @@ fn compile() -> PathBuf {
         .into_owned();
     let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("misuse_suite-{profile}"));
     std::fs::create_dir_all(&out_dir).expect("creating the program's directory");
-    let output = out_dir.join("misuse_suite");
+    let name = source.split('.').next().expect("a source file's name");
+    let output = out_dir.join(name);
     // Built under a private name and renamed into place: two test runs may share the directory.
-    let partial = out_dir.join(format!("misuse_suite.{}.partial", std::process::id()));
-    let source = crate_dir.join("tests/c/misuse_suite.cpp");
-    let mut cxx = Command::new("c++");
-    cxx.args(["-O1", "-g", "-fno-omit-frame-pointer", "-rdynamic"])
-        .args(PUBLIC_BUILD_FLAGS)
-        .args(["-Wall", "-Werror", "-pthread", "-DNODALLOC_PRELOADED", "-I"])
+    let partial = out_dir.join(format!("{name}.{}.partial", std::process::id()));
+    let source = crate_dir.join("tests/c").join(source);
+    let mut command = Command::new(compiler);
+    command
+        .args(flags)
+        .args(["-Wall", "-Werror", "-DNODALLOC_PRELOADED", "-I"])
         .arg(crate_dir.join("include"))
         .arg("-o")
         .arg(&partial)
         .arg(&source);
-    let result = cxx
-        .output()
-        .unwrap_or_else(|error| panic!("cannot run `c++` to build {}: {error}", source.display()));
+    let result = command.output().unwrap_or_else(|error| {
+        panic!(
+            "cannot run `{compiler}` to build {}: {error}",
+            source.display()
+        )
+    });
     assert!(
         result.status.success(),
-        "compiling {} failed: {cxx:?}\n{}",
+        "compiling {} failed: {command:?}\n{}",
         source.display(),
         String::from_utf8_lossy(&result.stderr)
     );
@@ -422,10 +505,31 @@ fn compile() -> PathBuf {
     output
 }
 
-/// The program, built once for the tests of this file.
+/// `misuse_suite.cpp` (the project's cases and the public suite's C++ programs), built once for
+/// the tests of this file.
 fn program() -> &'static Path {
     static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
-    PROGRAM.get_or_init(compile)
+    PROGRAM.get_or_init(|| {
+        let mut flags = vec![
+            "-O1",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-rdynamic",
+            "-pthread",
+        ];
+        flags.extend(PUBLIC_BUILD_FLAGS.iter().chain(&PUBLIC_CXX_BUILD_FLAGS));
+        compile("misuse_suite.cpp", "c++", &flags)
+    })
+}
+
+/// `public_suite.c` (the public suite's C programs), built once for the tests of this file, as
+/// the public suite builds its C programs.
+fn public_program() -> &'static Path {
+    static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
+    PROGRAM.get_or_init(|| {
+        let flags = [PUBLIC_C_BUILD_FLAGS.as_slice(), &PUBLIC_BUILD_FLAGS].concat();
+        compile("public_suite.c", "cc", &flags)
+    })
 }
 
 /// The categories `misuse_suite list` prints, in its order.
@@ -439,27 +543,40 @@ fn listed_categories(program: &Path) -> Vec<String> {
     listed.stdout.lines().map(str::to_string).collect()
 }
 
-/// The public programs' binaries `misuse_suite list-public` prints (`NAME PROGRAM SIZE`), in
-/// its order.
-fn listed_public(program: &Path) -> Vec<String> {
-    let listed = run_bounded(clean_command(program).arg("list-public"), TIME_LIMIT);
+/// The public programs' binaries in `language` that its program's `list-public` prints (`NAME
+/// PROGRAM SIZE`), in its order.
+fn listed_public(language: Language) -> Vec<String> {
+    let listed = run_bounded(
+        clean_command(language.program()).arg("list-public"),
+        TIME_LIMIT,
+    );
     assert!(
         listed.succeeded(),
-        "misuse_suite list-public: {}",
+        "{} list-public: {}",
+        language.program_name(),
         listed.describe()
     );
     listed.stdout.lines().map(str::to_string).collect()
 }
 
-/// Panics unless the public table describes the public suite's 116 binaries, and they are what
-/// the program lists, in its order.
-fn assert_public_table_is_the_programs_list(cases: &[PublicCase], listed: &[String]) {
-    let in_table: Vec<String> = cases.iter().map(PublicCase::listing).collect();
-    assert!(
-        in_table == listed,
-        "tests/c/public_cases.def and `misuse_suite list-public` differ:\ntable:  {in_table:?}\n\
-         listed: {listed:?}"
-    );
+/// Panics unless the public table describes the public suite's 116 binaries, and those of each
+/// language are what its program lists, in its order.
+fn assert_public_table_is_the_programs_list(cases: &[PublicCase]) {
+    for language in [Language::C, Language::Cxx] {
+        let in_table: Vec<String> = cases
+            .iter()
+            .filter(|case| case.row.language == language)
+            .map(PublicCase::listing)
+            .collect();
+        let listed = listed_public(language);
+        assert!(
+            in_table == listed,
+            "the {} rows of tests/c/public_cases.def and `{} list-public` differ:\n\
+             table:  {in_table:?}\nlisted: {listed:?}",
+            language.row_macro(),
+            language.program_name()
+        );
+    }
     assert_eq!(
         cases.len(),
         PUBLIC_PROGRAMS,
@@ -618,15 +735,16 @@ impl Outcome {
     }
 }
 
-/// Runs every case in `mode`, WORKERS at a time, in the order of `cases`.
-fn run_all(program: &Path, mode: Mode, cases: &[String]) -> Vec<Outcome> {
+/// Runs every case (a program and its arguments) in `mode`, WORKERS at a time, in the order of
+/// `cases`.
+fn run_all(mode: Mode, cases: &[(&Path, String)]) -> Vec<Outcome> {
     let next = AtomicUsize::new(0);
     let outcomes = Mutex::new(Vec::with_capacity(cases.len()));
     std::thread::scope(|scope| {
         for _ in 0..WORKERS {
             scope.spawn(|| loop {
                 let index = next.fetch_add(1, Ordering::Relaxed);
-                let Some(case) = cases.get(index) else {
+                let Some((program, case)) = cases.get(index) else {
                     break;
                 };
                 let mut command = clean_command(program);
@@ -665,12 +783,13 @@ fn the_misuse_cases_nodalloc_catches_stay_caught() {
     let categories = listed_categories(program);
     assert_table_is_the_programs_list(&rows, &categories);
     let cases = cases(&categories);
+    let runs: Vec<(&Path, String)> = cases.iter().map(|case| (program, case.clone())).collect();
     // Printed at the end, in one piece: the public suite's test runs beside this one.
     let mut report = Vec::new();
     let mut failures = Vec::new();
     for mode in [Mode::Default, Mode::Secure] {
         let required = mode.caught(&rows);
-        let outcomes = run_all(program, mode, &cases);
+        let outcomes = run_all(mode, &runs);
         let caught = outcomes.iter().filter(|outcome| outcome.caught()).count();
         report.push(format!(
             "misuse suite, nodalloc {mode:?} mode: project's extra cases: {caught} of {} caught \
@@ -716,15 +835,17 @@ fn the_misuse_cases_nodalloc_catches_stay_caught() {
 #[test]
 fn the_public_suites_programs_nodalloc_catches_stay_caught() {
     let started = Instant::now();
-    let program = program();
     let rows = public_table();
     let cases = public_cases(&rows);
-    assert_public_table_is_the_programs_list(&cases, &listed_public(program));
-    let arguments: Vec<String> = cases.iter().map(PublicCase::arguments).collect();
+    assert_public_table_is_the_programs_list(&cases);
+    let arguments: Vec<(&Path, String)> = cases
+        .iter()
+        .map(|case| (case.row.language.program(), case.arguments()))
+        .collect();
     let mut report = Vec::new();
     let mut failures = Vec::new();
     for mode in [Mode::Default, Mode::Secure] {
-        let outcomes = run_all(program, mode, &arguments);
+        let outcomes = run_all(mode, &arguments);
         let runs: Vec<(&PublicCase, &Outcome)> = cases.iter().zip(&outcomes).collect();
         let caught = runs
             .iter()
@@ -749,9 +870,9 @@ fn the_public_suites_programs_nodalloc_catches_stay_caught() {
                 Expectation::Caught => {
                     if let Some(why) = outcome.public_failure(case) {
                         failures.push(format!(
-                            "{} ({mode:?} mode, `misuse_suite {}`): {why}: {}",
+                            "{} ({mode:?} mode, `{}`): {why}: {}",
                             case.name,
-                            case.arguments(),
+                            case.command(),
                             outcome.finished.describe()
                         ));
                     }
@@ -801,12 +922,13 @@ fn the_case_table_parses_and_names_exactly_the_programs_categories() {
 }
 
 /// The public table (`tests/c/public_cases.def`) parses and names exactly the public suite's
-/// 116 binaries, as `misuse_suite list-public` prints them.
+/// 116 binaries, as `public_suite list-public` (the C programs) and `misuse_suite list-public`
+/// (the C++ ones) print them.
 #[test]
 fn the_public_table_parses_and_names_exactly_the_programs_public_binaries() {
     let rows = public_table();
     let cases = public_cases(&rows);
-    assert_public_table_is_the_programs_list(&cases, &listed_public(program()));
+    assert_public_table_is_the_programs_list(&cases);
 }
 
 /// What the table's parser refuses, so that a row it misreads fails the tests instead of
@@ -841,26 +963,45 @@ fn the_case_table_parser_refuses_malformed_rows() {
 
     let public = |text| parse_rows(text, parse_public_row, |row: &PublicRow| row.program);
     let good = r#"PUBLIC_CASE("one_byte_underflow", f, "8 4096 262144", "8 4096", "8 ?4096")"#;
+    let good_cxx = r#"PUBLIC_CASE_CXX("invalid_array_delete_char", g, "4096", "-", "4096")"#;
+    let both = format!("{good}\n{good_cxx}");
     assert_eq!(
-        public(good),
-        Ok(vec![PublicRow {
-            program: "one_byte_underflow",
-            sizes: vec![8, 4096, 262144],
-            expected_default: Expected {
-                caught: vec![8, 4096],
-                sometimes: vec![],
+        public(&both),
+        Ok(vec![
+            PublicRow {
+                program: "one_byte_underflow",
+                language: Language::C,
+                sizes: vec![8, 4096, 262144],
+                expected_default: Expected {
+                    caught: vec![8, 4096],
+                    sometimes: vec![],
+                },
+                expected_secure: Expected {
+                    caught: vec![8],
+                    sometimes: vec![4096],
+                },
             },
-            expected_secure: Expected {
-                caught: vec![8],
-                sometimes: vec![4096],
+            PublicRow {
+                program: "invalid_array_delete_char",
+                language: Language::Cxx,
+                sizes: vec![4096],
+                expected_default: Expected::default(),
+                expected_secure: Expected {
+                    caught: vec![4096],
+                    sometimes: vec![],
+                },
             },
-        }])
+        ])
     );
     for bad in [
         r#"PUBLIC_CASE("one_byte_underflow", f, "8 4096 262144", "8 4096")"#,
         r#"PUBLIC_CASE("one-byte-underflow", f, "8 4096 262144", "8", "8")"#,
-        r#"PUBLIC_CASE("invalid_array_delete_char", f, "4096", "8", "-")"#,
-        r#"PUBLIC_CASE("invalid_array_delete_char", f, "-", "-", "-")"#,
+        r#"PUBLIC_CASE_CXX("invalid_array_delete_char", f, "4096", "8", "-")"#,
+        r#"PUBLIC_CASE_CXX("invalid_array_delete_char", f, "-", "-", "-")"#,
+        r#"PUBLIC_CASE_CXX("one_byte_underflow", f, "8 4096 262144", "-", "-")"#,
+        r#"PUBLIC_CASE("invalid_array_delete_char", f, "4096", "-", "-")"#,
+        r#"PUBLIC_CASE("one_byte_underflow", f, "4096 8 262144", "-", "-")"#,
+        r#"PUBLIC_CASE_C("one_byte_underflow", f, "8 4096 262144", "-", "-")"#,
         r#"PUBLIC_CASE("one_byte_underflow", f, "8 4096 262144", "8 ?8", "-")"#,
         r#"PUBLIC_CASE("one_byte_underflow", f, "8 4096 262144", "??8", "-")"#,
         r#"PUBLIC_CASE("one_byte_underflow", f, "8 4096 262144", "-", "")"#,

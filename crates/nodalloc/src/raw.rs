@@ -13,10 +13,12 @@ pub use crate::bind::BindBase;
 pub use crate::instance::background::PthreadCreate;
 pub use crate::instance::Pointer;
 pub use crate::node::Misuse as PointerMisuse;
-pub use crate::node::{NodeId, OwnedId, OwnedRefusal, OwnedStats, Partition, NAME_BYTES};
+pub use crate::node::{BlockAt, NodeId, OwnedId, OwnedRefusal, OwnedStats, Partition, NAME_BYTES};
 pub use crate::os::cpuset::CpuSet;
 pub use crate::os::options::{parse_size, switch_in_env};
-pub use crate::os::{mapping_of, mix, process_secret, read_file, thread_affinity};
+pub use crate::os::{
+    copy_unchecked, fill_unchecked, mapping_of, mix, process_secret, read_file, thread_affinity,
+};
 pub use crate::size_class::{class_of_malloc, ClassSlot, SizeClass};
 pub use crate::thread::{Caller, MallocMiss, Screen, ThreadHeap};
 
@@ -252,6 +254,14 @@ pub fn report_corruption(what: &str, ptr: *const u8) -> ! {
 /// (which reads the same variable when it starts).
 pub fn secure_requested() -> bool {
     crate::os::options::secure_from_env()
+}
+
+/// The heap block whose space holds `ptr` (a bag's object, or a large block within its first
+/// 2 MiB): its start, its slot's bytes, and whether the program may hold it (in secure mode, a
+/// small object only while the allocation bitmap says so); `None` for an address outside them.
+/// For checks of a write's bounds (secure mode's `memcpy`).
+pub fn block_containing(ptr: *const u8) -> Option<BlockAt> {
+    Instance::existing()?.block_containing(ptr as usize)
 }
 
 /// The object just before the small object at `ptr` in its bag; `None` for the first object of

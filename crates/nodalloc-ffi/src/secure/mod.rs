@@ -97,6 +97,7 @@ fn decide() -> bool {
     if secure {
         // A thread's quarantine goes back (checked) before its heap retires.
         plain::run_before_retire(flush_thread);
+        crate::copy::check_copies();
     }
     STATE.store(if secure { 2 } else { 1 }, Ordering::Relaxed);
     secure
@@ -159,13 +160,14 @@ pub(crate) unsafe fn finish(p: *mut c_void, size: usize, kind: Kind) -> *mut c_v
         // Every block is handed out reading as zero (what a freed block held never reaches the
         // next owner): a block of a class is, but for its first word (a link while it was
         // free); a large span that held other blocks is cleared as far as asked for.
+        // (Written without the `memset` symbol, whose check is for the program's writes.)
         if !large {
-            p.write_bytes(0, 8);
+            raw::fill_unchecked(p, 0, 8);
         } else if !raw::large_is_zeroed(p) {
-            p.write_bytes(0, size);
+            raw::fill_unchecked(p, 0, size);
         }
         let canary_end = (size + CANARY_BYTES).min(usable - TRAILER);
-        p.add(size).write_bytes(canary(p), canary_end - size);
+        raw::fill_unchecked(p.add(size), canary(p), canary_end - size);
         set_trailer(p, usable, size, kind);
     }
     p as *mut c_void
@@ -180,7 +182,7 @@ pub(crate) fn calloc(count: usize, size: usize, site: usize, frame: usize) -> *m
     let p = alloc(total, plain::MALLOC_ALIGN, Kind::Malloc, site, frame);
     if !p.is_null() && total != 0 {
         // SAFETY: a fresh block of `total` bytes.
-        unsafe { (p as *mut u8).write_bytes(0, total) };
+        unsafe { raw::fill_unchecked(p as *mut u8, 0, total) };
     }
     p
 }
@@ -292,7 +294,7 @@ pub(crate) unsafe fn free(ptr: *mut c_void, expected: Kind, sized: Option<usize>
     } else {
         // SAFETY: as above: zeroed but for the trailer, which says freed.
         unsafe {
-            p.write_bytes(0, usable - TRAILER);
+            raw::fill_unchecked(p, 0, usable - TRAILER);
             set_trailer(p, usable, size, Kind::Freed);
         }
     }
@@ -319,6 +321,65 @@ pub(crate) fn usable(ptr: *mut c_void) -> usize {
         Some((size, _)) => size,
         None => raw::report_corruption("heap overflow: damaged trailer of block", p),
     }
+}
+
+/// Secure mode's check of a write of `n` bytes at `dst` by `memcpy`, `memmove` or `memset`
+/// (`copy.rs`): when `dst` lies in a heap block, the write must stay within the bytes the
+/// program asked for, in a block it holds and has not freed. Aborts naming the block otherwise.
+pub(crate) fn check_write(dst: *mut u8, n: usize) {
+    if n == 0 {
+        return;
+    }
+    let Some(block) = raw::block_containing(dst) else {
+        return;
+    };
+    if !block.held {
+        report_write_to_free(dst, block);
+    }
+    let start = block.start;
+    let Some((usable, large)) = core_usable(start).map(split) else {
+        return;
+    };
+    if large && in_quarantine(start) {
+        report_write_after_free(start);
+    }
+    // SAFETY: a block of the heap of `usable` bytes; its trailer is readable (a small freed
+    // block is zeroed but open; a large one in the quarantine was refused above).
+    match unsafe { trailer(start, usable) } {
+        Some((_, Kind::Freed)) => {
+            raw::report_corruption("write after free: a copy writes into freed block", start)
+        }
+        Some((size, _)) if (dst as usize - start as usize).saturating_add(n) > size => {
+            raw::report_corruption("heap overflow: a copy runs past the end of block", start)
+        }
+        // Within the block; or not a block of this face (a first-class heap's), or its trailer
+        // damaged already: its free says which.
+        _ => {}
+    }
+}
+
+/// A copy whose destination lies in a free block (`block`): named after the block the program
+/// most likely meant, the held block just after it when the write starts in the free slot's
+/// second half (an underflow), the one just before it otherwise (an overflow), or the address
+/// itself when neither neighbour is held.
+#[cold]
+fn report_write_to_free(dst: *mut u8, block: raw::BlockAt) -> ! {
+    let start = block.start as usize;
+    let end = start + block.bytes;
+    let offset = dst as usize - start;
+    let held =
+        |address: usize| raw::block_containing(address as *const u8).filter(|found| found.held);
+    if offset >= block.bytes / 2 {
+        if let Some(next) = held(end) {
+            raw::report_corruption("heap underflow: a copy writes before block", next.start);
+        }
+    } else if let Some(before) = start.checked_sub(1).and_then(held) {
+        raw::report_corruption(
+            "heap overflow: a copy runs past the end of block",
+            before.start,
+        );
+    }
+    raw::report_corruption("heap corruption: a copy writes into free memory at", dst)
 }
 
 /// `realloc`: always a new block (the old one goes to the quarantine, so a stale pointer to it
@@ -357,7 +418,7 @@ pub(crate) unsafe fn realloc(
     }
     // SAFETY: both blocks are live and distinct; the old one holds `copy` readable bytes.
     unsafe {
-        core::ptr::copy_nonoverlapping(old, new as *mut u8, copy.min(size));
+        raw::copy_unchecked(new as *mut u8, old, copy.min(size));
         free(ptr, Kind::Malloc, None);
     }
     new

@@ -2,7 +2,8 @@
  *
  * Usage: misuse MODE (stack, middle, double, double-small, double-medium, double-big,
  * double-handed-on, poison, middle-small, unused, overflow-freed-large, underflow-freed-large,
- * overflow-freed-large-realloc, write-freed-large, forged-link, forged-link-handed-on). The
+ * overflow-freed-large-realloc, write-freed-large, write-held-large, read-held-large, forged-link,
+ * forged-link-handed-on). The
  * program prints
  * "pointer 0x…" (the pointer it is about to free, as %p prints it) on stdout, then makes the
  * bad call; the harness expects SIGABRT and the message on stderr. Reaching the end is a failure (exit 1).
@@ -14,6 +15,9 @@
 #include <sys/resource.h>
 
 #define MIB ((size_t)1024 * 1024)
+/* A large block past the sizes whose freed span is held inaccessible (256 KiB to 2 MiB, where a
+ * write after free faults at once): its free leaves canaries, which these cases check. */
+#define BIG (3 * MIB)
 
 static void announce(void *pointer) {
     printf("pointer %p\n", pointer);
@@ -36,12 +40,12 @@ static void *allocate_and_free_64(void *unused) {
 }
 
 /* Two adjacent 1 MiB blocks (spans of their own), and a third after them that stays. */
-static void adjacent_mib_blocks(char **block, char **next) {
-    *block = malloc(opaque_size(MIB));
-    *next = malloc(opaque_size(MIB));
-    char *barrier = malloc(opaque_size(MIB));
-    CHECK(*block != NULL && *next != NULL && barrier != NULL, "malloc(1 MiB) failed");
-    CHECK(*next == *block + MIB, "1 MiB blocks not adjacent: %p, %p", (void *)*block, (void *)*next);
+static void adjacent_big_blocks(char **block, char **next) {
+    *block = malloc(opaque_size(BIG));
+    *next = malloc(opaque_size(BIG));
+    char *barrier = malloc(opaque_size(BIG));
+    CHECK(*block != NULL && *next != NULL && barrier != NULL, "malloc(3 MiB) failed");
+    CHECK(*next == *block + BIG, "3 MiB blocks not adjacent: %p, %p", (void *)*block, (void *)*next);
 }
 
 int main(int argc, char **argv) {
@@ -146,43 +150,61 @@ int main(int argc, char **argv) {
         announce(pointer);
         free(pointer);
     } else if (strncmp(mode, "overflow-freed-large", 20) == 0) {
-        /* Two adjacent 1 MiB blocks; the second is freed, then a write past the end of the first
+        /* Two adjacent 3 MiB blocks; the second is freed, then a write past the end of the first
          * lands in its first word. Freeing the first merges the two spans; growing it in place
          * (overflow-freed-large-realloc) takes the second's span. */
         char *block, *next;
-        adjacent_mib_blocks(&block, &next);
+        adjacent_big_blocks(&block, &next);
         announce(next);
         free(next);
-        memset((void *)opaque_size((uintptr_t)block + MIB), 0x41, 8);
+        memset((void *)opaque_size((uintptr_t)block + BIG), 0x41, 8);
         if (strcmp(mode, "overflow-freed-large-realloc") == 0) {
-            char *grown = realloc(block, opaque_size(MIB + MIB / 2));
+            char *grown = realloc(block, opaque_size(BIG + BIG / 2));
             fprintf(stderr, "misuse %s: realloc returned %p (was %p)\n", mode, (void *)grown,
                     (void *)opaque_size((uintptr_t)block));
         } else {
             free(block);
         }
     } else if (strcmp(mode, "underflow-freed-large") == 0) {
-        /* The first of two adjacent 1 MiB blocks is freed, then a write before the start of the
+        /* The first of two adjacent 3 MiB blocks is freed, then a write before the start of the
          * second lands in its last word. Freeing the second merges the two spans. */
         char *block, *next;
-        adjacent_mib_blocks(&block, &next);
+        adjacent_big_blocks(&block, &next);
         announce(block);
         free(block);
         memset((void *)opaque_size((uintptr_t)next - 1), 0x41, 1);
         free(next);
     } else if (strcmp(mode, "write-freed-large") == 0) {
-        /* A write after free into a freed 1 MiB block's first word, then a malloc that reuses
+        /* A write after free into a freed 3 MiB block's first word, then a malloc that reuses
          * its memory. */
-        char *block = malloc(opaque_size(MIB));
-        char *barrier = malloc(opaque_size(MIB));
-        CHECK(block != NULL && barrier != NULL, "malloc(1 MiB) failed");
-        memset(block, 1, MIB);
+        char *block = malloc(opaque_size(BIG));
+        char *barrier = malloc(opaque_size(BIG));
+        CHECK(block != NULL && barrier != NULL, "malloc(3 MiB) failed");
+        memset(block, 1, BIG);
         uintptr_t address = (uintptr_t)block;
         announce(block);
         free(block);
         memset((void *)opaque_size(address), 0x41, 4);
-        char *again = malloc(opaque_size(MIB));
+        char *again = malloc(opaque_size(BIG));
         fprintf(stderr, "misuse write-freed-large: malloc returned %p\n", (void *)again);
+    } else if (strcmp(mode, "write-held-large") == 0 || strcmp(mode, "read-held-large") == 0) {
+        /* A block of 1 MiB (the sizes whose freed span is held inaccessible) used after its
+         * free: the access faults. "accessing" is printed just before it. */
+        char *block = malloc(opaque_size(MIB));
+        CHECK(block != NULL, "malloc(1 MiB) failed");
+        memset(block, 1, MIB);
+        uintptr_t address = (uintptr_t)block;
+        announce(block);
+        free(block);
+        printf("accessing\n");
+        fflush(stdout);
+        if (mode[0] == 'w') {
+            memset((void *)opaque_size(address), 0x41, MIB);
+        } else {
+            printf("read %d\n", *(volatile char *)opaque_size(address + MIB - 1));
+        }
+        char *again = malloc(opaque_size(MIB));
+        fprintf(stderr, "misuse %s: malloc returned %p\n", mode, (void *)again);
     } else if (strcmp(mode, "forged-link") == 0) {
         /* A write after free puts the address of a live block (what a dangling `next` field
          * holds) into a freed block's first word; the second malloc of its size would hand the

@@ -1,14 +1,16 @@
 /* The heap-misuse suite: one bad operation per case, run under any allocator (scored by
  * scripts/misuse-score.sh and checked for nodalloc by tests/misuse_suite.rs). Two sets of cases:
  * the project's own categories (misuse_cases.def) and the programs of the public suite of record,
- * mimalloc-bench's bench/security (public_cases.def; see "The public suite" below).
+ * mimalloc-bench's bench/security (public_cases.def): its C++ programs here (see "The public
+ * suite" below), its C programs in public_suite.c, a C program as they are.
  *
  * Usage: misuse_suite CATEGORY SIZE or misuse_suite PROGRAM SIZE (SIZE is 8, 4096 or 262144; a
  * public program runs at the sizes its table row builds it at), misuse_suite list (every
- * category, one per line) or misuse_suite list-public (every public binary: NAME PROGRAM SIZE,
- * NAME as the public suite names it). The categories are the rows of misuse_cases.def, the table
- * that also holds, per mode, the sizes at which nodalloc must catch each: a new case is a
- * function here and a row there. The public programs are the rows of public_cases.def, likewise.
+ * category, one per line) or misuse_suite list-public (every public C++ binary: NAME PROGRAM
+ * SIZE, NAME as the public suite names it). The categories are the rows of misuse_cases.def, the
+ * table that also holds, per mode, the sizes at which nodalloc must catch each: a new case is a
+ * function here and a row there. The public C++ programs are the PUBLIC_CASE_CXX rows of
+ * public_cases.def, likewise.
  *
  * A case of the project allocates, prints "pointer 0x…" (the pointer the misuse concerns, as %p
  * prints it) and possibly "nearby 0x…" lines (blocks the damage may reach, which an allocator's
@@ -25,6 +27,7 @@
  * allocator's extras.
  */
 #include "check.h"
+#include "public_names.h"
 
 #include <new>
 #include <string>
@@ -730,23 +733,15 @@ BY_SIZE(new_delete_array)
 BY_SIZE(malloc_delete)
 BY_SIZE(new_free)
 
-/* ---- The public suite: mimalloc-bench's bench/security ----
+/* ---- The public suite: mimalloc-bench's bench/security, its C++ programs ----
  *
- * One function per program of the public suite of record (the rows of public_cases.def), doing
- * what that program does and nothing more: the same allocator calls with the same sizes, the
- * same bad accesses, in the same order, and its NOT_CAUGHT line at the same point. SIZE is the
- * program's ALLOCATION_SIZE. Unlike the cases above, nothing is announced, printed or allocated
- * before the misuse: the first output allocates stdout's buffer (4096 bytes for a pipe or a file),
- * and in several of these programs that allocation is what makes the allocator look at the
- * damage (secure mode's check of its quarantine at the thread's next call, a free list popped
- * through a smashed link), so it has to come where the program's own first output comes. A
- * verdict is the public one: a program that prints its line is missed, whatever happens after;
- * one that dies or exits before it is caught.
- *
- * The public programs call malloc, free and memcpy through wrappers that their build keeps the
- * compiler from inlining or analysing (-fno-inline -fno-inline-small-functions
- * -fno-ipa-pure-const, which tests/misuse_suite.rs passes for this program too), so that no
- * misuse is folded away; the wrappers here are noipa besides. */
+ * One function per C++ program of the public suite of record (the PUBLIC_CASE_CXX rows of
+ * public_cases.def), doing what that program does and nothing more, and printing its NOT_CAUGHT
+ * line at the same point; its C programs are public_suite.c's, a C program as they are (that
+ * file's header says why, and how the reproductions are made). SIZE is the program's
+ * ALLOCATION_SIZE. Unlike the cases above, nothing is announced, printed or allocated before the
+ * misuse. A verdict is the public one: a program that prints its line is missed, whatever happens
+ * after; one that dies or exits before it is caught. */
 
 /* The name the public suite gives the binary being run (see public_binary_name). */
 static char public_name[64];
@@ -757,382 +752,10 @@ static void not_caught(void) {
     fflush(stdout);
 }
 
-__attribute__((noipa)) static void *malloc_opaque(size_t size) { return malloc(size); }
-
-__attribute__((noipa)) static void free_opaque(void *block) { free(block); }
-
-__attribute__((noipa)) static void *realloc_opaque(void *block, size_t size) {
-    return realloc(block, size);
-}
-
-__attribute__((noipa)) static void *memcpy_opaque(void *to, const void *from, size_t length) {
-    return memcpy(to, from, length);
-}
-
-/* Overflows and underflows. A single byte is flipped (xor 'A'), not written, so that it changes
- * whatever it held; a memcpy copies zeros from the stack and frees nothing afterwards. */
-
-template <size_t SIZE> static int public_32_byte_memcpy_overflow() {
-    const char zeros[SIZE + 32] = {0};
-    char *p = (char *)malloc_opaque(SIZE);
-    memcpy_opaque(p, zeros, sizeof zeros);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_32_byte_memcpy_underflow() {
-    const char zeros[SIZE] = {0};
-    char *p = (char *)malloc_opaque(SIZE);
-    memcpy_opaque(p - 32, zeros, sizeof zeros);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_32_byte_overflow() {
-    char *p = (char *)malloc_opaque(SIZE);
-    p[SIZE - 1 + 32] ^= 'A';
-    free_opaque(p);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_32_byte_underflow() {
-    char *p = (char *)malloc_opaque(SIZE);
-    p[-32] ^= 'A';
-    free_opaque(p);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_one_byte_memcpy_overflow() {
-    const char zeros[SIZE + 1] = {0};
-    char *p = (char *)malloc_opaque(SIZE);
-    memcpy_opaque(p, zeros, sizeof zeros);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_one_byte_memcpy_underflow() {
-    const char zeros[SIZE] = {0};
-    char *p = (char *)malloc_opaque(SIZE);
-    memcpy_opaque(p - 1, zeros, sizeof zeros);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_one_byte_overflow() {
-    char *p = (char *)malloc_opaque(SIZE);
-    p[SIZE] ^= 'A';
-    free_opaque(p);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_one_byte_underflow() {
-    char *p = (char *)malloc_opaque(SIZE);
-    p[-1] ^= 'A';
-    free_opaque(p);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_one_mbyte_memcpy_overflow() {
-    const char zeros[SIZE + MIB] = {0};
-    char *p = (char *)malloc_opaque(SIZE);
-    memcpy_opaque(p, zeros, sizeof zeros);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_one_mbyte_memcpy_underflow() {
-    const char zeros[SIZE] = {0};
-    char *p = (char *)malloc_opaque(SIZE);
-    memcpy_opaque(p - MIB, zeros, sizeof zeros);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_one_mbyte_overflow() {
-    char *p = (char *)malloc_opaque(SIZE);
-    p[SIZE - 1 + MIB] ^= 'A';
-    free_opaque(p);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_one_mbyte_underflow() {
-    char *p = (char *)malloc_opaque(SIZE);
-    *(p - MIB) ^= 'A';
-    free_opaque(p);
-    not_caught();
-    return 0;
-}
-
-/* Double frees. */
-
-template <size_t SIZE> static int public_double_free() {
-    void *p = malloc_opaque(SIZE);
-    free_opaque(p);
-    free_opaque(p);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_double_free_delayed() {
-    void *p = malloc_opaque(SIZE);
-    free_opaque(p);
-    for (int i = 0; i < 1024; i++) {
-        free_opaque(malloc_opaque(SIZE));
-    }
-    free_opaque(p);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_double_free_interleaved() {
-    void *p = malloc_opaque(SIZE);
-    void *q = malloc_opaque(SIZE);
-    free_opaque(p);
-    free_opaque(q);
-    free_opaque(p);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_double_free_reuse() {
-    /* Its first output (no newline) comes before the frees: stdout's buffer is allocated there. */
-    void *p = malloc_opaque(SIZE);
-    printf("p = %p", p);
-    free_opaque(p);
-    free_opaque(p);
-    for (size_t i = 0; i < 256 * 1024; i++) {
-        void *q = malloc_opaque(SIZE);
-        printf("q = %p", q);
-        free_opaque(q);
-    }
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_double_free_single_reuse() {
-    void *p = malloc_opaque(SIZE);
-    free_opaque(p);
-    void *q = malloc_opaque(SIZE);
-    free_opaque(p);
-    free_opaque(q);
-    not_caught();
-    return 0;
-}
-
-/* Invalid frees. */
-
-template <size_t SIZE> static int public_invalid_free() {
-    free_opaque((void *)1);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_invalid_free_alloca() {
-    free_opaque(__builtin_alloca(SIZE));
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_invalid_free_close() {
-    char *p = (char *)malloc_opaque(SIZE);
-    free_opaque(p + 4096);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_invalid_free_far() {
-    char *p = (char *)malloc_opaque(SIZE);
-    free_opaque(p + 1024 * MIB);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_invalid_free_stack() {
-    char on_stack[SIZE];
-    free_opaque(on_stack);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_invalid_free_unaligned() {
-    char *p = (char *)malloc_opaque(SIZE);
-    free_opaque(p + 1);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_invalid_free_unaligned_multiple() {
-    char *p = (char *)malloc_opaque(SIZE);
-    free_opaque(p + 8);
-    not_caught();
-    return 0;
-}
-
-/* Outcomes: these print their line only when they see the harm, and exit 0 otherwise (a catch,
- * by the public rule). */
-
-template <size_t SIZE> static int public_impossibly_large_malloc() {
-    void *p = malloc_opaque((size_t)-2);
-    if (p != NULL) {
-        not_caught();
-    }
-    free_opaque(p);
-    return 0;
-}
-
-template <size_t SIZE> static int public_malloc_reuse() {
-    void *p = malloc_opaque(SIZE);
-    void *freed = p;
-    free_opaque(p);
-    p = malloc_opaque(SIZE);
-    if (p == freed) {
-        not_caught();
-    }
-    return 0;
-}
-
-template <size_t SIZE> static int public_malloc_reuse_downsize() {
-    void *p = malloc_opaque(SIZE);
-    void *freed = p;
-    free_opaque(p);
-    p = malloc_opaque(SIZE / 2);
-    if (p == freed) {
-        not_caught();
-    }
-    return 0;
-}
-
-template <size_t SIZE> static int public_zero_after_free() {
-    char *p = (char *)malloc_opaque(SIZE);
-    memset(p, 'A', SIZE);
-    free_opaque(p);
-    for (size_t i = 0; i < SIZE; i++) {
-        if (p[i] != 0) {
-            not_caught();
-            return 0;
-        }
-    }
-    return 0;
-}
-
-template <size_t SIZE> static int public_zero_on_malloc() {
-    /* 4096 blocks filled and freed, so that an allocator handing out blocks in a random order
-     * still hands one of them back, then one more block, which must read as zeros. */
-    char *blocks[4096] = {0};
-    for (int i = 0; i < 4096; i++) {
-        blocks[i] = (char *)malloc_opaque(SIZE);
-        memset(blocks[i], 'A', SIZE);
-    }
-    for (int i = 0; i < 4096; i++) {
-        free_opaque(blocks[i]);
-    }
-    char *p = (char *)malloc_opaque(SIZE);
-    for (size_t i = 0; i < SIZE; i++) {
-        if (p[i] != 0) {
-            not_caught();
-            return 0;
-        }
-    }
-    return 0;
-}
-
-/* The public suite's realloc_reuse, as it behaves: it allocates 8 bytes whatever its
- * ALLOCATION_SIZE, drops realloc's result and then compares the old pointer with a copy of itself,
- * which always holds, so it prints its line unless realloc dies. Every allocator misses it. */
-template <size_t SIZE> static int public_realloc_reuse() {
-    char *p = (char *)malloc_opaque(8);
-    realloc_opaque(p, 1024);
-    not_caught();
-    return 0;
-}
-
-/* Use after free and the heap as code. */
-
-template <size_t SIZE> static int public_write_after_free() {
-    char *p = (char *)malloc_opaque(SIZE);
-    free_opaque(p);
-    memset(p, 'A', SIZE);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_write_after_free_reuse() {
-    char *p = (char *)malloc_opaque(SIZE);
-    free_opaque(p);
-    memset(p, 'A', SIZE);
-    for (size_t i = 0; i < 256 * 1024; i++) {
-        free_opaque(malloc_opaque(SIZE));
-    }
-    not_caught();
-    return 0;
-}
-
-/* nop, nop, nop, nop, ret (x86-64), padded to the 8 bytes the public program copies: it copies
- * sizeof of its pointer to the code, the code's 5 bytes and what follows them. */
-static const unsigned char heap_code[8] = {0x90, 0x90, 0x90, 0x90, 0xc3, 0, 0, 0};
-
-template <size_t SIZE> static int public_executable_heap() {
-    char *p = (char *)malloc_opaque(SIZE);
-    memcpy(p, heap_code, sizeof heap_code);
-    void (*code)(void) = reinterpret_cast<void (*)(void)>(p);
-    code();
-    not_caught();
-    return 0;
-}
-
-/* Zero-size blocks: the first output is the byte read (putchar). */
-
-template <size_t SIZE> static int public_read_zero_size() {
-    char *p = (char *)malloc_opaque(0);
-    if (p == NULL) {
-        return 1;
-    }
-    putchar(*p);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_read_zero_size_free() {
-    char *p = (char *)malloc_opaque(0);
-    if (p == NULL) {
-        return 1;
-    }
-    putchar(*p);
-    free_opaque(p);
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_write_zero_size() {
-    char *p = (char *)malloc_opaque(0);
-    if (p == NULL) {
-        return 1;
-    }
-    *p = 'A';
-    not_caught();
-    return 0;
-}
-
-template <size_t SIZE> static int public_write_zero_size_free() {
-    char *p = (char *)malloc_opaque(0);
-    if (p == NULL) {
-        return 1;
-    }
-    *p = 'A';
-    free_opaque(p);
-    not_caught();
-    return 0;
-}
-
-/* C++, run at 4096 only (the public suite builds its C++ programs once, at that
- * ALLOCATION_SIZE). The pointer goes through opaque_object only to keep the compiler's
- * mismatched-new-delete warning quiet: the operators called, and their arguments, are the
- * public program's (operator new(1) then operator delete[](p); new[] then a sized delete). */
+/* Run at 4096 only (the public suite builds its C++ programs once, at that ALLOCATION_SIZE).
+ * The pointer goes through opaque_object only to keep the compiler's mismatched-new-delete
+ * warning quiet: the operators called, and their arguments, are the public program's
+ * (operator new(1) then operator delete[](p); new[] then a sized delete). */
 
 /* The public suite's delete_type_size_mismatch, as it behaves: it deletes a `new char` as a
  * 72-byte struct, but GCC at -O3 removes the `new`/`delete` pair, so the program only prints its
@@ -1183,45 +806,17 @@ struct PublicProgram {
     int (*run[3])(void);
 };
 
-/* Every public program, in the order of its table (public_cases.def), which also says at which
- * sizes nodalloc must catch each; this program ignores those columns. */
+/* Every C++ program of the public suite, in the order of its table (public_cases.def), which
+ * also says at which sizes nodalloc must catch each; this program ignores those columns, and the
+ * C programs' rows (public_suite.c's). */
 static const PublicProgram PUBLIC_PROGRAMS[] = {
-#define PUBLIC_CASE(name, function, sizes, caught_default, caught_secure)                      \
+#define PUBLIC_CASE(name, function, sizes, caught_default, caught_secure)
+#define PUBLIC_CASE_CXX(name, function, sizes, caught_default, caught_secure)                  \
     {name, sizes, {function<8>, function<4096>, function<262144>}},
 #include "public_cases.def"
 #undef PUBLIC_CASE
+#undef PUBLIC_CASE_CXX
 };
-
-static int size_index(size_t size) { return size == 8 ? 0 : size == 4096 ? 1 : 2; }
-
-/* Whether the public suite builds `program` at `size` (one of its sizes column). */
-static int built_at(const PublicProgram &program, size_t size) {
-    const char *cursor = program.sizes;
-    while (*cursor != 0) {
-        char *end = NULL;
-        size_t built = strtoul(cursor, &end, 10);
-        if (end == cursor) {
-            return 0;
-        }
-        if (built == size) {
-            return 1;
-        }
-        cursor = end + strspn(end, " ");
-    }
-    return 0;
-}
-
-/* The public suite's name for a program's binary: PROGRAM_small, _medium or _large for one
- * built at the three sizes, PROGRAM alone for one built once. */
-static void public_binary_name(const PublicProgram &program, size_t size, char *name,
-                               size_t capacity) {
-    if (strchr(program.sizes, ' ') == NULL) {
-        snprintf(name, capacity, "%s", program.name);
-    } else {
-        static const char *const SUFFIXES[] = {"small", "medium", "large"};
-        snprintf(name, capacity, "%s_%s", program.name, SUFFIXES[size_index(size)]);
-    }
-}
 
 struct Category {
     const char *name;
@@ -1246,9 +841,9 @@ int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "list-public") == 0) {
         for (const PublicProgram &program : PUBLIC_PROGRAMS) {
             for (size_t size : {(size_t)8, (size_t)4096, (size_t)262144}) {
-                if (built_at(program, size)) {
+                if (public_built_at(program.sizes, size)) {
                     char name[sizeof public_name];
-                    public_binary_name(program, size, name, sizeof name);
+                    public_binary_name(program.name, program.sizes, size, name, sizeof name);
                     printf("%s %s %zu\n", name, program.name, size);
                 }
             }
@@ -1271,10 +866,10 @@ int main(int argc, char **argv) {
     /* A public program runs as it is, from here: no output before its own. */
     for (const PublicProgram &program : PUBLIC_PROGRAMS) {
         if (strcmp(program.name, name) == 0) {
-            CHECK(built_at(program, size), "the public suite builds %s at %s bytes, not %zu",
+            CHECK(public_built_at(program.sizes, size), "the public suite builds %s at %s bytes, not %zu",
                   program.name, program.sizes, size);
-            public_binary_name(program, size, public_name, sizeof public_name);
-            return program.run[size_index(size)]();
+            public_binary_name(program.name, program.sizes, size, public_name, sizeof public_name);
+            return program.run[public_size_index(size)]();
         }
     }
     /* The first output allocates stdout's buffer (4096 bytes for a pipe): done here, before the
@@ -1294,6 +889,8 @@ int main(int argc, char **argv) {
             return 0;
         }
     }
-    CHECK(0, "unknown category %s (misuse_suite list and list-public name them)", name);
+    CHECK(0, "unknown category %s (misuse_suite list and list-public name them; the public C "
+             "programs are public_suite's)",
+          name);
     return 2;
 }

@@ -8,6 +8,7 @@
 mod common;
 
 mod background;
+mod copies;
 mod heaps;
 mod hostile;
 mod misuse;

@@ -74,6 +74,28 @@ fn a_write_after_free_at_the_start_of_a_large_block_aborts_when_its_memory_is_re
     });
 }
 
+/// A freed block of 256 KiB to 2 MiB is held inaccessible until the next such free: a write
+/// or a read through the dangling pointer faults at once.
+#[test]
+fn a_use_after_free_of_a_held_large_block_faults_at_the_access() {
+    for case in ["write-held-large", "read-held-large"] {
+        for mode in MODES {
+            let (_, finished) = run_to_announced_misuse("misuse", case, &[], mode);
+            assert_eq!(
+                finished.status.signal(),
+                Some(libc::SIGSEGV),
+                "misuse {case} ({mode:?}) should fault, but: {}",
+                finished.describe()
+            );
+            assert!(
+                finished.stdout.contains("accessing") && !finished.stdout.contains("read "),
+                "misuse {case} ({mode:?}) did not fault at the access: {}",
+                finished.describe()
+            );
+        }
+    }
+}
+
 #[test]
 fn free_of_a_stack_pointer_aborts_naming_the_pointer() {
     assert_bad_free_aborts("stack", "invalid pointer");

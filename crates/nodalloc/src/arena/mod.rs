@@ -287,6 +287,12 @@ impl Arena {
         self.node_count
     }
 
+    /// Whether an object of `class` is a span of its own that the region holds at its free
+    /// (default mode; see `region::hold`): threads then cache none of it.
+    pub fn held_at_free(&self, class: SizeClass) -> bool {
+        !self.secure && class.capacity() == 1 && region::holds_units(class.bag_units())
+    }
+
     #[inline(always)]
     pub fn contains(&self, address: usize) -> bool {
         address.wrapping_sub(self.base) < self.end - self.base

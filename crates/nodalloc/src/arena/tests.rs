@@ -183,7 +183,7 @@ fn a_partly_decommitted_chunk_leaves_huge_pages_until_it_is_wholly_free() {
     // Retain budget 0 and delay 0: a free is decommitted at once. Half a chunk free: the
     // chunk leaves huge pages so khugepaged cannot fill the hole back in.
     // SAFETY: handed out above, holds nothing we need.
-    unsafe { arena.free_span(a, CHUNK_UNITS / 2) };
+    unsafe { free_unheld(arena, a, CHUNK_UNITS / 2) };
     let flags = vm_flags(body);
     assert!(flags.iter().any(|flag| flag == "nh"), "flags {flags:?}");
     assert!(vm_flags(body + 2 * CHUNK_UNITS * UNIT)
@@ -191,7 +191,7 @@ fn a_partly_decommitted_chunk_leaves_huge_pages_until_it_is_wholly_free() {
         .any(|flag| flag == "hg"));
     // The whole chunk free and decommitted: back on huge pages.
     // SAFETY: as above.
-    unsafe { arena.free_span(b, CHUNK_UNITS / 2) };
+    unsafe { free_unheld(arena, b, CHUNK_UNITS / 2) };
     let flags = vm_flags(body);
     assert!(flags.iter().any(|flag| flag == "hg"), "flags {flags:?}");
     assert!(!flags.iter().any(|flag| flag == "nh"), "flags {flags:?}");
@@ -222,7 +222,7 @@ fn a_partly_decommitted_chunk_leaves_huge_pages_until_it_is_wholly_free() {
 
     // The small-page head never goes on huge pages.
     // SAFETY: as above.
-    unsafe { arena.free_span(head[1], CHUNK_UNITS) };
+    unsafe { free_unheld(arena, head[1], CHUNK_UNITS) };
     assert!(vm_flags(head[1]).iter().any(|flag| flag == "nh"));
 }
 
@@ -407,6 +407,18 @@ fn commit_on_demand_arenas_commit_only_what_the_frontier_passed() {
     assert!(arena.tag_checked(beyond).is_some());
 }
 
+/// Frees a span and releases it from the hold at once, for the tests of the free lists' own
+/// mechanics (coalescing, decommit, huge pages), which the hold would otherwise delay by one
+/// free.
+///
+/// # Safety
+/// As for [`Arena::free_span`].
+unsafe fn free_unheld(arena: &Arena, address: usize, units: usize) {
+    // SAFETY: forwarded contract.
+    unsafe { arena.free_span(address, units) };
+    arena.pool_of(address).release_held_now(arena.map());
+}
+
 /// Whether the byte at `address` can be read, asked of the kernel (a `write` of it into a pipe
 /// fails with `EFAULT` where it cannot) rather than by touching it.
 fn readable(address: usize) -> bool {
@@ -451,6 +463,63 @@ fn the_reservation_past_each_frontier_is_inaccessible() {
     let chunk_end = end.next_multiple_of(CHUNK_UNITS * UNIT);
     assert!(end < chunk_end && readable(chunk_end - 1));
     assert!(!readable(chunk_end));
+}
+
+/// The span of 256 KiB to 2 MiB freed last is held out of the free lists, inaccessible, so the
+/// next request gets other memory and a dangling pointer into it faults; the next such free
+/// releases it (open again) for reuse. The guard's rate is bounded; bigger spans are not held.
+#[test]
+fn the_span_freed_last_is_held_inaccessible_and_handed_out_only_after_the_next() {
+    let started = std::time::Instant::now();
+    let arena = test_arena(1, 64 << 20, usize::MAX);
+    let sparse = arena.pool(0, Pool::Sparse);
+    let units = region::HOLD_MIN_UNITS;
+    let alloc = || {
+        let (span, _) = arena.alloc_span(0, units, 1, SpanUse::Large).unwrap();
+        // SAFETY: a span we were just handed, the size we asked for.
+        unsafe { (span as *mut u8).write_bytes(0x5a, units * UNIT) };
+        span
+    };
+    let a = alloc();
+    // SAFETY: handed out above, holding nothing live.
+    unsafe { arena.free_span(a, units) };
+    assert_eq!(sparse.held(), (a, true));
+    assert!(!readable(a) && !readable(a + units * UNIT - 1));
+    assert_eq!(
+        arena.tag_checked(a).map(|tag| tag.kind()),
+        Some(Kind::Unused)
+    );
+    let b = alloc();
+    assert_ne!(b, a, "the span freed last is not handed out next");
+    // SAFETY: as above.
+    unsafe { arena.free_span(b, units) };
+    assert_eq!(sparse.held(), (b, true));
+    assert!(readable(a), "released by the next free, open again");
+    assert_eq!(alloc(), a, "and reused");
+    // A span past the hold's sizes goes to the free lists at once.
+    let big = region::HOLD_MAX_UNITS + 1;
+    let (c, _) = arena.alloc_span(0, big, 1, SpanUse::Large).unwrap();
+    // SAFETY: as above.
+    unsafe { arena.free_span(c, big) };
+    assert_eq!(sparse.held().0, b);
+    assert_eq!(arena.alloc_span(0, big, 1, SpanUse::Large).unwrap().0, c);
+    // Frees in a loop: guarded at the guard's rate (a burst, then one a millisecond; `a` and
+    // `b` took two); the rest stay open (and this arena's decommit delay of 0 releases them at
+    // once).
+    let mut guarded = 2;
+    for _ in 0..4 * region::GUARD_BURST {
+        let span = alloc();
+        // SAFETY: as above.
+        unsafe { arena.free_span(span, units) };
+        let (held, is_guarded) = sparse.held();
+        assert!(held == span || held == 0);
+        assert_eq!(readable(span), !is_guarded);
+        guarded += u64::from(is_guarded);
+    }
+    // The pool's clock is the coarse one (ticks of up to 4 ms): allow two ticks more.
+    let earned = started.elapsed().as_millis() as u64 + 1 + 8;
+    assert!(guarded <= region::GUARD_BURST + earned, "{guarded} guarded");
+    assert!(guarded >= region::GUARD_BURST, "{guarded} guarded");
 }
 
 #[test]
@@ -602,7 +671,7 @@ fn a_large_request_reuses_a_dirty_span_and_takes_what_it_lacks_from_clean_neighb
     }
     let free = |index: usize| {
         // SAFETY: each span is handed out once above and freed once here; it holds nothing.
-        unsafe { arena.free_span(spans[index], 32) };
+        unsafe { free_unheld(arena, spans[index], 32) };
     };
     // Clean after: spans 1 and 2 decommitted, then span 0 freed dirty before them.
     free(1);
@@ -635,7 +704,7 @@ fn a_large_request_reuses_a_dirty_span_and_takes_what_it_lacks_from_clean_neighb
     // Clean before: span 3 freed dirty after a clean span (spans 0 to 2, once the request is
     // freed and decommitted).
     // SAFETY: handed out above, holds nothing, freed once.
-    unsafe { arena.free_span(mixed, 48) };
+    unsafe { free_unheld(arena, mixed, 48) };
     arena.purge(true);
     free(3);
     let before = committed();
@@ -657,7 +726,7 @@ fn a_large_request_reuses_a_dirty_span_and_takes_what_it_lacks_from_clean_neighb
     }
     // Everything handed back and decommitted: the accounts return to span 4 alone.
     // SAFETY: handed out above, freed once.
-    unsafe { arena.free_span(mixed, 40) };
+    unsafe { free_unheld(arena, mixed, 40) };
     free(4);
     arena.purge(true);
     assert_eq!(committed(), 0);
@@ -730,23 +799,25 @@ fn memory_freed_below_the_recent_peak_waits_out_the_delay() {
     };
     let arena = test_arena_policy(1, 64 << 20, decommit, false, false, ThpChoice::Auto);
     let region = arena.pool(0, Pool::Sparse);
+    // Spans too big for the hold (which keeps the span freed last out of reuse).
+    const UNITS: usize = region::HOLD_MAX_UNITS + 8;
     let alloc_all = || -> Vec<usize> {
         (0..8)
             .map(|_| {
-                let (span, _) = arena.alloc_span(0, 32, 1, SpanUse::Large).unwrap();
+                let (span, _) = arena.alloc_span(0, UNITS, 1, SpanUse::Large).unwrap();
                 // SAFETY: a span we were just handed, the size we asked for.
-                unsafe { (span as *mut u8).write_bytes(1, 32 * UNIT) };
+                unsafe { (span as *mut u8).write_bytes(1, UNITS * UNIT) };
                 span
             })
             .collect()
     };
     let first = alloc_all();
     let peak = region.committed.load(Ordering::Relaxed);
-    assert_eq!(peak, 8 * 32 * UNIT);
+    assert_eq!(peak, 8 * UNITS * UNIT);
     let started = std::time::Instant::now();
     for &span in &first {
         // SAFETY: each span was handed out above and holds nothing live.
-        unsafe { arena.free_span(span, 32) };
+        unsafe { arena.free_span(span, UNITS) };
     }
     // Under the old rule everything past 1 MiB went back at once (dirty bytes above 1/64 of
     // nothing in use); below the recent peak it waits.
@@ -762,7 +833,7 @@ fn memory_freed_below_the_recent_peak_waits_out_the_delay() {
     }
     for &span in &second {
         // SAFETY: as above.
-        unsafe { arena.free_span(span, 32) };
+        unsafe { arena.free_span(span, UNITS) };
     }
     // Past the delay, a purge (a thread's upkeep, the maintenance thread) gives back all but the
     // retained budget.

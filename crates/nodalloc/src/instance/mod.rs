@@ -324,6 +324,11 @@ impl Instance {
         self.heaps
     }
 
+    /// See [`crate::raw::block_containing`].
+    pub(crate) fn block_containing(self, address: usize) -> Option<crate::node::BlockAt> {
+        self.heaps.block_containing(address)
+    }
+
     /// See [`crate::raw::object_before`].
     pub(crate) fn object_before(self, address: usize) -> Option<*mut u8> {
         self.heaps.object_before(address)

@@ -143,7 +143,7 @@ impl NodeHeaps {
                     unsafe {
                         (**partial).role.bag.seed = arena.bag_seed();
                         if !(**partial).role.bag.zeroed {
-                            (address as *mut u8).write_bytes(0, class.bag_bytes());
+                            crate::os::fill_unchecked(address as *mut u8, 0, class.bag_bytes());
                             (**partial).role.bag.zeroed = true;
                         }
                     }

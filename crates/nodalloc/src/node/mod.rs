@@ -57,6 +57,23 @@ mod upkeep;
 pub(crate) use crate::ds::ring::Batch;
 pub(crate) use front::{HomeView, DENSE_OBJECT_MAX};
 use owned::Owned;
+
+/// A heap block as `raw::block_containing` finds it from an address inside it.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockAt {
+    /// Its first byte.
+    pub start: *mut u8,
+    /// The bytes of its slot: its class's size, or its span's.
+    pub bytes: usize,
+    /// Whether the program may hold it (in secure mode, a bag's object only while the
+    /// allocation bitmap says so; otherwise always).
+    pub held: bool,
+}
+
+/// How far [`NodeHeaps::block_containing`] looks back through a large block's units for its
+/// head (2 MiB): past that, the address is deep inside a big block, where the checks that ask
+/// (secure mode's copies) leave the guard page behind the block to catch a linear overflow.
+pub const BLOCK_SEARCH_UNITS: usize = 64;
 pub use owned::{OwnedCache, OwnedId, OwnedRefusal, OwnedStats, NAME_BYTES};
 pub use partition::Partition;
 use partition::Partitions;
@@ -363,6 +380,52 @@ impl NodeHeaps {
             return None;
         }
         at.object_before(address).map(|before| before as *mut u8)
+    }
+
+    /// The block whose space holds `address`: the object of a bag it lies in, or the large
+    /// block whose first [`BLOCK_SEARCH_UNITS`] units hold it. `None` outside the heap's blocks
+    /// (or deeper in a large block).
+    pub(crate) fn block_containing(&self, address: usize) -> Option<BlockAt> {
+        let arena = self.arena;
+        let tag = arena.tag_checked(address)?;
+        if let Some(at) = arena.bag_with_tag(address, tag) {
+            let size = at.class.size();
+            let index = (address - at.start) / size;
+            if index >= at.class.capacity() {
+                return None;
+            }
+            let start = at.start + index * size;
+            let held = !arena.is_secure() || arena.map().is_allocated(start);
+            return Some(BlockAt {
+                start: start as *mut u8,
+                bytes: size,
+                held,
+            });
+        }
+        let map = arena.map();
+        let mut unit = map.unit_of(address);
+        for _ in 0..BLOCK_SEARCH_UNITS {
+            match arena.tag_checked(map.address_of(unit))?.kind() {
+                Kind::Large => {
+                    // SAFETY: a large span's first unit records its length.
+                    let units = unsafe { (*map.meta(unit)).units };
+                    return Some(BlockAt {
+                        start: map.address_of(unit) as *mut u8,
+                        bytes: units << UNIT_SHIFT,
+                        held: true,
+                    });
+                }
+                Kind::LargeBody if unit > 0 => unit -= 1,
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    /// Whether an object of `class` is a span of its own that its region holds at its free
+    /// (see `arena::region::hold`): threads then cache none of it.
+    pub fn held_at_free(&self, class: SizeClass) -> bool {
+        self.arena.held_at_free(class)
     }
 
     /// The back layer, for the tests of the layers above.

@@ -73,6 +73,12 @@ pub(crate) enum HeapState {
     Retired,
 }
 
+/// Frees of a held class (objects of 256 KiB: see `park`) a thread sends to the region's hold
+/// per upkeep period. The hold costs a trip to the bags and the span lock each way (about
+/// 300 ns a pair against 25 parked); this bounds that to a few hundred a second per thread in
+/// a loop, while a program that frees such blocks now and then has every one held.
+const HOLDS_PER_UPKEEP: u16 = 64;
+
 /// A thread's heap: per-class caches of free objects, outboxes for other nodes' objects, and
 /// what the free fast path needs to recognise objects of the home node. Its thread alone uses
 /// it; faces reach it through a thread-local pointer.
@@ -108,6 +114,10 @@ pub struct ThreadHeap {
     /// not handed out again since), and its class: such classes are not cached beyond it.
     parked: *mut u8,
     parked_class: SizeClass,
+    /// Frees of a class whose spans the region holds at their free (256 KiB) this thread may
+    /// still send there before its next upkeep pass; past them, such objects are parked like
+    /// the other big classes (see `park`).
+    holds_left: u16,
     /// Monotonic ns of the next upkeep pass (idle classes flushed, node upkeep); see `upkeep`.
     next_upkeep: u64,
     /// Bit `c`: class `c`'s counts were published (it was used) since the last upkeep pass,
@@ -235,6 +245,7 @@ impl ThreadHeap {
             outbox_mask: 0,
             parked: null_mut(),
             parked_class: SizeClass(0),
+            holds_left: HOLDS_PER_UPKEEP,
             next_upkeep: 0,
             published: 0,
             bind_base: BindBase::Current,

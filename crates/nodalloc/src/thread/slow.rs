@@ -33,7 +33,7 @@ impl ThreadHeap {
                 }
                 if !object.is_null() {
                     // SAFETY: a block of at least `class.size() >= bytes` bytes, the caller's.
-                    unsafe { object.write_bytes(0, bytes) };
+                    unsafe { self::clear(object, bytes, self.secure) };
                 }
                 return object;
             }
@@ -72,7 +72,7 @@ impl ThreadHeap {
         }
         if !object.is_null() {
             // SAFETY: the object holds `class.size() >= bytes` bytes and is the caller's now.
-            unsafe { object.write_bytes(0, clear) };
+            unsafe { self::clear(object, clear, self.secure) };
         }
         object
     }
@@ -369,9 +369,25 @@ impl ThreadHeap {
     /// is still found in the cache, and a thread that frees and re-allocates one big size
     /// keeps its fast path), and the object parked before it, if still there, goes to the node
     /// heap. Secure mode parks nothing (its bitmap catches double frees).
+    ///
+    /// Nor does a class whose object is a span of its own as big as the spans the region holds
+    /// at their free (256 KiB, `arena::region::hold`), for the first [`HOLDS_PER_UPKEEP`] such
+    /// frees of each upkeep period: its object goes straight back to its bag, so the span is
+    /// held, inaccessible, and the next allocation gets another, as glibc's `mmap`ed blocks
+    /// behave. Past them (a loop that frees and allocates such blocks), it parks.
+    ///
+    /// [`HOLDS_PER_UPKEEP`]: super::HOLDS_PER_UPKEEP
     fn park(&mut self, heaps: &'static NodeHeaps, class: SizeClass) {
+        let held = heaps.held_at_free(class) && self.holds_left > 0;
+        if held {
+            self.holds_left -= 1;
+        }
         let list = &mut self.lists[class.index()];
-        let kept = if self.secure { null_mut() } else { list.head };
+        let kept = if self.secure || held {
+            null_mut()
+        } else {
+            list.head
+        };
         // Everything in the list but `kept`: the older object when the previous park was of
         // this class too (the list holds at most two then), or the whole list in secure mode.
         let leaving = if kept.is_null() {
@@ -398,9 +414,11 @@ impl ThreadHeap {
         } else {
             None
         };
-        for (class, batch) in [leaving, stale].into_iter().flatten() {
-            self.publish(class);
-            self.give_back(heaps, Partition::DEFAULT, class, batch, false);
+        for (leaving_class, batch) in [leaving, stale].into_iter().flatten() {
+            self.publish(leaving_class);
+            // The freed object of a held class goes to its bag (and its span to the hold).
+            let to_bags = held && leaving_class == class;
+            self.give_back(heaps, Partition::DEFAULT, leaving_class, batch, to_bags);
         }
         // Upkeep last, as in `free_threshold`.
         self.upkeep();
@@ -516,5 +534,21 @@ impl ThreadHeap {
             let origin = NodeId(self.outbox_mask.trailing_zeros() as usize);
             self.flush_outbox(origin);
         }
+    }
+}
+
+/// Zeroes `bytes` at `object` for an allocation that asked for zeroed memory; in secure mode
+/// without the `memset` symbol (see [`crate::os::fill_unchecked`]).
+///
+/// # Safety
+/// `[object, object + bytes)` is writable and the caller's.
+#[inline]
+unsafe fn clear(object: *mut u8, bytes: usize, secure: bool) {
+    if secure {
+        // SAFETY: forwarded contract.
+        unsafe { crate::os::fill_unchecked(object, 0, bytes) };
+    } else {
+        // SAFETY: forwarded contract.
+        unsafe { object.write_bytes(0, bytes) };
     }
 }

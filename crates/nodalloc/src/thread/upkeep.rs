@@ -25,6 +25,7 @@ impl ThreadHeap {
         }
         let period = heaps.upkeep_period();
         self.next_upkeep = now + period;
+        self.holds_left = super::HOLDS_PER_UPKEEP;
         // Caches exited threads left that no thread took for a period go home.
         super::pool::drop_stale(now.saturating_sub(period));
         for index in 0..NUM_CLASSES {

@@ -2,6 +2,7 @@
 //! statistics of where bytes sit, and which caches an upkeep pass keeps.
 
 use super::tests::{allocate, attached, heaps};
+use super::HOLDS_PER_UPKEEP;
 use super::*;
 use crate::size_class::class_of;
 
@@ -39,9 +40,11 @@ fn big_classes_park_one_object_per_thread_and_the_statistics_show_where_bytes_si
     first.next_upkeep = u64::MAX;
     second.next_upkeep = u64::MAX;
     let big = class_of(MAX_CACHED + 1, 8).unwrap();
-    let other = class_of(4 * MAX_CACHED, 8).unwrap();
+    // Not a class whose spans the region holds at their free (those are never parked).
+    let other = class_of(3 * MAX_CACHED, 8).unwrap();
     assert_eq!(big.cache_limit(), 0);
     assert_ne!(big, other);
+    assert!(!heaps.held_at_free(big) && !heaps.held_at_free(other));
     let a = allocate(&mut first, big);
     let b = allocate(&mut first, big);
     assert!(!a.is_null() && !b.is_null() && a != b);
@@ -74,6 +77,37 @@ fn big_classes_park_one_object_per_thread_and_the_statistics_show_where_bytes_si
     assert_eq!(allocate(&mut second, big), b);
     // SAFETY: allocated above, freed once.
     unsafe { second.free(a, big) };
+}
+
+/// A class whose object is a span the region holds at its free (256 KiB) is not parked: the
+/// object goes back to its bag at once, and the next allocation gets another; past the upkeep
+/// period's budget of such frees, it parks like the other big classes.
+#[test]
+fn objects_of_a_held_class_go_back_at_once_and_the_next_allocation_gets_another() {
+    let heaps = heaps(1);
+    let mut heap = attached(heaps, NodeId(0));
+    heap.next_upkeep = u64::MAX;
+    let class = class_of(crate::size_class::MAX_SMALL, 8).unwrap();
+    assert!(heaps.held_at_free(class));
+    let a = allocate(&mut heap, class);
+    // SAFETY: allocated above, freed once.
+    unsafe { heap.free(a, class) };
+    assert_eq!(heap.cached(class), 0);
+    let mut previous = a;
+    for _ in 1..HOLDS_PER_UPKEEP {
+        let b = allocate(&mut heap, class);
+        assert!(!b.is_null() && b != previous);
+        // SAFETY: as above.
+        unsafe { heap.free(b, class) };
+        previous = b;
+    }
+    // Past the period's holds (a loop of such frees), the object parks: handed out again.
+    assert_eq!(heap.holds_left, 0);
+    let b = allocate(&mut heap, class);
+    // SAFETY: as above.
+    unsafe { heap.free(b, class) };
+    assert_eq!(heap.cached(class), 1);
+    assert_eq!(allocate(&mut heap, class), b);
 }
 
 /// An upkeep keeps the cache of a class used since its previous pass, even when a cut or a

@@ -60,17 +60,25 @@ impl Region {
         } else {
             state.peak.recent(active_bytes, now, decommit.delay_ns)
         };
+        // The held span (`hold.rs`) is dirty memory too, and the newest: when the rule says it
+        // goes, everything older goes as well.
+        let pool_now = |state: &PoolState| DirtyPool {
+            dirty_bytes: state.dirty_bytes + state.hold.bytes(),
+            active_bytes,
+            recent_free: state.recent_free,
+            reserve: state.reserve,
+            recent_peak,
+        };
+        if let Some(age) = state.hold.committed_age(now) {
+            if force || decommit_now(decommit, pool_now(state), age) {
+                self.settle_held(state, map);
+            }
+        }
         while !state.oldest.is_null() {
             let oldest = state.oldest;
             // SAFETY: the span lock is held; the age list holds heads of dirty free spans.
             let (units, freed_at) = unsafe { ((*oldest).units, (*oldest).role.free.freed_at) };
-            let pool = DirtyPool {
-                dirty_bytes: state.dirty_bytes,
-                active_bytes,
-                recent_free: state.recent_free,
-                reserve: state.reserve,
-                recent_peak,
-            };
+            let pool = pool_now(state);
             if !force && !decommit_now(decommit, pool, now.saturating_sub(freed_at)) {
                 break;
             }

@@ -19,6 +19,7 @@
 mod budget;
 mod decommit;
 mod filler;
+mod hold;
 mod huge;
 mod prepare;
 mod resize;
@@ -26,6 +27,9 @@ mod spans;
 
 pub use budget::CommitBudget;
 pub use decommit::DecommitPolicy;
+pub use hold::holds_units;
+#[cfg(test)]
+pub use hold::{GUARD_BURST, HOLD_MAX_UNITS, HOLD_MIN_UNITS};
 pub use prepare::PREPARE_WINDOW_NS;
 use spans::bucket_of;
 pub(crate) use spans::canary_of;
@@ -116,6 +120,8 @@ struct PoolState {
     /// The recent peak of the bytes in use, which the decommit rule lets free memory wait
     /// under (`decommit.rs`).
     peak: decommit::PeakWindow,
+    /// The span freed last, kept out of the lists (`hold.rs`).
+    hold: hold::Hold,
 }
 
 pub struct Region {
@@ -332,7 +338,9 @@ impl Region {
                 // spans never merge, so free memory can be cut into pieces too small for the
                 // request: decommit every dirty span (it then coalesces with its clean
                 // neighbours, and no longer counts against the limit) and look once more, then
-                // past the frontier, which the limit may have refused before the purge.
+                // past the frontier, which the limit may have refused before the purge. The
+                // held span joins them first.
+                self.release_held(state, map);
                 self.purge_locked(
                     state,
                     map,
@@ -402,6 +410,18 @@ impl Region {
             map.set_tag(unit, Tag::UNUSED);
         }
         self.count_used(state, address, units, false);
+        if now.saturating_sub(state.recent_free_at) >= decommit.delay_ns {
+            state.recent_free = 0;
+        }
+        state.recent_free = state.recent_free.max(units << UNIT_SHIFT);
+        state.recent_free_at = now;
+        if self.holds(units) {
+            self.hold(state, map, address, units, now);
+            if !defer {
+                self.purge_locked(state, map, now, decommit, false);
+            }
+            return;
+        }
         if self.canaries {
             let last = address + (units << UNIT_SHIFT) - 8;
             // SAFETY: the span was handed out, committed, and its owner gives it up.
@@ -410,11 +430,6 @@ impl Region {
                 (last as *mut usize).write(canary_of(last));
             }
         }
-        if now.saturating_sub(state.recent_free_at) >= decommit.delay_ns {
-            state.recent_free = 0;
-        }
-        state.recent_free = state.recent_free.max(units << UNIT_SHIFT);
-        state.recent_free_at = now;
         self.insert_coalesced(state, map, first, units, now, self.canaries);
         if !defer {
             self.purge_locked(state, map, now, decommit, false);
@@ -466,7 +481,8 @@ impl Region {
     pub fn dirty_bytes(&self) -> usize {
         let _guard = self.lock_span();
         // SAFETY: the span lock is held.
-        unsafe { (*self.state.get()).dirty_bytes }
+        let state = unsafe { &*self.state.get() };
+        state.dirty_bytes + state.hold.bytes()
     }
 
     pub fn lock_for_fork(&self) {

@@ -53,7 +53,7 @@ impl NodeHeaps {
         record.large_allocs.fetch_add(1, Ordering::Relaxed);
         if zero && !zeroed {
             // SAFETY: the block holds at least `size` writable bytes, ours.
-            unsafe { (address as *mut u8).write_bytes(0, size) };
+            unsafe { crate::os::fill_unchecked(address as *mut u8, 0, size) };
         }
         address as *mut u8
     }

@@ -342,7 +342,7 @@ impl NodeHeaps {
                 unsafe { (object as *mut usize).write(0) };
             } else {
                 // SAFETY: an object of `class`, at least `size` bytes, ours.
-                unsafe { object.write_bytes(0, size) };
+                unsafe { crate::os::fill_unchecked(object, 0, size) };
             }
         }
         object

@@ -1,0 +1,185 @@
+//! The hold (default mode): the span of [`HOLD_MIN_UNITS`] to [`HOLD_MAX_UNITS`] units freed
+//! last (a large block of 256 KiB to 2 MiB, or a bag of a class that big) stays out of the
+//! free lists until the next such free, made inaccessible (`PROT_NONE`) while the guard's rate
+//! allows. So the next request of its size never gets the block just freed, and a write or a
+//! read through a dangling pointer to it faults, as it does for a block glibc unmapped at its
+//! `free`.
+//!
+//! What it costs: one span kept out of reuse (released to the free lists at the next such free,
+//! when the pool runs short, or, open, after the decommit delay; a guarded one gives its pages
+//! back in place after the delay and stays guarded), and a guarded span two `mprotect` calls. The guard's rate is bounded by tokens
+//! ([`GUARD_BURST`], one more per [`GUARD_REFILL_NS`]): a program that frees such spans in a
+//! loop pays for a thousand a second at most, and the rest are held unguarded. A span held or
+//! guarded keeps its tags `UNUSED` and is in no list: nothing can hand it out, merge with it,
+//! or free it (a second free of it is an invalid pointer).
+
+use super::*;
+
+/// The smallest span held: 256 KiB, the size where glibc `mmap`s a block of its own.
+pub const HOLD_MIN_UNITS: usize = 8;
+/// The largest span held: 2 MiB. A larger one goes back to the free lists at once, so a program
+/// that frees and allocates big buffers in turn reuses the same memory.
+pub const HOLD_MAX_UNITS: usize = CHUNK_UNITS;
+/// Guarded spans the rate allows at once, and the time it takes to allow one more.
+pub const GUARD_BURST: u64 = 64;
+pub const GUARD_REFILL_NS: u64 = 1_000_000;
+
+/// Whether a pool that holds spans (default mode) holds a span of `units`.
+pub fn holds_units(units: usize) -> bool {
+    (HOLD_MIN_UNITS..=HOLD_MAX_UNITS).contains(&units)
+}
+
+/// The hold's state, in the pool state (span lock).
+#[derive(Default)]
+pub(super) struct Hold {
+    /// The held span's first byte (0: none), its units, when it was freed, and whether it is
+    /// `PROT_NONE`.
+    address: usize,
+    units: usize,
+    freed_at: u64,
+    guarded: bool,
+    /// Its pages were given back in place (a guarded span waits out no delay committed).
+    decommitted: bool,
+    /// The guard's tokens and when they were last counted.
+    tokens: u64,
+    counted_at: u64,
+}
+
+impl Hold {
+    /// How long the held span has been free, if there is one and it is still committed.
+    pub(super) fn committed_age(&self, now: u64) -> Option<u64> {
+        (self.bytes() != 0).then(|| now.saturating_sub(self.freed_at))
+    }
+
+    /// Bytes of the held span still committed (0 for none).
+    pub(super) fn bytes(&self) -> usize {
+        if self.address == 0 || self.decommitted {
+            0
+        } else {
+            self.units << UNIT_SHIFT
+        }
+    }
+
+    /// Takes a token of the guard's rate, if one is left at `now`.
+    fn take_token(&mut self, now: u64) -> bool {
+        let earned = now.saturating_sub(self.counted_at) / GUARD_REFILL_NS;
+        if earned > 0 || self.counted_at == 0 {
+            self.tokens = if self.counted_at == 0 {
+                GUARD_BURST
+            } else {
+                (self.tokens + earned).min(GUARD_BURST)
+            };
+            self.counted_at = now;
+        }
+        if self.tokens == 0 {
+            return false;
+        }
+        self.tokens -= 1;
+        true
+    }
+}
+
+impl Region {
+    /// Whether a span of `units` freed now goes to the hold.
+    pub(super) fn holds(&self, units: usize) -> bool {
+        self.canaries && holds_units(units)
+    }
+
+    /// Puts a freed span (tags already `UNUSED`, uncounted from use) in the hold, guarded if the
+    /// rate allows, and releases the span held before it. Span lock held.
+    pub(super) fn hold(
+        &self,
+        state: &mut PoolState,
+        map: &PageMap,
+        address: usize,
+        units: usize,
+        now: u64,
+    ) {
+        self.release_held(state, map);
+        let guarded =
+            state.hold.take_token(now) && os::protect(address as *mut u8, units << UNIT_SHIFT);
+        let hold = &mut state.hold;
+        hold.address = address;
+        hold.units = units;
+        hold.freed_at = now;
+        hold.guarded = guarded;
+        hold.decommitted = false;
+    }
+
+    /// Releases the held span into the free lists (dirty, with canaries), opened again if it
+    /// was guarded. Span lock held. A span the kernel will not open again (its mapping limit)
+    /// stays out of every list: lost, rather than handed out inaccessible.
+    pub(super) fn release_held(&self, state: &mut PoolState, map: &PageMap) {
+        let hold = &mut state.hold;
+        if hold.address == 0 {
+            return;
+        }
+        let (address, units, freed_at) = (hold.address, hold.units, hold.freed_at);
+        let (guarded, decommitted) = (hold.guarded, hold.decommitted);
+        hold.address = 0;
+        let bytes = units << UNIT_SHIFT;
+        if guarded && !os::commit(address as *mut u8, bytes) {
+            return;
+        }
+        if decommitted {
+            // Clean: it reads as zero and is no longer charged. Merged into a wholly clean
+            // chunk, that chunk may go back on huge pages.
+            let (merged, merged_units) =
+                self.insert_coalesced(state, map, map.unit_of(address), units, 0, false);
+            let merged = map.address_of(merged);
+            self.settle_huge_pages(address, bytes, merged, merged_units << UNIT_SHIFT);
+            return;
+        }
+        let last = address + bytes - 8;
+        // SAFETY: the span is committed and open, and nothing refers to it (it was freed).
+        unsafe {
+            (address as *mut usize).write(canary_of(address));
+            (last as *mut usize).write(canary_of(last));
+        }
+        self.insert_coalesced(state, map, map.unit_of(address), units, freed_at, true);
+    }
+
+    /// The held span, once the decommit rule says it goes (`purge_locked`): a guarded span
+    /// gives its pages back where it is, still held and inaccessible; an open one is released
+    /// to the free lists, as the newest dirty span, which the rule then decommits. Span lock
+    /// held; the held span is committed.
+    pub(super) fn settle_held(&self, state: &mut PoolState, map: &PageMap) {
+        let hold = &mut state.hold;
+        if !hold.guarded {
+            return self.release_held(state, map);
+        }
+        hold.decommitted = true;
+        let bytes = hold.units << UNIT_SHIFT;
+        let address = hold.address;
+        // A partial decommit of a huge-page chunk takes it off huge pages (see `purge`).
+        if address + bytes > self.huge_from {
+            let mut chunk = (address & !(CHUNK_BYTES - 1)).max(self.huge_from);
+            while chunk < address + bytes {
+                self.keep_off_huge_pages(chunk);
+                chunk += CHUNK_BYTES;
+            }
+        }
+        // SAFETY: the held span is free (no live object) and inside our region.
+        unsafe { os::decommit(address as *mut u8, bytes) };
+        self.uncharge(bytes);
+        self.decommitted.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Releases the held span now (tests of the free lists' own mechanics).
+    #[cfg(test)]
+    pub fn release_held_now(&self, map: &PageMap) {
+        let _guard = self.lock_span();
+        // SAFETY: the span lock is held.
+        let state = unsafe { &mut *self.state.get() };
+        self.release_held(state, map);
+    }
+
+    /// The held span, for tests: its address (0: none) and whether it is guarded.
+    #[cfg(test)]
+    pub fn held(&self) -> (usize, bool) {
+        let _guard = self.lock_span();
+        // SAFETY: the span lock is held.
+        let hold = unsafe { &(*self.state.get()).hold };
+        (hold.address, hold.address != 0 && hold.guarded)
+    }
+}
