@@ -5,11 +5,12 @@
 //! holding the destination) and the block's trailer (the size asked for).
 //!
 //! The library exports the three symbols in every mode, so that secure mode needs no other
-//! library; outside secure mode each is one load and one branch in front of glibc's own
-//! implementation, reached through its `__*_chk` entry with an unbounded size (glibc's checked
-//! entries call its implementation directly, never back through the symbol). The check turns
-//! on once the C face has decided it runs in secure mode ([`check_copies`]); copies before that
-//! (the dynamic loader's, constructors') are not checked.
+//! library. Each is a jump through one word: to the next library's function (glibc's, found
+//! with `dlsym(RTLD_NEXT, …)` when the library loads), or, in secure mode, to the checked form
+//! (turned on once the C face has decided it runs in secure mode: [`check_copies`]). Before the
+//! word is set (copies of constructors that run before the library's), glibc's `__*_chk` entry
+//! is called with an unbounded size; it calls glibc's implementation directly, never back
+//! through the symbol.
 //!
 //! The library's own writes into blocks (a bag zeroed, a freed block filled, `realloc`'s copy,
 //! canaries) never come here: they use `raw::fill_unchecked` and `raw::copy_unchecked`.
@@ -19,14 +20,42 @@
 //! overflow there), and sources (reads).
 
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicUsize, Ordering};
 
-/// Set once secure mode is on (never cleared).
-static CHECKED: AtomicBool = AtomicBool::new(false);
+type CopyFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> *mut c_void;
+type SetFn = unsafe extern "C" fn(*mut c_void, c_int, usize) -> *mut c_void;
+
+/// Where each symbol jumps (0: not yet known, see the module's doc), and the next library's
+/// function, which the checked forms call.
+static MEMCPY: AtomicUsize = AtomicUsize::new(0);
+static MEMMOVE: AtomicUsize = AtomicUsize::new(0);
+static MEMSET: AtomicUsize = AtomicUsize::new(0);
+static NEXT_MEMCPY: AtomicUsize = AtomicUsize::new(0);
+static NEXT_MEMMOVE: AtomicUsize = AtomicUsize::new(0);
+static NEXT_MEMSET: AtomicUsize = AtomicUsize::new(0);
+
+/// Finds the next library's functions (at the library's load). A symbol already turned to its
+/// checked form keeps it.
+pub(crate) fn resolve() {
+    for (name, next, target) in [
+        (c"memcpy", &NEXT_MEMCPY, &MEMCPY),
+        (c"memmove", &NEXT_MEMMOVE, &MEMMOVE),
+        (c"memset", &NEXT_MEMSET, &MEMSET),
+    ] {
+        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name has no other precondition.
+        let address = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+        if address != 0 {
+            next.store(address, Ordering::Release);
+            let _ = target.compare_exchange(0, address, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+}
 
 /// Turns the checks on (secure mode decided).
 pub(crate) fn check_copies() {
-    CHECKED.store(true, Ordering::Relaxed);
+    MEMCPY.store(memcpy_checked as CopyFn as usize, Ordering::Release);
+    MEMMOVE.store(memmove_checked as CopyFn as usize, Ordering::Release);
+    MEMSET.store(memset_checked as SetFn as usize, Ordering::Release);
 }
 
 extern "C" {
@@ -50,9 +79,11 @@ fn unbounded() -> usize {
 /// C's `memcpy`.
 #[no_mangle]
 pub unsafe extern "C" fn memcpy(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
-    if CHECKED.load(Ordering::Relaxed) {
-        // SAFETY: forwarded contract.
-        return unsafe { memcpy_checked(dst, src, n) };
+    let target = MEMCPY.load(Ordering::Relaxed);
+    if target != 0 {
+        // SAFETY: the word holds the address of a function of `memcpy`'s type (`resolve`,
+        // `check_copies`); C's `memcpy` contract, forwarded.
+        return unsafe { core::mem::transmute::<usize, CopyFn>(target)(dst, src, n) };
     }
     // SAFETY: C's `memcpy` contract, forwarded.
     unsafe { __memcpy_chk(dst, src, n, unbounded()) }
@@ -62,9 +93,10 @@ pub unsafe extern "C" fn memcpy(dst: *mut c_void, src: *const c_void, n: usize) 
 /// C's `memmove`.
 #[no_mangle]
 pub unsafe extern "C" fn memmove(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
-    if CHECKED.load(Ordering::Relaxed) {
-        // SAFETY: forwarded contract.
-        return unsafe { memmove_checked(dst, src, n) };
+    let target = MEMMOVE.load(Ordering::Relaxed);
+    if target != 0 {
+        // SAFETY: as in `memcpy`, for `memmove`'s type and contract.
+        return unsafe { core::mem::transmute::<usize, CopyFn>(target)(dst, src, n) };
     }
     // SAFETY: C's `memmove` contract, forwarded.
     unsafe { __memmove_chk(dst, src, n, unbounded()) }
@@ -74,36 +106,47 @@ pub unsafe extern "C" fn memmove(dst: *mut c_void, src: *const c_void, n: usize)
 /// C's `memset`.
 #[no_mangle]
 pub unsafe extern "C" fn memset(dst: *mut c_void, byte: c_int, n: usize) -> *mut c_void {
-    if CHECKED.load(Ordering::Relaxed) {
-        // SAFETY: forwarded contract.
-        return unsafe { memset_checked(dst, byte, n) };
+    let target = MEMSET.load(Ordering::Relaxed);
+    if target != 0 {
+        // SAFETY: as in `memcpy`, for `memset`'s type and contract.
+        return unsafe { core::mem::transmute::<usize, SetFn>(target)(dst, byte, n) };
     }
     // SAFETY: C's `memset` contract, forwarded.
     unsafe { __memset_chk(dst, byte, n, unbounded()) }
 }
 
-// The checked forms, out of line: the plain ones keep no frame.
+// The checked forms: the check, then the next library's function.
 
-#[cold]
-#[inline(never)]
-unsafe fn memcpy_checked(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
+unsafe extern "C" fn memcpy_checked(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
     crate::secure::check_write(dst as *mut u8, n);
-    // SAFETY: C's `memcpy` contract, forwarded; the destination checked.
-    unsafe { __memcpy_chk(dst, src, n, unbounded()) }
+    match NEXT_MEMCPY.load(Ordering::Acquire) {
+        // SAFETY: C's `memcpy` contract, forwarded; the destination checked.
+        0 => unsafe { __memcpy_chk(dst, src, n, unbounded()) },
+        // SAFETY: as above, through glibc's `memcpy` (`resolve`).
+        next => unsafe { core::mem::transmute::<usize, CopyFn>(next)(dst, src, n) },
+    }
 }
 
-#[cold]
-#[inline(never)]
-unsafe fn memmove_checked(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
+unsafe extern "C" fn memmove_checked(
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+) -> *mut c_void {
     crate::secure::check_write(dst as *mut u8, n);
-    // SAFETY: C's `memmove` contract, forwarded; the destination checked.
-    unsafe { __memmove_chk(dst, src, n, unbounded()) }
+    match NEXT_MEMMOVE.load(Ordering::Acquire) {
+        // SAFETY: C's `memmove` contract, forwarded; the destination checked.
+        0 => unsafe { __memmove_chk(dst, src, n, unbounded()) },
+        // SAFETY: as above, through glibc's `memmove` (`resolve`).
+        next => unsafe { core::mem::transmute::<usize, CopyFn>(next)(dst, src, n) },
+    }
 }
 
-#[cold]
-#[inline(never)]
-unsafe fn memset_checked(dst: *mut c_void, byte: c_int, n: usize) -> *mut c_void {
+unsafe extern "C" fn memset_checked(dst: *mut c_void, byte: c_int, n: usize) -> *mut c_void {
     crate::secure::check_write(dst as *mut u8, n);
-    // SAFETY: C's `memset` contract, forwarded; the destination checked.
-    unsafe { __memset_chk(dst, byte, n, unbounded()) }
+    match NEXT_MEMSET.load(Ordering::Acquire) {
+        // SAFETY: C's `memset` contract, forwarded; the destination checked.
+        0 => unsafe { __memset_chk(dst, byte, n, unbounded()) },
+        // SAFETY: as above, through glibc's `memset` (`resolve`).
+        next => unsafe { core::mem::transmute::<usize, SetFn>(next)(dst, byte, n) },
+    }
 }

@@ -58,6 +58,7 @@ static LOAD: extern "C" fn() = on_load;
 /// reports.
 extern "C" fn on_load() {
     raw::set_current_heap_hook(current_heap);
+    copy::resolve();
     // The option's own grammar, read before the allocator starts (which reads it again).
     if raw::switch_in_env(c"NODALLOC_STATS") == Some(true) {
         // SAFETY: dup of our own stderr; F_DUPFD_CLOEXEC keeps it out of exec'd programs.

@@ -337,8 +337,14 @@ pub(crate) fn check_write(dst: *mut u8, n: usize) {
         report_write_to_free(dst, block);
     }
     let start = block.start;
-    let Some((usable, large)) = core_usable(start).map(split) else {
-        return;
+    // A bag's object is its class's size; a large block's usable bytes leave out its guard.
+    let (usable, large) = if block.large {
+        let Some(usable) = core_usable(start).map(split) else {
+            return;
+        };
+        usable
+    } else {
+        (block.bytes, false)
     };
     if large && in_quarantine(start) {
         report_write_after_free(start);

@@ -68,6 +68,8 @@ pub struct BlockAt {
     /// Whether the program may hold it (in secure mode, a bag's object only while the
     /// allocation bitmap says so; otherwise always).
     pub held: bool,
+    /// A large block (a span of its own) rather than a bag's object.
+    pub large: bool,
 }
 
 /// How far [`NodeHeaps::block_containing`] looks back through a large block's units for its
@@ -400,6 +402,7 @@ impl NodeHeaps {
                 start: start as *mut u8,
                 bytes: size,
                 held,
+                large: false,
             });
         }
         let map = arena.map();
@@ -413,6 +416,7 @@ impl NodeHeaps {
                         start: map.address_of(unit) as *mut u8,
                         bytes: units << UNIT_SHIFT,
                         held: true,
+                        large: true,
                     });
                 }
                 Kind::LargeBody if unit > 0 => unit -= 1,
