@@ -503,18 +503,18 @@ fn the_span_freed_last_is_held_inaccessible_and_handed_out_only_after_the_next()
     unsafe { arena.free_span(c, big) };
     assert_eq!(sparse.held().0, b);
     assert_eq!(arena.alloc_span(0, big, 1, SpanUse::Large).unwrap().0, c);
-    // Frees in a loop: guarded at the guard's rate (a burst, then one a millisecond; `a` and
-    // `b` took two); the rest stay open (and this arena's decommit delay of 0 releases them at
-    // once).
+    // Frees in a loop: held (and guarded) at the hold's rate (a burst, then one a millisecond;
+    // `a` and `b` took two); past it a span goes to the free lists open, as without the hold,
+    // and the span held last stays held.
     let mut guarded = 2;
     for _ in 0..4 * region::GUARD_BURST {
         let span = alloc();
         // SAFETY: as above.
         unsafe { arena.free_span(span, units) };
         let (held, is_guarded) = sparse.held();
-        assert!(held == span || held == 0);
-        assert_eq!(readable(span), !is_guarded);
-        guarded += u64::from(is_guarded);
+        assert!(held != 0 && is_guarded);
+        assert_eq!(readable(span), held != span);
+        guarded += u64::from(held == span);
     }
     // The pool's clock is the coarse one (ticks of up to 4 ms): allow two ticks more.
     let earned = started.elapsed().as_millis() as u64 + 1 + 8;

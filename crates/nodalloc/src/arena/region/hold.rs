@@ -1,17 +1,18 @@
 //! The hold (default mode): the span of [`HOLD_MIN_UNITS`] to [`HOLD_MAX_UNITS`] units freed
 //! last (a large block of 256 KiB to 2 MiB, or a bag of a class that big) stays out of the
-//! free lists until the next such free, made inaccessible (`PROT_NONE`) while the guard's rate
+//! free lists until the next such free, made inaccessible (`PROT_NONE`), while the hold's rate
 //! allows. So the next request of its size never gets the block just freed, and a write or a
 //! read through a dangling pointer to it faults, as it does for a block glibc unmapped at its
 //! `free`.
 //!
 //! What it costs: one span kept out of reuse (released to the free lists at the next such free,
-//! when the pool runs short, or, open, after the decommit delay; a guarded one gives its pages
-//! back in place after the delay and stays guarded), and a guarded span two `mprotect` calls. The guard's rate is bounded by tokens
-//! ([`GUARD_BURST`], one more per [`GUARD_REFILL_NS`]): a program that frees such spans in a
-//! loop pays for a thousand a second at most, and the rest are held unguarded. A span held or
-//! guarded keeps its tags `UNUSED` and is in no list: nothing can hand it out, merge with it,
-//! or free it (a second free of it is an invalid pointer).
+//! when the pool runs short, or by the decommit rule; a guarded one gives its pages back in
+//! place and stays guarded), two `mprotect` calls and a release's bookkeeping. The rate is
+//! bounded by tokens ([`GUARD_BURST`], one more per [`GUARD_REFILL_NS`]): a program that frees
+//! such spans in a loop pays for a thousand a second at most; its other frees go to the free
+//! lists at once, as without the hold (the span held last stays held). A held span keeps its
+//! tags `UNUSED` and is in no list: nothing can hand it out, merge with it, or free it (a
+//! second free of it is an invalid pointer).
 
 use super::*;
 
@@ -85,8 +86,9 @@ impl Region {
         self.canaries && holds_units(units)
     }
 
-    /// Puts a freed span (tags already `UNUSED`, uncounted from use) in the hold, guarded if the
-    /// rate allows, and releases the span held before it. Span lock held.
+    /// Puts a freed span (tags already `UNUSED`, uncounted from use) in the hold, guarded, and
+    /// releases the span held before it, if the rate allows; false (nothing done) when it does
+    /// not, and the span goes to the free lists as any other. Span lock held.
     pub(super) fn hold(
         &self,
         state: &mut PoolState,
@@ -94,16 +96,20 @@ impl Region {
         address: usize,
         units: usize,
         now: u64,
-    ) {
+    ) -> bool {
+        if !state.hold.take_token(now) {
+            return false;
+        }
         self.release_held(state, map);
-        let guarded =
-            state.hold.take_token(now) && os::protect(address as *mut u8, units << UNIT_SHIFT);
+        // A refusal (the kernel's mapping limit) leaves the span held open.
+        let guarded = os::protect(address as *mut u8, units << UNIT_SHIFT);
         let hold = &mut state.hold;
         hold.address = address;
         hold.units = units;
         hold.freed_at = now;
         hold.guarded = guarded;
         hold.decommitted = false;
+        true
     }
 
     /// Releases the held span into the free lists (dirty, with canaries), opened again if it

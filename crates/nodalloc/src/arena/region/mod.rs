@@ -415,8 +415,7 @@ impl Region {
         }
         state.recent_free = state.recent_free.max(units << UNIT_SHIFT);
         state.recent_free_at = now;
-        if self.holds(units) {
-            self.hold(state, map, address, units, now);
+        if self.holds(units) && self.hold(state, map, address, units, now) {
             if !defer {
                 self.purge_locked(state, map, now, decommit, false);
             }
