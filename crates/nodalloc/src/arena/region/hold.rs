@@ -1,5 +1,6 @@
 //! The hold (default mode): the span of [`HOLD_MIN_UNITS`] to [`HOLD_MAX_UNITS`] units freed
-//! last (a large block of 256 KiB to 2 MiB, or a bag of a class that big) stays out of the
+//! last (a large block of 256 KiB to 2 MiB, or the bag of a class whose one object is that big;
+//! not a bag of several objects that fell empty) stays out of the
 //! free lists until the next such free, made inaccessible (`PROT_NONE`), while the hold's rate
 //! allows. So the next request of its size never gets the block just freed, and a write or a
 //! read through a dangling pointer to it faults, as it does for a block glibc unmapped at its

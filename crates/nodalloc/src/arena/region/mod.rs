@@ -406,6 +406,11 @@ impl Region {
         self.active
             .fetch_sub(units << UNIT_SHIFT, Ordering::Relaxed);
         let first = map.unit_of(address);
+        // One block's span (a large block, or a bag of one object) may go to the hold; a bag of
+        // several objects that fell empty goes to the lists.
+        let head = map.tag(address);
+        let one_block = head.kind() == Kind::Large
+            || (head.kind() == Kind::Bag && head.class().capacity() == 1);
         for unit in first..first + units {
             map.set_tag(unit, Tag::UNUSED);
         }
@@ -415,7 +420,7 @@ impl Region {
         }
         state.recent_free = state.recent_free.max(units << UNIT_SHIFT);
         state.recent_free_at = now;
-        if self.holds(units) && self.hold(state, map, address, units, now) {
+        if one_block && self.holds(units) && self.hold(state, map, address, units, now) {
             if !defer {
                 self.purge_locked(state, map, now, decommit, false);
             }
