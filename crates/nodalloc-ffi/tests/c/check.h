@@ -26,6 +26,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/prctl.h>
+#include <sys/resource.h>
+
 #include "nodalloc.h"
 
 #ifdef __cplusplus
@@ -45,6 +48,13 @@ static _Atomic unsigned long checks_passed;
         }                                                                                      \
         checks_passed++;                                                                       \
     } while (0)
+
+/* For a program whose crash or abort is expected: it leaves no core file behind. */
+__attribute__((unused)) static void no_core_files(void) {
+    struct rlimit no_core = {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}
 
 /* errno after a call that must fail: captured at once, before a CHECK message can change it. */
 #define CHECK_FAILS_WITH(expression, expected_errno)                                           \

@@ -12,9 +12,6 @@
  */
 #include "check.h"
 
-#include <sys/prctl.h>
-#include <sys/resource.h>
-
 #define MIB ((size_t)1024 * 1024)
 
 static char global_area[65536];
@@ -101,9 +98,7 @@ static int correct(void) {
 
 int main(int argc, char **argv) {
     CHECK(argc == 2, "usage: copies correct | copies CASE (see the comment at the top)");
-    struct rlimit no_core = {0, 0};
-    setrlimit(RLIMIT_CORE, &no_core);
-    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    no_core_files();
     require_nodalloc();
     const char *mode = argv[1];
     if (strcmp(mode, "correct") == 0) {

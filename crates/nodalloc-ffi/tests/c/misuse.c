@@ -11,8 +11,6 @@
 #include "check.h"
 
 #include <pthread.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
 
 #define MIB ((size_t)1024 * 1024)
 /* A large block past the sizes whose freed span is held inaccessible (256 KiB to 2 MiB, where a
@@ -50,10 +48,7 @@ static void adjacent_big_blocks(char **block, char **next) {
 
 int main(int argc, char **argv) {
     CHECK(argc == 2, "usage: misuse MODE (see the comment at the top)");
-    /* An expected abort should not leave a core file behind. */
-    struct rlimit no_core = {0, 0};
-    setrlimit(RLIMIT_CORE, &no_core);
-    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    no_core_files();
     require_nodalloc();
 
     const char *mode = argv[1];

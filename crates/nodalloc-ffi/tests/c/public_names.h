@@ -1,7 +1,16 @@
 /* The public suite's binaries' names and sizes, shared by public_suite.c (its C programs) and
- * misuse_suite.cpp (its C++ ones). Plain C; included after check.h. */
+ * misuse_suite.cpp (its C++ ones). Plain C; included after check.h (its CHECK). */
 #ifndef NODALLOC_PUBLIC_NAMES_H
 #define NODALLOC_PUBLIC_NAMES_H
+
+/* A SIZE argument: 8, 4096 or 262144 (exits naming it otherwise). */
+static inline size_t public_size_arg(const char *text) {
+    char *end = NULL;
+    size_t size = strtoul(text, &end, 10);
+    CHECK(*end == 0 && (size == 8 || size == 4096 || size == 262144),
+          "SIZE must be 8, 4096 or 262144, not %s", text);
+    return size;
+}
 
 /* 0, 1 or 2 for 8, 4096 or 262144 bytes. */
 static inline int public_size_index(size_t size) { return size == 8 ? 0 : size == 4096 ? 1 : 2; }

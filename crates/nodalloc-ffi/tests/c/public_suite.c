@@ -35,9 +35,6 @@
 #include "check.h"
 #include "public_names.h"
 
-#include <sys/prctl.h>
-#include <sys/resource.h>
-
 #define MIB ((size_t)1024 * 1024)
 
 /* The name the public suite gives the binary being run (see public_binary_name). */
@@ -127,16 +124,10 @@ int main(int argc, char **argv) {
         return 0;
     }
     CHECK(argc == 3, "usage: public_suite PROGRAM SIZE | public_suite list-public");
-    /* An expected crash should not leave a core file behind. */
-    struct rlimit no_core = {0, 0};
-    setrlimit(RLIMIT_CORE, &no_core);
-    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    no_core_files();
 
     const char *name = argv[1];
-    char *end = NULL;
-    size_t size = strtoul(argv[2], &end, 10);
-    CHECK(*end == 0 && (size == 8 || size == 4096 || size == 262144),
-          "SIZE must be 8, 4096 or 262144, not %s", argv[2]);
+    size_t size = public_size_arg(argv[2]);
     /* The program runs as it is, from here: no output before its own. */
     for (size_t i = 0; i < COUNT(PUBLIC_PROGRAMS); i++) {
         const PublicProgram *program = &PUBLIC_PROGRAMS[i];

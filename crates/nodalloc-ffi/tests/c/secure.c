@@ -19,9 +19,6 @@
  */
 #include "check.h"
 
-#include <sys/prctl.h>
-#include <sys/resource.h>
-
 #define KIB ((size_t)1024)
 #define MIB (KIB * KIB)
 #define OTHERS 300
@@ -45,10 +42,7 @@ static void overflow(char *block) {
 
 int main(int argc, char **argv) {
     CHECK(argc == 2, "usage: secure double-drained|write-after-free|overflow|overflow-page|overflow-realloc");
-    /* An expected abort or fault should not leave a core file behind. */
-    struct rlimit no_core = {0, 0};
-    setrlimit(RLIMIT_CORE, &no_core);
-    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    no_core_files();
     require_nodalloc();
 
     const char *mode = argv[1];

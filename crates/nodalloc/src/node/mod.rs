@@ -57,6 +57,12 @@ mod upkeep;
 pub(crate) use crate::ds::ring::Batch;
 pub(crate) use front::{HomeView, DENSE_OBJECT_MAX};
 use owned::Owned;
+pub use owned::{OwnedCache, OwnedId, OwnedRefusal, OwnedStats, NAME_BYTES};
+pub use partition::Partition;
+use partition::Partitions;
+pub(crate) use partition::{partition_of_site, PartitionView};
+use shards::RingShard;
+pub(crate) use upkeep::upkeep_period;
 
 /// A heap block as `raw::block_containing` finds it from an address inside it.
 #[derive(Clone, Copy, Debug)]
@@ -76,12 +82,6 @@ pub struct BlockAt {
 /// head (2 MiB): past that, the address is deep inside a big block, where the checks that ask
 /// (secure mode's copies) leave the guard page behind the block to catch a linear overflow.
 pub const BLOCK_SEARCH_UNITS: usize = 64;
-pub use owned::{OwnedCache, OwnedId, OwnedRefusal, OwnedStats, NAME_BYTES};
-pub use partition::Partition;
-use partition::Partitions;
-pub(crate) use partition::{partition_of_site, PartitionView};
-use shards::RingShard;
-pub(crate) use upkeep::upkeep_period;
 
 /// Bytes of objects a class's transfer ring may hold per node at first. More would keep bags
 /// alive (and memory committed) for objects nobody asked for; less would send producer/consumer

@@ -137,12 +137,8 @@ impl Region {
             self.settle_huge_pages(address, bytes, merged, merged_units << UNIT_SHIFT);
             return;
         }
-        let last = address + bytes - 8;
         // SAFETY: the span is committed and open, and nothing refers to it (it was freed).
-        unsafe {
-            (address as *mut usize).write(canary_of(address));
-            (last as *mut usize).write(canary_of(last));
-        }
+        unsafe { Self::write_end_canaries(address, bytes) };
         self.insert_coalesced(state, map, map.unit_of(address), units, freed_at, true);
     }
 
@@ -160,11 +156,7 @@ impl Region {
         let address = hold.address;
         // A partial decommit of a huge-page chunk takes it off huge pages (see `purge`).
         if address + bytes > self.huge_from {
-            let mut chunk = (address & !(CHUNK_BYTES - 1)).max(self.huge_from);
-            while chunk < address + bytes {
-                self.keep_off_huge_pages(chunk);
-                chunk += CHUNK_BYTES;
-            }
+            self.keep_range_off_huge_pages_locked(address, bytes);
         }
         // SAFETY: the held span is free (no live object) and inside our region.
         unsafe { os::decommit(address as *mut u8, bytes) };

@@ -427,12 +427,8 @@ impl Region {
             return;
         }
         if self.canaries {
-            let last = address + (units << UNIT_SHIFT) - 8;
             // SAFETY: the span was handed out, committed, and its owner gives it up.
-            unsafe {
-                (address as *mut usize).write(canary_of(address));
-                (last as *mut usize).write(canary_of(last));
-            }
+            unsafe { Self::write_end_canaries(address, units << UNIT_SHIFT) };
         }
         self.insert_coalesced(state, map, first, units, now, self.canaries);
         if !defer {
@@ -474,10 +470,29 @@ impl Region {
             return;
         }
         let _guard = self.lock_span();
+        self.keep_range_off_huge_pages_locked(address, bytes);
+    }
+
+    /// [`Self::keep_range_off_huge_pages`] with the span lock already held.
+    fn keep_range_off_huge_pages_locked(&self, address: usize, bytes: usize) {
         let mut chunk = (address & !(CHUNK_BYTES - 1)).max(self.huge_from);
         while chunk < address + bytes {
             self.keep_off_huge_pages(chunk);
             chunk += CHUNK_BYTES;
+        }
+    }
+
+    /// Writes canaries into the first and last words of a span being freed (default mode; see
+    /// [`Region::free`]).
+    ///
+    /// # Safety
+    /// The span of `bytes` at `address` is committed, open, and nobody's any more.
+    unsafe fn write_end_canaries(address: usize, bytes: usize) {
+        let last = address + bytes - 8;
+        // SAFETY: both words lie in the span (contract above).
+        unsafe {
+            (address as *mut usize).write(canary_of(address));
+            (last as *mut usize).write(canary_of(last));
         }
     }
 
