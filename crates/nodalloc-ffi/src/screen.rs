@@ -15,7 +15,7 @@ use nodalloc_core::raw::{self, NodeId, Partition, PointerMisuse, Screen, SizeCla
 /// confirmed before anything is reported); this one is unlikely as program data, and
 /// sign-extended from 32 bits, so the compare and the store take it as an immediate (no
 /// 64-bit constant to load first).
-const FREED_MARK: usize = 0xFFFF_FFFF_9E37_79B9;
+pub(crate) const FREED_MARK: usize = 0xFFFF_FFFF_9E37_79B9;
 
 /// Clears the mark of a block being handed out, so freeing it once more is not a suspicion.
 #[inline(always)]

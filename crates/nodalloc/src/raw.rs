@@ -84,6 +84,13 @@ pub fn alloc(heap: Option<&mut ThreadHeap>, size: usize, align: usize) -> *mut u
     }
 }
 
+/// Has every object the bags carve from now on carry `mark` in its second word, as a freed
+/// block of the C face does (its double-free screen, see `node::bags::CARVE_MARK`); 0 turns it
+/// off. Not in secure mode, which carves without it.
+pub fn mark_carved_objects(mark: usize) {
+    crate::node::CARVE_MARK.store(mark, core::sync::atomic::Ordering::Relaxed);
+}
+
 /// True when a large object just returned by [`alloc`] is known to read as zero.
 pub fn large_is_zeroed(ptr: *const u8) -> bool {
     match Instance::existing() {

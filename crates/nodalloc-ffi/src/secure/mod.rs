@@ -98,6 +98,9 @@ fn decide() -> bool {
         // A thread's quarantine goes back (checked) before its heap retires.
         plain::run_before_retire(flush_thread);
         crate::copy::check_copies();
+    } else {
+        // Objects carved into a cache carry the screen's mark until they are handed out.
+        raw::mark_carved_objects(crate::screen::FREED_MARK);
     }
     STATE.store(if secure { 2 } else { 1 }, Ordering::Relaxed);
     secure

@@ -4,6 +4,15 @@
 
 use super::*;
 
+/// The word a carve writes into the second word of each object it carves (0: none). The C
+/// face sets its double-free mark here in default mode (`raw::mark_carved_objects`), so an
+/// object carved into a cache but never handed out carries the mark its free would have
+/// written: a `free` of it (an address the program never got, such as `p + 4096` of a 4 KiB
+/// block) meets the mark and is screened, and the screen finds it in the thread's cache. The
+/// pops of that face clear the mark of every object they hand out, and its zeroing paths
+/// clear at least two words. One store on a line the carve writes anyway.
+pub(crate) static CARVE_MARK: AtomicUsize = AtomicUsize::new(0);
+
 impl NodeHeaps {
     /// Up to `want` objects from bags, own node first, then other nodes nearest first.
     pub fn take_from_bags(
@@ -107,6 +116,11 @@ impl NodeHeaps {
         debug_assert!(fresh.is_none() || !secure);
         let mut untouched = 0;
         let mut spliced = 0;
+        let carve_mark = if secure || class.size() < 2 * core::mem::size_of::<usize>() {
+            0
+        } else {
+            CARVE_MARK.load(Ordering::Relaxed)
+        };
         let _guard = class_heap.lock_counted(&self.node(node).ops);
         // SAFETY: the class lock is held for the rest of this function.
         let partial = unsafe { &mut *class_heap.partial.get() };
@@ -217,6 +231,11 @@ impl NodeHeaps {
                         };
                         let object = (start + index as usize * size) as *mut u8;
                         (*bag).role.bag.carved += 1;
+                        if carve_mark != 0 {
+                            // The object's second word: it holds two (checked above), and
+                            // it is ours until it is handed out.
+                            (object as *mut usize).add(1).write(carve_mark);
+                        }
                         object
                     } else if (*bag).role.bag.sweep.released != 0 {
                         self.restore_granule(node, class, bag, start);

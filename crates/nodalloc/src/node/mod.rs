@@ -55,6 +55,7 @@ mod tiering;
 mod upkeep;
 
 pub(crate) use crate::ds::ring::Batch;
+pub(crate) use bags::CARVE_MARK;
 pub(crate) use front::{HomeView, DENSE_OBJECT_MAX};
 use owned::Owned;
 pub use owned::{OwnedCache, OwnedId, OwnedRefusal, OwnedStats, NAME_BYTES};
