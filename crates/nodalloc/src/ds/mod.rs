@@ -16,6 +16,11 @@ pub mod spinlock;
 /// secret instead (`Arena::write_link`).
 pub const LINK_KEY: usize = 0xFFFF_FFFF_8000_0007;
 
+/// The offset of a free object's second word, where the C face keeps its double-free mark
+/// (the first word is the link): the thread heap's `Screen` tests, writes and clears it, and a
+/// bag's carve writes it (`node::CARVE_MARK`).
+pub const SCREEN_WORD: usize = 8;
+
 /// The word a free object's first bytes hold for a link to `next`.
 #[inline(always)]
 pub fn stored_link(next: *mut u8) -> usize {

@@ -116,11 +116,12 @@ impl NodeHeaps {
         debug_assert!(fresh.is_none() || !secure);
         let mut untouched = 0;
         let mut spliced = 0;
-        let carve_mark = if secure || class.size() < 2 * core::mem::size_of::<usize>() {
-            0
-        } else {
-            CARVE_MARK.load(Ordering::Relaxed)
-        };
+        let carve_mark =
+            if secure || class.size() < crate::ds::SCREEN_WORD + core::mem::size_of::<usize>() {
+                0
+            } else {
+                CARVE_MARK.load(Ordering::Relaxed)
+            };
         let _guard = class_heap.lock_counted(&self.node(node).ops);
         // SAFETY: the class lock is held for the rest of this function.
         let partial = unsafe { &mut *class_heap.partial.get() };
@@ -232,9 +233,9 @@ impl NodeHeaps {
                         let object = (start + index as usize * size) as *mut u8;
                         (*bag).role.bag.carved += 1;
                         if carve_mark != 0 {
-                            // The object's second word: it holds two (checked above), and
-                            // it is ours until it is handed out.
-                            (object as *mut usize).add(1).write(carve_mark);
+                            // The object's screen word: the object holds it (checked above),
+                            // and it is ours until it is handed out.
+                            (object.add(crate::ds::SCREEN_WORD) as *mut usize).write(carve_mark);
                         }
                         object
                     } else if (*bag).role.bag.sweep.released != 0 {

@@ -33,6 +33,7 @@
 //! and `book` say (see `book`).
 
 use super::ThreadHeap;
+use crate::ds::SCREEN_WORD;
 use crate::node::Batch;
 use crate::node::DENSE_OBJECT_MAX;
 use crate::size_class::{class_of_malloc, ClassSlot, SizeClass, SlotTables, NUM_CLASSES};
@@ -440,9 +441,6 @@ impl Screen {
 /// heap, as the hit was given them (the heap untyped: the face's miss stub is declared in an
 /// `extern` block, where only C types belong).
 pub type MallocMiss = unsafe extern "C" fn(usize, *mut c_void) -> *mut u8;
-
-/// The offset of the screen's word in a block (the first word is the free list's link).
-const SCREEN_WORD: usize = 8;
 
 /// The hit paths: the pops and pushes of every face's fast path, and the C face's forms of
 /// them, which apply its [`Screen`]. Everything they refuse goes to a named slow path.
