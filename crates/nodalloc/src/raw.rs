@@ -84,9 +84,10 @@ pub fn alloc(heap: Option<&mut ThreadHeap>, size: usize, align: usize) -> *mut u
     }
 }
 
-/// Has every object the bags carve from now on carry `mark` in its second word, as a freed
-/// block of the C face does (its double-free screen, see `node::bags::CARVE_MARK`); 0 turns it
-/// off. Not in secure mode, which carves without it.
+/// Has every object of the bags created (small objects) or carved (big ones) from now on carry
+/// `mark` in its second word until it is handed out, as a freed block of the C face does (its
+/// double-free screen, see `node::bags::CARVE_MARK`); 0 turns it off. Not in secure mode,
+/// which carves without it.
 pub fn mark_carved_objects(mark: usize) {
     crate::node::CARVE_MARK.store(mark, core::sync::atomic::Ordering::Relaxed);
 }

@@ -4,13 +4,16 @@
 
 use super::*;
 
-/// The word a carve writes into the second word of each object it carves (0: none). The C
-/// face sets its double-free mark here in default mode (`raw::mark_carved_objects`), so an
-/// object carved into a cache but never handed out carries the mark its free would have
-/// written: a `free` of it (an address the program never got, such as `p + 4096` of a 4 KiB
-/// block) meets the mark and is screened, and the screen finds it in the thread's cache. The
-/// pops of that face clear the mark of every object they hand out, and its zeroing paths
-/// clear at least two words. One store on a line the carve writes anyway.
+/// The word written into the second word of each object not yet handed out (0: none): into
+/// every object of a dense bag (objects up to [`DENSE_OBJECT_MAX`]) when the bag is created
+/// ([`mark_objects`]), into each object of a sparse bag when a carve takes it. The C face sets
+/// its double-free mark here in default mode (`raw::mark_carved_objects`), so an object the
+/// program never got carries the mark its free would have written: a `free` of it (an address
+/// such as `p + 4096`) meets the mark and is screened, and the screen finds it in the thread's
+/// cache (carved) or refuses it as an object start its bag never carved. The pops of that face
+/// clear the mark of every object they hand out, and its zeroing paths clear at least two
+/// words. One store an object, on a line the carve writes anyway or a page its bag's use
+/// touches.
 pub(crate) static CARVE_MARK: AtomicUsize = AtomicUsize::new(0);
 
 impl NodeHeaps {
@@ -150,6 +153,11 @@ impl NodeHeaps {
                 *partial = map.meta(map.unit_of(address));
                 // SAFETY: the class lock is held and the bag is new, on no list but ours.
                 unsafe { (**partial).role.bag.partition = part.0 };
+                if carve_mark != 0 && size <= DENSE_OBJECT_MAX {
+                    // SAFETY: the bag is new and ours under the class lock: no object of it is
+                    // out, and every one of its objects holds the screen word (checked above).
+                    unsafe { mark_objects(address, size, 0, capacity as usize, carve_mark) };
+                }
                 if secure {
                     // SAFETY: the class lock is held and the bag is new, on no list but ours:
                     // its memory is ours to clear. Secure mode zeroes a bag whose memory held
@@ -232,9 +240,10 @@ impl NodeHeaps {
                         };
                         let object = (start + index as usize * size) as *mut u8;
                         (*bag).role.bag.carved += 1;
-                        if carve_mark != 0 {
+                        if carve_mark != 0 && size > DENSE_OBJECT_MAX {
                             // The object's screen word: the object holds it (checked above),
-                            // and it is ours until it is handed out.
+                            // and it is ours until it is handed out. (A dense bag's objects
+                            // got it when the bag was created.)
                             (object.add(crate::ds::SCREEN_WORD) as *mut usize).write(carve_mark);
                         }
                         object
@@ -741,6 +750,24 @@ pub(super) unsafe fn push_back(list: &mut *mut UnitMeta, bag: *mut UnitMeta) {
 fn is_bag_link(next: *mut u8, start: usize, carved: u16, class: SizeClass) -> bool {
     let offset = (next as usize).wrapping_sub(start);
     next.is_null() || (offset < carved as usize * class.size() && class.is_object_start(offset))
+}
+
+/// Writes `mark` into the screen word of the objects `from..to` of the bag at `start` (objects
+/// of `size` bytes). A dense bag's objects get it all at once when the bag is created, so that
+/// a free of an object the bag has not carved yet (an address the program never got, such as
+/// `p + 4096` of a 16-byte block) meets the mark, is screened, and is refused as an invalid
+/// pointer (`suspect.rs`: the bag never carved it). A dense bag is resident whole once used
+/// (every page holds an object's start), so the marks touch no page its use would not.
+///
+/// # Safety
+/// The objects must be the caller's (not out, not on any list another thread reads without the
+/// class lock) and hold the screen word (`size` at least `SCREEN_WORD` + a word).
+pub(super) unsafe fn mark_objects(start: usize, size: usize, from: usize, to: usize, mark: usize) {
+    debug_assert!(size >= crate::ds::SCREEN_WORD + core::mem::size_of::<usize>());
+    for index in from..to {
+        // SAFETY: the caller's objects, each holding its screen word.
+        unsafe { ((start + index * size + crate::ds::SCREEN_WORD) as *mut usize).write(mark) };
+    }
 }
 
 /// True when `bag` has nothing left to hand out: no free object listed, none uncarved and none

@@ -241,6 +241,13 @@ impl NodeHeaps {
             unsafe { self.arena.write_link(object, bag.free) };
             bag.push_free(object, index);
         }
+        // The release cleared the marks their frees wrote: written again, so that a free of
+        // one of them before it is handed out again is still screened.
+        let mark = super::CARVE_MARK.load(Ordering::Relaxed);
+        if mark != 0 && size >= crate::ds::SCREEN_WORD + core::mem::size_of::<usize>() {
+            // SAFETY: as above, and each object holds its screen word (the size checked).
+            unsafe { super::bags::mark_objects(start, size, first, end, mark) };
+        }
         self.node(node)
             .released_in_bags
             .fetch_sub(bytes.len(), Ordering::Relaxed);
