@@ -13,8 +13,10 @@
 #   scripts/mimalloc-bench.sh /tmp/mimalloc-bench 3
 # MIMALLOC_CHECKOUT: a checkout of microsoft/mimalloc, for test/test-stress.c (left out
 # without it). NODALLOC_LIBRARY: another build of the library to measure (default: this
-# tree's, built now). ALLOCATORS: which of nodalloc, mimalloc, tcmalloc, jemalloc, glibc
-# (default: the first three). Programs: larsonN larsonN-sized alloc-testN rptestN glibc-thread
+# tree's, built now). NODALLOC_BASE_LIBRARY: a second build, measured as `nodalloc-base` when
+# ALLOCATORS names it (a change against the build before it, in the same rounds).
+# ALLOCATORS: which of nodalloc, nodalloc-base, mimalloc, tcmalloc, jemalloc, glibc (default:
+# nodalloc, mimalloc, tcmalloc). Programs: larsonN larsonN-sized alloc-testN rptestN glibc-thread
 # xmalloc-testN cache-scratchN mstressN test-stress (the default), cfrac espresso malloc-large.
 # Writes target/mimalloc-bench/runs.tsv (round, program, allocator, figure, peak RSS in KiB) and
 # prints each program's median figure, its ratio to mimalloc's and its peak RSS, then the
@@ -71,6 +73,7 @@ if [ ${#programs[@]} -eq 0 ]; then
 fi
 declare -A preload=(
     [nodalloc]="$library"
+    [nodalloc-base]="${NODALLOC_BASE_LIBRARY:-}"
     [mimalloc]=/usr/lib/x86_64-linux-gnu/libmimalloc.so.2
     [tcmalloc]=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
     [jemalloc]=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
@@ -86,6 +89,7 @@ for round in $(seq "$rounds"); do
         for allocator in "${allocators[@]}"; do
             lib="${preload[$allocator]}"
             [ -z "$lib" ] || [ -f "$lib" ] || continue
+            [ "$allocator" != nodalloc-base ] || [ -n "$lib" ] || continue
             # shellcheck disable=SC2046
             output="$( { /usr/bin/time -f "TIME %e %M" env ${lib:+LD_PRELOAD=$lib} \
                 $(command_of "$program"); } 2>&1 || true)"
