@@ -10,9 +10,11 @@
  *
  * Counts malloc and calloc (not C++'s operator new, which each library exports itself). Prints
  * one line on stderr at exit:
- *   locality: N pairs, next within 64 B X%, within 4 KiB Y%, just above the last Z%
+ *   locality: N pairs, next within 64 B X%, within 4 KiB Y%, just above the last Z%, the
+ *   thread's last freed block W%
  * "just above": the block starts above the last one by at most its size rounded up to 16 bytes
- * plus 16 (the next object of a bag or page in address order).
+ * plus 16 (the next object of a bag or page in address order). "The thread's last freed block":
+ * the block is the one the thread freed last (of any size), handed straight back (LIFO reuse).
  *
  * Built and run by scripts/locality.sh; nothing here is part of the library.
  */
@@ -25,8 +27,10 @@
 
 static void *(*next_malloc)(size_t);
 static void *(*next_calloc)(size_t, size_t);
+static void (*next_free)(void *);
 static __thread uintptr_t last[66];
-static unsigned long long pairs, within_line, within_page, just_above;
+static __thread uintptr_t last_freed;
+static unsigned long long pairs, within_line, within_page, just_above, reused;
 
 /* dlsym may call calloc before the next library's is known: served from here. */
 static char bootstrap[65536];
@@ -39,6 +43,7 @@ static void resolve(void) {
     resolving = 1;
     next_calloc = (void *(*)(size_t, size_t))dlsym(RTLD_NEXT, "calloc");
     next_malloc = (void *(*)(size_t))dlsym(RTLD_NEXT, "malloc");
+    next_free = (void (*)(void *))dlsym(RTLD_NEXT, "free");
     resolving = 0;
 }
 
@@ -52,6 +57,8 @@ static void note(void *block, size_t size) {
         return;
     uintptr_t distance = address > before ? address - before : before - address;
     __atomic_fetch_add(&pairs, 1, __ATOMIC_RELAXED);
+    if (address == last_freed)
+        __atomic_fetch_add(&reused, 1, __ATOMIC_RELAXED);
     if (distance <= 64)
         __atomic_fetch_add(&within_line, 1, __ATOMIC_RELAXED);
     if (distance <= 4096)
@@ -83,14 +90,23 @@ void *calloc(size_t count, size_t size) {
     return block;
 }
 
-/* free and realloc pass through untouched; a bootstrap block is never freed by dlsym. */
+/* Remembers the thread's last freed block; realloc passes through untouched. */
+void free(void *block) {
+    if ((char *)block >= bootstrap && (char *)block < bootstrap + sizeof bootstrap)
+        return;
+    resolve();
+    last_freed = (uintptr_t)block;
+    next_free(block);
+}
 
 __attribute__((destructor)) static void report(void) {
     char line[200];
     double all = pairs ? (double)pairs : 1.0;
     int length = snprintf(line, sizeof line,
-        "locality: %llu pairs, next within 64 B %.1f%%, within 4 KiB %.1f%%, just above the last %.1f%%\n",
-        pairs, 100.0 * within_line / all, 100.0 * within_page / all, 100.0 * just_above / all);
+        "locality: %llu pairs, next within 64 B %.1f%%, within 4 KiB %.1f%%, just above the last %.1f%%, "
+        "the thread's last freed block %.1f%%\n",
+        pairs, 100.0 * within_line / all, 100.0 * within_page / all, 100.0 * just_above / all,
+        100.0 * reused / all);
     if (length > 0 && write(2, line, (size_t)length) < 0)
         return;
 }
