@@ -273,7 +273,9 @@ fn profile_first_class_heaps() {
 
 /// First-class heaps are profiled as `malloc` is: what a `Heap` and a `LocalHeap` hold shows
 /// in `inuse_space` (the blocks a `LocalHeap` freed do not), and leaves it when the heaps are
-/// dropped whole.
+/// dropped whole. Sampled every 1 KiB on average: at 8 KiB the estimate of the 5 MiB held
+/// strayed by up to 9.7 % in 35 runs and by 10.3 % in one CI run, past the 10 % bound; at 1 KiB
+/// it stayed within 3.9 % in 20.
 #[test]
 fn first_class_heaps_are_sampled_and_leave_the_profile_with_their_drop() {
     let Some(pprof) = pprof() else {
@@ -288,7 +290,7 @@ fn first_class_heaps_are_sampled_and_leave_the_profile_with_their_drop() {
         "heaps",
         &[
             ("NODALLOC_PROFILE", "1"),
-            ("NODALLOC_PROFILE_RATE", "8K"),
+            ("NODALLOC_PROFILE_RATE", "1K"),
             ("PROFILE_DIR", dir.to_str().unwrap()),
         ],
         "heap profiles written",
