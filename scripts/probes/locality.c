@@ -22,7 +22,6 @@
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <string.h>
 #include <unistd.h>
 
 static void *(*next_malloc)(size_t);

@@ -17,6 +17,19 @@ use super::*;
 pub(crate) static CARVE_MARK: AtomicUsize = AtomicUsize::new(0);
 
 impl NodeHeaps {
+    /// The mark ([`CARVE_MARK`]) objects of `class` carry until they are handed out: 0 when the
+    /// C face asked for none, in secure mode (which carves without it), and for a class too
+    /// small to hold the screen word.
+    pub(super) fn screen_mark(&self, class: SizeClass) -> usize {
+        if self.arena.is_secure()
+            || class.size() < crate::ds::SCREEN_WORD + core::mem::size_of::<usize>()
+        {
+            0
+        } else {
+            CARVE_MARK.load(Ordering::Relaxed)
+        }
+    }
+
     /// Up to `want` objects from bags, own node first, then other nodes nearest first.
     pub fn take_from_bags(
         &self,
@@ -119,12 +132,7 @@ impl NodeHeaps {
         debug_assert!(fresh.is_none() || !secure);
         let mut untouched = 0;
         let mut spliced = 0;
-        let carve_mark =
-            if secure || class.size() < crate::ds::SCREEN_WORD + core::mem::size_of::<usize>() {
-                0
-            } else {
-                CARVE_MARK.load(Ordering::Relaxed)
-            };
+        let carve_mark = self.screen_mark(class);
         let _guard = class_heap.lock_counted(&self.node(node).ops);
         // SAFETY: the class lock is held for the rest of this function.
         let partial = unsafe { &mut *class_heap.partial.get() };
@@ -155,7 +163,8 @@ impl NodeHeaps {
                 unsafe { (**partial).role.bag.partition = part.0 };
                 if carve_mark != 0 && size <= DENSE_OBJECT_MAX {
                     // SAFETY: the bag is new and ours under the class lock: no object of it is
-                    // out, and every one of its objects holds the screen word (checked above).
+                    // out, and every one of its objects holds the screen word (`screen_mark`
+                    // is 0 otherwise).
                     unsafe { mark_objects(address, size, 0, capacity as usize, carve_mark) };
                 }
                 if secure {
@@ -241,7 +250,7 @@ impl NodeHeaps {
                         let object = (start + index as usize * size) as *mut u8;
                         (*bag).role.bag.carved += 1;
                         if carve_mark != 0 && size > DENSE_OBJECT_MAX {
-                            // The object's screen word: the object holds it (checked above),
+                            // The object's screen word: the object holds it (`screen_mark`),
                             // and it is ours until it is handed out. (A dense bag's objects
                             // got it when the bag was created.)
                             (object.add(crate::ds::SCREEN_WORD) as *mut usize).write(carve_mark);

@@ -243,9 +243,10 @@ impl NodeHeaps {
         }
         // The release cleared the marks their frees wrote: written again, so that a free of
         // one of them before it is handed out again is still screened.
-        let mark = super::CARVE_MARK.load(Ordering::Relaxed);
-        if mark != 0 && size >= crate::ds::SCREEN_WORD + core::mem::size_of::<usize>() {
-            // SAFETY: as above, and each object holds its screen word (the size checked).
+        let mark = self.screen_mark(class);
+        if mark != 0 {
+            // SAFETY: as above, and each object holds its screen word (`screen_mark` is 0 for a
+            // class too small).
             unsafe { super::bags::mark_objects(start, size, first, end, mark) };
         }
         self.node(node)
