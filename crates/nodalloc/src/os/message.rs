@@ -1,0 +1,155 @@
+//! Messages without allocation: a fixed-size buffer that formats text and numbers, written to
+//! stderr as a warning, a fatal report, or a broken invariant.
+
+use super::*;
+
+/// A fixed-size message buffer: the only way this crate formats text on internal paths.
+pub struct Writer {
+    buffer: [u8; 512],
+    length: usize,
+}
+
+impl Default for Writer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Writer {
+    pub const fn new() -> Self {
+        Writer {
+            buffer: [0; 512],
+            length: 0,
+        }
+    }
+
+    pub fn bytes(&mut self, text: &[u8]) -> &mut Self {
+        let n = text.len().min(self.buffer.len() - self.length);
+        self.buffer[self.length..self.length + n].copy_from_slice(&text[..n]);
+        self.length += n;
+        self
+    }
+
+    pub fn str(&mut self, text: &str) -> &mut Self {
+        self.bytes(text.as_bytes())
+    }
+
+    pub fn decimal(&mut self, mut value: u64) -> &mut Self {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (value % 10) as u8;
+            value /= 10;
+            if value == 0 {
+                break;
+            }
+        }
+        self.bytes(&digits[i..])
+    }
+
+    pub fn hex(&mut self, value: usize) -> &mut Self {
+        let mut digits = [0u8; 16];
+        let mut i = digits.len();
+        let mut rest = value;
+        loop {
+            i -= 1;
+            digits[i] = b"0123456789abcdef"[rest & 15];
+            rest >>= 4;
+            if rest == 0 {
+                break;
+            }
+        }
+        self.bytes(b"0x").bytes(&digits[i..])
+    }
+
+    /// Bytes with a binary unit (`12.5 MiB`), one decimal.
+    pub fn size(&mut self, bytes: u64) -> &mut Self {
+        const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+        let mut unit = 0;
+        let mut scaled = bytes as f64;
+        while scaled >= 1024.0 && unit + 1 < UNITS.len() {
+            scaled /= 1024.0;
+            unit += 1;
+        }
+        if unit == 0 {
+            return self.decimal(bytes).str(" B");
+        }
+        let tenths = (scaled * 10.0 + 0.5) as u64;
+        self.decimal(tenths / 10)
+            .str(".")
+            .decimal(tenths % 10)
+            .str(" ")
+            .str(UNITS[unit])
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buffer[..self.length]
+    }
+
+    pub fn clear(&mut self) {
+        self.length = 0;
+    }
+
+    /// Writes the buffer to a file descriptor, retrying short writes.
+    pub fn write_to(&self, fd: i32) {
+        let mut written = 0;
+        while written < self.length {
+            // SAFETY: we pass a slice of our own buffer and its length.
+            let n = unsafe {
+                libc::write(
+                    fd,
+                    self.buffer[written..self.length].as_ptr() as *const libc::c_void,
+                    self.length - written,
+                )
+            };
+            if n <= 0 {
+                if n < 0 && errno() == libc::EINTR {
+                    continue;
+                }
+                return;
+            }
+            written += n as usize;
+        }
+    }
+}
+
+/// Prints `nodalloc: warning: …` on one line to stderr.
+pub fn warn(build: impl FnOnce(&mut Writer)) {
+    let mut writer = Writer::new();
+    writer.str("nodalloc: warning: ");
+    build(&mut writer);
+    writer.str("\n");
+    writer.write_to(2);
+}
+
+/// Prints `nodalloc: …` on one line to stderr and aborts the process. Used for heap misuse that
+/// would otherwise corrupt memory (an invalid or double free).
+#[cold]
+pub fn fatal(build: impl FnOnce(&mut Writer)) -> ! {
+    let mut writer = Writer::new();
+    writer.str("nodalloc: ");
+    build(&mut writer);
+    writer.str("\n");
+    writer.write_to(2);
+    // SAFETY: abort has no preconditions and does not return.
+    unsafe { libc::abort() }
+}
+
+/// Checks an invariant the allocator's memory safety relies on; when it does not hold, reports
+/// `nodalloc: internal error: <what>` and aborts. The allocator's own fatal report, never a
+/// panic: a panic formats its message, which allocates, inside the allocator.
+#[inline(always)]
+pub fn invariant(holds: bool, what: &str) {
+    if !holds {
+        invariant_failed(what);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn invariant_failed(what: &str) -> ! {
+    fatal(|w| {
+        w.str("internal error: ").str(what);
+    })
+}
