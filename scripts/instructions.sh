@@ -52,10 +52,8 @@ split_by_object() {
 }
 
 printf '%-14s %14s %14s %14s %14s %14s\n' allocator total program allocator libc other
-for pair in "nodalloc:$library" "nodalloc-base:${NODALLOC_BASE_LIBRARY:-}" \
-    mimalloc:/usr/lib/x86_64-linux-gnu/libmimalloc.so.2 \
-    tcmalloc:/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 \
-    jemalloc:/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \
+source "$root/scripts/peers.sh"
+for pair in "nodalloc:$library" "nodalloc-base:${NODALLOC_BASE_LIBRARY:-}" "${PEER_LIBRARIES[@]}" \
     glibc:/usr/lib/x86_64-linux-gnu/libc.so.6; do
     name="${pair%%:*}" lib="${pair#*:}"
     if [ -n "${ALLOCATORS:-}" ] && [[ " $ALLOCATORS " != *" $name "* ]]; then
@@ -67,8 +65,8 @@ for pair in "nodalloc:$library" "nodalloc-base:${NODALLOC_BASE_LIBRARY:-}" \
     valgrind --tool=callgrind --trace-children=yes \
         --callgrind-out-file="$work/$name.%p.out" \
         env ${preload:+LD_PRELOAD="$preload"} "$program" "$@" >/dev/null 2>"$work/$name.log"
-    # `env` execs the program in the same process: the profile with the most instructions is
-    # the program's (valgrind writes a small one for env itself).
+    # `env` execs the program in its own process, whose profile is the program's; a program
+    # that starts others writes one more profile each, and the program's is taken as the largest.
     out="$(ls -S "$work/$name".*.out | head -1)"
     split_by_object "$out" >"$work/$name.objects"
     awk -F '\t' -v program="$(realpath "$program")" -v lib="$(realpath "$lib")" -v name="$name" '

@@ -18,11 +18,8 @@ cc -O2 -shared -fPIC -o "$probe" "$root/scripts/probes/locality.c" -ldl
 library="${NODALLOC_LIBRARY:-$root/target/release/libnodalloc.so}"
 [ -n "${NODALLOC_LIBRARY:-}" ] || cargo build --release --quiet -p nodalloc-ffi --manifest-path "$root/Cargo.toml"
 
-for pair in "nodalloc:$library" \
-    mimalloc:/usr/lib/x86_64-linux-gnu/libmimalloc.so.2 \
-    tcmalloc:/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 \
-    jemalloc:/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \
-    glibc:; do
+source "$root/scripts/peers.sh"
+for pair in "nodalloc:$library" "${PEER_LIBRARIES[@]}" glibc:; do
     name="${pair%%:*}" lib="${pair#*:}"
     [ -z "$lib" ] || [ -f "$lib" ] || continue
     line="$(env LD_PRELOAD="$probe${lib:+:$lib}" "$@" 2>&1 >/dev/null | grep '^locality:' | tail -1)"

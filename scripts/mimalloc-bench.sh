@@ -74,11 +74,12 @@ fi
 declare -A preload=(
     [nodalloc]="$library"
     [nodalloc-base]="${NODALLOC_BASE_LIBRARY:-}"
-    [mimalloc]=/usr/lib/x86_64-linux-gnu/libmimalloc.so.2
-    [tcmalloc]=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
-    [jemalloc]=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
     [glibc]=""
 )
+source "$root/scripts/peers.sh"
+for peer in "${PEER_LIBRARIES[@]}"; do
+    preload[${peer%%:*}]="${peer#*:}"
+done
 read -r -a allocators <<<"${ALLOCATORS:-nodalloc mimalloc tcmalloc}"
 
 runs="$out/runs.tsv"

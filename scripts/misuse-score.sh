@@ -70,9 +70,8 @@ done
 names=(glibc glibc-warm nodalloc nodalloc-secure)
 preloads=("" "" "$library" "$library")
 envs=("" "GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4194304" "" "NODALLOC_SECURE=1")
-for peer in mimalloc:/usr/lib/x86_64-linux-gnu/libmimalloc.so.2 \
-    tcmalloc:/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 \
-    jemalloc:/usr/lib/x86_64-linux-gnu/libjemalloc.so.2; do
+source "$root/scripts/peers.sh"
+for peer in "${PEER_LIBRARIES[@]}"; do
     name="${peer%%:*}"
     path="${peer#*:}"
     if [ -f "$path" ]; then

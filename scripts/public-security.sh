@@ -47,9 +47,8 @@ done
 
 names=(glibc nodalloc nodalloc-secure)
 settings=("" "LD_PRELOAD=$library" "LD_PRELOAD=$library NODALLOC_SECURE=1")
-for peer in mimalloc:/usr/lib/x86_64-linux-gnu/libmimalloc.so.2 \
-    tcmalloc:/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 \
-    jemalloc:/usr/lib/x86_64-linux-gnu/libjemalloc.so.2; do
+source "$root/scripts/peers.sh"
+for peer in "${PEER_LIBRARIES[@]}"; do
     if [ -f "${peer#*:}" ]; then
         names+=("${peer%%:*}")
         settings+=("LD_PRELOAD=${peer#*:}")
