@@ -144,12 +144,12 @@ macro_rules! shared_op_fields {
                 inbox_pushes: PerThousand ", inbox pushes ";
                 /// Times a thread of the node took its inbox's chains to sort them into bags.
                 inbox_takes: PerThousand ", inbox takes ";
-                /// Objects taken out of the node's bags: carved, or off a bag's free list (one
-                /// by one, or a whole list in one splice).
+                /// Objects taken out of the node's bags: carved, or free objects taken again
+                /// by their bits.
                 bag_objects_taken: PerThousand ", objects from bags ";
-                /// Of [`SharedOpCounts::bag_objects_taken`], the objects of whole free lists
-                /// taken in one splice, none of them read under the class lock.
-                bag_objects_spliced: PerThousand " (whole lists ";
+                /// Of [`SharedOpCounts::bag_objects_taken`], the free objects taken again (the
+                /// rest were carved for the first time).
+                bag_objects_reused: PerThousand " (reused ";
                 /// Objects put back into the node's bags one by one.
                 bag_objects_returned: PerThousand "), objects to bags ";
                 /// Thread heaps homed on the node at their thread's start.
@@ -1043,7 +1043,7 @@ mod tests {
         let start = "    shared operations per 1000 allocations: class locks 0.0 (contended 2.0), ";
         assert!(line.starts_with(start), "{line}");
         assert!(
-            line.contains(", objects from bags 0.0 (whole lists 0.0), objects to bags 0.0, "),
+            line.contains(", objects from bags 0.0 (reused 0.0), objects to bags 0.0, "),
             "{line}"
         );
         assert!(line.ends_with(", heaps attached 0, retired 3"), "{line}");

@@ -14,6 +14,14 @@
 //! object starts on one): set while the object at that address is the program's, clear while it
 //! is free. Bits are flipped with atomic read-modify-writes by whichever thread hands the object
 //! out or takes it back, so a second `free` of one object finds its bit clear.
+//!
+//! In every mode a fourth array, the **free bits**, as large as the allocation bitmap, holds
+//! each bag's free objects: bit `i` of the words that start at the bag's first unit's share
+//! (see [`FreeBits`]) is set while object `i` is back in the bag (not out, not in a released
+//! granule). They are read and written only under the bag's class lock, and cleared when the
+//! bag leaves use (it falls empty, is taken back unused, or its heap is dropped), so a span the
+//! region hands out as a bag finds them clear without a store (the array starts zeroed): a bag
+//! whose objects never come back never touches its bits' page.
 
 use crate::size_class::{SizeClass, UNIT, UNIT_SHIFT};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -164,10 +172,8 @@ impl Role {
     pub const fn new_bag(zeroed: bool) -> Role {
         Role {
             bag: BagState {
-                free: core::ptr::null_mut(),
                 carved: 0,
                 live: 0,
-                tail: 0,
                 listed: 0,
                 sweep: BagSweep {
                     released: 0,
@@ -216,17 +222,12 @@ impl Role {
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct BagState {
-    /// Its free objects (returned from thread heaps), linked in the arena's encoding.
-    pub free: *mut u8,
     /// Objects carved from it so far (the rest is still untouched memory).
     pub carved: u16,
     /// Objects out of the bag (in use, or cached in a thread heap or transfer ring).
     pub live: u16,
-    /// The index of the last object of `free` (meaningless while `free` is null), so a refill
-    /// can take the whole list in one splice (`NodeHeaps::take_listed`). Every change to
-    /// `free` goes through [`BagState::push_free`] or [`BagState::set_free`], which keep it.
-    pub tail: u16,
-    /// Objects on `free`: `carved - live` less the objects of released granules.
+    /// Objects free in the bag: its set free bits ([`FreeBits`]), `carved - live` less the
+    /// objects of released granules.
     pub listed: u16,
     /// What the sweep knows of it.
     pub sweep: BagSweep,
@@ -246,28 +247,6 @@ pub struct BagState {
 
 // Counts and indexes of a bag's objects fit its 16-bit fields.
 const _: () = assert!(crate::size_class::MAX_CAPACITY <= u16::MAX as usize);
-
-impl BagState {
-    /// Pushes the free object `object`, at index `index` of the bag, on `free`; its link must
-    /// already lead to the old head.
-    #[inline]
-    pub fn push_free(&mut self, object: *mut u8, index: usize) {
-        if self.free.is_null() {
-            self.tail = index as u16;
-        }
-        self.free = object;
-        self.listed += 1;
-    }
-
-    /// Replaces `free` by a chain of `listed` objects whose last is at index `tail` (anything
-    /// when the chain is empty).
-    #[inline]
-    pub fn set_free(&mut self, head: *mut u8, tail: usize, listed: usize) {
-        self.free = head;
-        self.tail = tail as u16;
-        self.listed = listed as u16;
-    }
-}
 
 /// A large object's own state.
 #[repr(C)]
@@ -320,7 +299,7 @@ pub struct AgeLinks {
 #[derive(Clone, Copy)]
 pub struct BagSweep {
     /// Bit `g`: granule `g` of the bag was given back to the OS and the objects that start in it
-    /// are free and off the bag's free list.
+    /// are free, their free bits clear.
     pub released: u64,
     /// The node's upkeep deadline when an object last came back to the bag; 0 when the bag has
     /// had no return since its last sweep.
@@ -328,6 +307,94 @@ pub struct BagSweep {
 }
 
 const _: () = assert!(core::mem::size_of::<UnitMeta>() == 64);
+
+/// The words that hold bits `from..to`, each with the mask of those bits in it.
+fn word_masks(from: usize, to: usize) -> impl Iterator<Item = (usize, u64)> {
+    let mut index = from;
+    core::iter::from_fn(move || {
+        if index >= to {
+            return None;
+        }
+        let word = index / 64;
+        let (low, high) = (index % 64, (to - word * 64).min(64));
+        let mask = if high - low == 64 {
+            !0
+        } else {
+            ((1u64 << (high - low)) - 1) << low
+        };
+        index = word * 64 + high;
+        Some((word, mask))
+    })
+}
+
+/// The free bits of one bag ([`PageMap::free_bits`]): bit `i` of word `i / 64` is set while the
+/// bag's object `i` is free in the bag. A bag's share holds `UNIT / 8` bits for each of its
+/// units, at least one for each of its objects (the smallest class is 8 bytes). Read and
+/// written only under the bag's class lock, so relaxed loads and stores suffice (atomics only
+/// so that the shared map may hand the words out; they compile to plain moves).
+#[derive(Clone, Copy)]
+pub struct FreeBits(*const AtomicU64);
+
+impl FreeBits {
+    #[inline(always)]
+    fn at(self, word: usize) -> &'static AtomicU64 {
+        debug_assert!(word < crate::size_class::MAX_CAPACITY.div_ceil(64));
+        // SAFETY: the caller names a word of its bag's share (`word < capacity.div_ceil(64)`),
+        // inside the page map's free bits, which live as long as the arena.
+        unsafe { &*self.0.add(word) }
+    }
+
+    /// Word `word` of the bag's bits.
+    #[inline(always)]
+    pub fn word(self, word: usize) -> u64 {
+        self.at(word).load(Ordering::Relaxed)
+    }
+
+    /// Replaces word `word`.
+    #[inline(always)]
+    pub fn set_word(self, word: usize, value: u64) {
+        self.at(word).store(value, Ordering::Relaxed)
+    }
+
+    /// True when object `index` is free in the bag.
+    #[inline(always)]
+    pub fn test(self, index: usize) -> bool {
+        self.word(index / 64) & (1 << (index % 64)) != 0
+    }
+
+    /// Sets bit `index`; false (and nothing changed) when it was set already.
+    #[inline(always)]
+    pub fn set(self, index: usize) -> bool {
+        let value = self.word(index / 64);
+        let bit = 1 << (index % 64);
+        self.set_word(index / 64, value | bit);
+        value & bit == 0
+    }
+
+    /// Sets (`on`) or clears bits `from..to`; returns how many changed.
+    pub fn set_range(self, from: usize, to: usize, on: bool) -> usize {
+        let mut changed = 0;
+        for (word, mask) in word_masks(from, to) {
+            let value = self.word(word);
+            let next = if on { value | mask } else { value & !mask };
+            changed += (value ^ next).count_ones() as usize;
+            self.set_word(word, next);
+        }
+        changed
+    }
+
+    /// True when every bit of `from..to` is set.
+    pub fn all_set(self, from: usize, to: usize) -> bool {
+        word_masks(from, to).all(|(word, mask)| self.word(word) & mask == mask)
+    }
+
+    /// Clears the first `count` bits (a bag of `count` objects leaving use).
+    pub fn clear(self, count: usize) {
+        for word in 0..count.div_ceil(64) {
+            self.set_word(word, 0);
+        }
+    }
+}
 // A bag tag masked to its class bits is the class's `ClassSlot` (see `Tag::CLASS_SHIFT`).
 const _: () = assert!(1 << Tag::CLASS_SHIFT == crate::size_class::SLOT_BYTES);
 
@@ -339,6 +406,8 @@ pub struct PageMap {
     metas: *mut UnitMeta,
     /// The allocation bitmap (secure mode), or null.
     bits: *const AtomicU64,
+    /// The bags' free bits (every mode): [`BITMAP_BYTES_PER_UNIT`] bytes a unit.
+    free_bits: *const AtomicU64,
 }
 
 // SAFETY: the map only hands out references to atomics (tags) and raw pointers (descriptors)
@@ -351,7 +420,11 @@ impl PageMap {
     /// Bytes of metadata needed to map `units` units (with the allocation bitmap if `secure`).
     pub fn bytes_for(units: usize, secure: bool) -> usize {
         let bitmap = if secure { BITMAP_BYTES_PER_UNIT } else { 0 };
-        units * (core::mem::size_of::<AtomicU32>() + core::mem::size_of::<UnitMeta>() + bitmap)
+        units
+            * (core::mem::size_of::<AtomicU32>()
+                + core::mem::size_of::<UnitMeta>()
+                + BITMAP_BYTES_PER_UNIT
+                + bitmap)
     }
 
     /// Where the tag array lies in the storage of a map of `units` units: its byte offset and
@@ -371,12 +444,14 @@ impl PageMap {
         let (tags_offset, _) = PageMap::tags_in_storage(units);
         // SAFETY: the tags follow the descriptors inside `storage` (contract above).
         let tags = unsafe { storage.add(tags_offset) } as *const AtomicU32;
+        // The free bits follow the tags inside `storage`, and the allocation bitmap follows
+        // them; 4-byte tags of a whole number of 64-byte descriptors keep both 8-aligned.
+        let free_offset = tags_offset + units * core::mem::size_of::<AtomicU32>();
+        // SAFETY: inside `storage` (contract above), as stated.
+        let free_bits = unsafe { storage.add(free_offset) } as *const AtomicU64;
         let bits = if secure {
-            // The bitmap follows the tags inside `storage`; 4-byte tags of a whole number of
-            // 64-byte descriptors keep it 8-aligned.
-            let bits_offset = tags_offset + units * core::mem::size_of::<AtomicU32>();
             // SAFETY: inside `storage` (contract above), as stated.
-            let bits = unsafe { storage.add(bits_offset) };
+            let bits = unsafe { storage.add(free_offset + units * BITMAP_BYTES_PER_UNIT) };
             bits as *const AtomicU64
         } else {
             core::ptr::null()
@@ -387,6 +462,7 @@ impl PageMap {
             tags,
             metas,
             bits,
+            free_bits,
         }
     }
 
@@ -452,10 +528,15 @@ impl PageMap {
         let metas = self.metas as usize;
         let tags = self.tags as usize;
         let bits = self.bits as usize;
+        let free_bits = self.free_bits as usize;
         span(
             metas + first * core::mem::size_of::<UnitMeta>(),
             metas + end * core::mem::size_of::<UnitMeta>(),
         ) && span(tags + first * 4, tags + end * 4)
+            && span(
+                free_bits + first * BITMAP_BYTES_PER_UNIT,
+                free_bits + end * BITMAP_BYTES_PER_UNIT,
+            )
             && (bits == 0
                 || span(
                     bits + first * BITMAP_BYTES_PER_UNIT,
@@ -511,6 +592,19 @@ impl PageMap {
     pub fn is_allocated(&self, address: usize) -> bool {
         let (word, bit) = self.bit_of(address);
         word.load(Ordering::Relaxed) & bit != 0
+    }
+
+    /// The free bits of the bag whose first unit starts at `start` (an address of the arena
+    /// below its region's frontier, where the bits are committed).
+    #[inline(always)]
+    pub fn free_bits(&self, start: usize) -> FreeBits {
+        debug_assert!(self.contains(start) && start % UNIT == 0);
+        // SAFETY: the free bits hold `BITMAP_BYTES_PER_UNIT` bytes for every unit, and `start`
+        // is a unit of the arena.
+        FreeBits(unsafe {
+            self.free_bits
+                .add(self.unit_of(start) * (BITMAP_BYTES_PER_UNIT / 8))
+        })
     }
 
     /// The descriptor of unit `unit`.
@@ -578,5 +672,34 @@ mod tests {
         assert!(map.mark_freed(object));
         assert!(!map.mark_freed(object), "freed twice");
         assert!(map.mark_allocated(map.address_of(units - 1) + UNIT - 8));
+    }
+
+    #[test]
+    fn free_bits_set_clear_and_count_across_words() {
+        let units = 64;
+        let storage = crate::os::reserve(PageMap::bytes_for(units, false)).unwrap();
+        let base = 1 << 40;
+        // SAFETY: a fresh zeroed mapping of the right size, used only here.
+        let map = unsafe { PageMap::new(base, units, storage, false) };
+        let (bag, next) = (
+            map.free_bits(map.address_of(3)),
+            map.free_bits(map.address_of(4)),
+        );
+        assert!(bag.set(5) && !bag.set(5), "a bit set twice");
+        assert!(bag.test(5) && !bag.test(4) && !bag.test(6));
+        assert_eq!(bag.set_range(60, 200, true), 140);
+        assert_eq!(
+            bag.set_range(0, 200, true),
+            200 - 141,
+            "only the clear ones change"
+        );
+        assert!(bag.all_set(0, 200) && !bag.all_set(0, 201));
+        assert_eq!(bag.set_range(63, 129, false), 66);
+        assert!(bag.all_set(0, 63) && !bag.test(63) && !bag.test(128) && bag.all_set(129, 200));
+        assert_eq!((bag.word(1), bag.word(2) & 1), (0, 0));
+        // Each unit's share is its own: the next unit's bits are untouched.
+        assert!((0..64).all(|word| next.word(word) == 0));
+        bag.clear(200);
+        assert!((0..4).all(|word| bag.word(word) == 0));
     }
 }

@@ -74,7 +74,7 @@ impl NodeHeaps {
     }
 
     /// For a thread's allocation that found its list of `class` (of the sparse pool: objects
-    /// above [`DENSE_OBJECT_MAX`]) empty: up to `want` objects of `node`'s bags' free lists
+    /// above [`DENSE_OBJECT_MAX`]) empty: up to `want` free objects of `node`'s bags
     /// (objects the program touched before) as `Ok`, or, when those are empty and a bag would
     /// carve an object for the first time, that one object **untouched** as `Err`, for the
     /// caller to hand out as it is, counted as allocated. Carving writes each object's link
@@ -131,7 +131,7 @@ impl NodeHeaps {
         let secure = arena.is_secure();
         debug_assert!(fresh.is_none() || !secure);
         let mut untouched = 0;
-        let mut spliced = 0;
+        let mut from_bits = 0;
         let carve_mark = self.screen_mark(class);
         let _guard = class_heap.lock_counted(&self.node(node).ops);
         // SAFETY: the class lock is held for the rest of this function.
@@ -194,38 +194,24 @@ impl NodeHeaps {
             // SAFETY: the class lock is held and `bag` is one of this class's bags.
             unsafe {
                 if let Some(info) = info {
-                    if !(*bag).role.bag.free.is_null() && (*bag).role.bag.live != 0 {
+                    if (*bag).role.bag.listed != 0 && (*bag).role.bag.live != 0 {
                         info.picked.fetch_add(1, Ordering::Relaxed);
                     }
                 }
                 while batch.count < want {
-                    if !secure
-                        && !(*bag).role.bag.free.is_null()
-                        && usize::from((*bag).role.bag.listed) <= want - batch.count
-                    {
-                        // The whole free list fits: one splice, no link read under the lock.
-                        match self.take_listed(bag, start, class, &mut batch, head_zeroed) {
-                            Ok(listed) => spliced += listed,
-                            Err((tail, end)) => {
+                    if (*bag).role.bag.listed != 0 {
+                        // Its free objects first, by their bits: no object is read.
+                        match self.take_free(bag, start, class, &mut batch, want, head_zeroed) {
+                            Ok(taken) => from_bits += taken,
+                            Err((object, stored)) => {
                                 drop(_guard);
-                                report_damaged_link(arena, tail, crate::ds::stored_link(end));
+                                report_damaged_link(arena, object, stored);
                             }
                         }
                         continue;
                     }
-                    let mut zeroed = false;
-                    let object = if !(*bag).role.bag.free.is_null() {
-                        let object = (*bag).role.bag.free;
-                        let next = arena.read_link(object, Expect::Class(class));
-                        if !secure && !is_bag_link(next, start, (*bag).role.bag.carved, class) {
-                            drop(_guard);
-                            report_damaged_link(arena, object, crate::ds::stored_link(next));
-                        }
-                        (*bag).role.bag.free = next;
-                        (*bag).role.bag.listed -= 1;
-                        debug_assert_eq!(next.is_null(), (*bag).role.bag.listed == 0);
-                        object
-                    } else if (*bag).role.bag.carved < capacity {
+                    let zeroed;
+                    let object = if (*bag).role.bag.carved < capacity {
                         if let Some(fresh) = fresh.take() {
                             // Never-touched memory: a batch of the free lists' objects ends
                             // here; an empty one becomes this object, untouched.
@@ -267,15 +253,7 @@ impl NodeHeaps {
                     // in address order: a program that fills what it allocates, then walks it,
                     // streams forwards through memory (descending, the prefetchers missed
                     // the start of every object; see docs/JOURNAL.md "Carve order").
-                    arena.write_link(object, null_mut());
-                    if batch.tail.is_null() {
-                        batch.head = object;
-                        *head_zeroed = zeroed;
-                    } else {
-                        arena.write_link(batch.tail, object);
-                    }
-                    batch.tail = object;
-                    batch.count += 1;
+                    append(arena, &mut batch, object, zeroed, head_zeroed);
                 }
                 if is_full(bag, capacity) {
                     unlink(partial, bag);
@@ -286,6 +264,10 @@ impl NodeHeaps {
                 }
             }
         }
+        if !batch.tail.is_null() {
+            // SAFETY: the batch's objects are ours; its last one ends the chain.
+            unsafe { arena.write_link(batch.tail, null_mut()) };
+        }
         class_heap
             .out_of_bags
             .fetch_add(batch.count + untouched, Ordering::Relaxed);
@@ -293,9 +275,9 @@ impl NodeHeaps {
             let ops = &self.node(node).ops;
             ops.bag_objects_taken
                 .fetch_add((batch.count + untouched) as u64, Ordering::Relaxed);
-            if spliced != 0 {
-                ops.bag_objects_spliced
-                    .fetch_add(spliced as u64, Ordering::Relaxed);
+            if from_bits != 0 {
+                ops.bag_objects_reused
+                    .fetch_add(from_bits as u64, Ordering::Relaxed);
             }
         }
         if batch.count == 0 {
@@ -305,50 +287,73 @@ impl NodeHeaps {
         }
     }
 
-    /// Moves the whole free list of `bag` (of `class`, starting at `start`) to the end of
-    /// `batch` in one splice and returns how many objects it held. No object's link is read but
-    /// the last one's, which must end the list: a thread's pop reads each link later, outside
-    /// the lock (checked against the heap as every pop's). A refill that walked the list read
-    /// every object's link under the class lock, each a cache miss for objects freed long ago
-    /// (docs/JOURNAL.md "Fifth round"). Not in secure mode, whose links are checked one by one.
-    /// A last object whose link is not null was written after its free: it and the link it
-    /// holds are the error, and nothing moves.
+    /// Moves free objects of `bag` (of `class`, starting at `start`) to the end of `batch`, by
+    /// their free bits, until the batch holds `want` or the bag has none left, and returns how
+    /// many moved. The bits give the objects' addresses, lowest first (in secure mode from a
+    /// random word on), so nothing is read from them: each is written, its predecessor's link
+    /// pointing at it, stores in address order that do not wait on each other. (A list of the
+    /// bag's free objects made a refill read one cold link after another; docs/JOURNAL.md,
+    /// issue 32's ninth round.) In secure mode an object carries the link its return wrote,
+    /// null in the arena's encoding: anything else was written after its free, and is returned
+    /// as the error with what it holds, the bag unchanged but for the objects moved before it.
     ///
     /// # Safety
-    /// The class lock that owns `bag` is held, and the bag's free list is not empty.
-    unsafe fn take_listed(
+    /// The class lock that owns `bag` is held, and the bag has objects listed.
+    unsafe fn take_free(
         &self,
         bag: *mut UnitMeta,
         start: usize,
         class: SizeClass,
         batch: &mut Batch,
+        want: usize,
         head_zeroed: &mut bool,
-    ) -> Result<usize, (*mut u8, *mut u8)> {
+    ) -> Result<usize, (*mut u8, usize)> {
         let arena = self.arena;
-        // SAFETY: the caller holds the class lock that owns `bag`, a live bag whose free list
-        // is not empty: its `tail` names the list's last object, a free object of the bag.
-        unsafe {
-            let state = &mut (*bag).role.bag;
-            debug_assert!(!state.free.is_null() && state.listed != 0);
-            let head = state.free;
-            let listed = state.listed;
-            let tail = (start + usize::from(state.tail) * class.size()) as *mut u8;
-            let end = arena.read_link(tail, Expect::Class(class));
-            if !end.is_null() {
-                return Err((tail, end));
+        let secure = arena.is_secure();
+        let size = class.size();
+        let bits = arena.map().free_bits(start);
+        let words = class.capacity().div_ceil(64);
+        // SAFETY: the caller holds the class lock that owns `bag`, a live bag.
+        let state = unsafe { &mut (*bag).role.bag };
+        debug_assert!(state.listed != 0);
+        let mut word = if secure {
+            arena.bag_seed() as usize % words
+        } else {
+            0
+        };
+        let mut taken = 0;
+        let mut result = Ok(());
+        // Every word once at most: `listed` set bits lie among them.
+        for _ in 0..words {
+            let mut value = bits.word(word);
+            while value != 0 && batch.count < want {
+                let index = word * 64 + value.trailing_zeros() as usize;
+                let object = (start + index * size) as *mut u8;
+                if secure {
+                    // SAFETY: a free object of the bag, ours under the class lock.
+                    let stored = unsafe { (object as *const usize).read() };
+                    // SAFETY: as above.
+                    if !unsafe { arena.read_link(object, Expect::Class(class)) }.is_null() {
+                        result = Err((object, stored));
+                        break;
+                    }
+                }
+                value &= value - 1;
+                // SAFETY: the object is free in the bag, ours under the class lock; the
+                // batch's objects are ours.
+                unsafe { append(arena, batch, object, false, head_zeroed) };
+                taken += 1;
             }
-            if batch.tail.is_null() {
-                batch.head = head;
-                *head_zeroed = false;
-            } else {
-                arena.write_link(batch.tail, head);
+            bits.set_word(word, value);
+            if batch.count == want || result.is_err() || usize::from(state.listed) == taken {
+                break;
             }
-            batch.tail = tail;
-            batch.count += usize::from(listed);
-            state.live += listed;
-            state.set_free(null_mut(), 0, 0);
-            Ok(usize::from(listed))
+            word = if word + 1 == words { 0 } else { word + 1 };
         }
+        debug_assert!(taken != 0 || result.is_err());
+        state.listed -= taken as u16;
+        state.live += taken as u16;
+        result.map(|()| taken)
     }
 
     /// One object of `class` for the program, straight from the bags (a thread without a cache:
@@ -575,12 +580,23 @@ impl NodeHeaps {
                 if !self.arena.is_secure() && offset >= (*bag).role.bag.carved as usize * size {
                     break Err((object, Misuse::InvalidPointer));
                 }
-                if (*bag).role.bag.live == 0 {
+                let released = (*bag).role.bag.sweep.released;
+                if (*bag).role.bag.live == 0
+                    || (released != 0 && super::sweep::starts_released(class, released, offset))
+                {
                     break Err((object, Misuse::DoubleFree));
                 }
                 let was_full = is_full(bag, capacity);
-                self.arena.write_link(object, (*bag).role.bag.free);
-                (*bag).role.bag.push_free(object, offset / size);
+                // Its bit, not its memory: the object is not touched again until a refill
+                // hands it out. A bit already set is a second free of it.
+                if !map.free_bits(start).set(offset / size) {
+                    break Err((object, Misuse::DoubleFree));
+                }
+                if self.arena.is_secure() {
+                    // What a refill checks: null, in the arena's encoding.
+                    self.arena.write_link(object, null_mut());
+                }
+                (*bag).role.bag.listed += 1;
                 (*bag).role.bag.live -= 1;
                 (*bag).role.bag.sweep.returned_at = stamp;
                 run += 1;
@@ -592,6 +608,7 @@ impl NodeHeaps {
                         unlink(full, bag);
                     }
                     class_heap.bags.fetch_sub(1, Ordering::Relaxed);
+                    map.free_bits(start).clear(class.capacity());
                     if let Some(info) = self.partition_info(part) {
                         info.reclaimed.fetch_add(1, Ordering::Relaxed);
                     }
@@ -753,12 +770,28 @@ pub(super) unsafe fn push_back(list: &mut *mut UnitMeta, bag: *mut UnitMeta) {
     }
 }
 
-/// True when `next`, read from the link of a free object of a bag of `class` that starts at
-/// `start` and has carved `carved` objects, can be a link of the bag's free list: null, or one
-/// of those objects (a bag's free list never leaves the bag).
-fn is_bag_link(next: *mut u8, start: usize, carved: u16, class: SizeClass) -> bool {
-    let offset = (next as usize).wrapping_sub(start);
-    next.is_null() || (offset < carved as usize * class.size() && class.is_object_start(offset))
+/// Appends `object` to `batch`: the batch's last object links to it (the caller ends the
+/// chain once the batch is complete). `zeroed` says whether it reads as zero but for its link
+/// word, which matters when it heads the batch.
+///
+/// # Safety
+/// `object` is a free object the caller owns, as are the batch's objects.
+unsafe fn append(
+    arena: &Arena,
+    batch: &mut Batch,
+    object: *mut u8,
+    zeroed: bool,
+    head_zeroed: &mut bool,
+) {
+    if batch.tail.is_null() {
+        batch.head = object;
+        *head_zeroed = zeroed;
+    } else {
+        // SAFETY: forwarded contract.
+        unsafe { arena.write_link(batch.tail, object) };
+    }
+    batch.tail = object;
+    batch.count += 1;
 }
 
 /// Writes `mark` into the screen word of the objects `from..to` of the bag at `start` (objects
@@ -787,7 +820,7 @@ pub(super) unsafe fn mark_objects(start: usize, size: usize, from: usize, to: us
 pub(super) unsafe fn is_full(bag: *mut UnitMeta, capacity: u16) -> bool {
     // SAFETY: forwarded contract.
     unsafe {
-        (*bag).role.bag.free.is_null()
+        (*bag).role.bag.listed == 0
             && (*bag).role.bag.carved == capacity
             && (*bag).role.bag.sweep.released == 0
     }

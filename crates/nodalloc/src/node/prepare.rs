@@ -8,10 +8,10 @@
 //!
 //! While a class has demand (a thread of the node started a bag of it in the last
 //! [`PREPARE_WINDOW_NS`]), the maintenance thread keeps [`WAITING_BAGS`] bags of it carved
-//! ahead: it takes the span, links every object into the bag's free list (faulting in the first
-//! page of each object: the pages a carve would touch, and those the program touches when it
-//! uses the object) and appends the bag to the class's partial list, behind the bags that
-//! threads already use. A refill then pops resident objects. Once demand pauses, prepared bags
+//! ahead: it takes the span, writes every object's link (faulting in the first page of each
+//! object: the pages a carve would touch, and those the program touches when it uses the
+//! object), sets all the bag's free bits and appends the bag to the class's partial list,
+//! behind the bags that threads already use. A refill then takes resident objects. Once demand pauses, prepared bags
 //! no thread took from go back to the pool like any free span.
 //!
 //! Only while the pool of big objects keeps less than a bag's worth of free memory committed:
@@ -159,22 +159,22 @@ impl NodeHeaps {
         let bag = map.meta(map.unit_of(start));
         let size = class.size();
         let capacity = class.capacity();
-        // Linked without the lock (the page faults are the slow part): the span is ours alone
-        // until it is on the list, and its descriptor says nothing is carved yet, so a stray
-        // free into it is refused.
-        let mut head = null_mut::<u8>();
-        for index in (0..capacity).rev() {
+        // Faulted in without the lock (the page faults are the slow part): the span is ours
+        // alone until it is on the list, and its descriptor says nothing is carved yet, so a
+        // stray free into it is refused. Each object's first page, by writing its link (null:
+        // what a free object of a bag may hold; the bag's free bits list it).
+        for index in 0..capacity {
             let object = (start + index * size) as *mut u8;
             // SAFETY: an object of a bag span nobody else can reach yet.
-            unsafe { arena.write_link(object, head) };
-            head = object;
+            unsafe { arena.write_link(object, null_mut()) };
         }
         let _guard = class_heap.lock_counted(&self.node(node).ops);
         // SAFETY: the class lock is held; `bag` is the descriptor of our new bag span.
         unsafe {
             *class_heap.preparing.get() = 0;
             let state = &mut (*bag).role.bag;
-            state.set_free(head, capacity - 1, capacity);
+            map.free_bits(start).set_range(0, capacity, true);
+            state.listed = capacity as u16;
             state.carved = capacity as u16;
             state.live = 0;
             state.zeroed = false;
@@ -230,9 +230,10 @@ impl NodeHeaps {
                     class_heap.bags.fetch_sub(1, Ordering::Relaxed);
                     self.forget_waiting(node, class);
                     self.forget_released(node, class, bag);
+                    let start = map.address_of(map.unit_of_meta(bag));
+                    map.free_bits(start).clear(class.capacity());
                     // SAFETY: no object of the bag is out.
-                    self.arena
-                        .free_span(map.address_of(map.unit_of_meta(bag)), (*bag).units);
+                    self.arena.free_span(start, (*bag).units);
                 }
                 bag = next;
             }

@@ -2,8 +2,8 @@
 //!
 //! A face that suspects a double free (the C face finds its freed mark on the block) first walks
 //! the thread's cache; an object freed once and then handed on (a drain or a park sent it to the
-//! node heap) is found here instead: in the class's transfer ring, or on its bag's free list, or
-//! beyond what its bag ever carved (a pointer no allocation returned). Objects in another thread's
+//! node heap) is found here instead: in the class's transfer ring, or free in its bag (its free
+//! bit set, or its granule released), or beyond what its bag ever carved (a pointer no allocation returned). Objects in another thread's
 //! cache stay out of reach: their lists are that thread's alone.
 //!
 //! Only suspicions come here (rare in a correct program), so the cost of a walk does not matter;
@@ -80,8 +80,8 @@ impl NodeHeaps {
     }
 
     /// [`Self::find_freed`] on the bag of `object`: under the class lock, a double free when
-    /// the object is on the bag's free list, an invalid pointer when the bag never carved it
-    /// (outside secure mode, where bags carve in order).
+    /// the object is free in the bag (its bit set, or in a released granule), an invalid
+    /// pointer when the bag never carved it (outside secure mode, where bags carve in order).
     fn bag_holds(
         &self,
         node: NodeId,
@@ -114,16 +114,12 @@ impl NodeHeaps {
             {
                 return Some(Misuse::InvalidPointer);
             }
-            let mut cursor = (*bag).role.bag.free;
-            // Bounded by the bag's capacity: a chain damaged by a write after free ends the
-            // walk rather than looping.
-            let mut left = class.capacity();
-            while !cursor.is_null() && left > 0 {
-                if cursor == object {
-                    return Some(Misuse::DoubleFree);
-                }
-                cursor = self.arena.read_link(cursor, Expect::Class(class));
-                left -= 1;
+            let offset = address - at.start;
+            let released = (*bag).role.bag.sweep.released;
+            if map.free_bits(at.start).test(offset / size)
+                || (released != 0 && super::sweep::starts_released(class, released, offset))
+            {
+                return Some(Misuse::DoubleFree);
             }
         }
         None

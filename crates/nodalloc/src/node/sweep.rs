@@ -6,13 +6,13 @@
 //! hold no live object and gives them back with `MADV_DONTNEED`.
 //!
 //! A bag is cut into at most 64 **granules** (a page, or more for bags above 256 KiB). A granule
-//! can be released when every object overlapping it is free and carved. Free objects link
-//! through their first word, so the objects that *start* in a released granule leave the bag's
-//! free list (their links would fault the page back in); bit `g` of the bag's `released` mask
+//! can be released when every object overlapping it is free and carved. The objects that
+//! *start* in a released granule have their free bits cleared, so no refill hands one out
+//! (writing its link would fault the page back in); bit `g` of the bag's `released` mask
 //! records that they are free. When the bag runs out of listed and uncarved objects,
-//! [`NodeHeaps::restore_granule`] lists the objects of the lowest released granule again. An
-//! object that starts before a released granule and reaches into it stays listed: when it is
-//! handed out, its tail reads as zero, as any recycled memory may.
+//! [`NodeHeaps::restore_granule`] sets the bits of the lowest released granule's objects again.
+//! An object that starts before a released granule and reaches into it stays listed: when it
+//! is handed out, its tail reads as zero, as any recycled memory may.
 //!
 //! Only quiet bags are swept: no object came back to the bag since the node's previous
 //! upkeep pass, so a bag under churn is not emptied and refaulted on every pass. `purge`
@@ -22,17 +22,14 @@
 
 use super::{NodeHeaps, NodeId};
 use crate::arena::pagemap::UnitMeta;
-use crate::arena::secure::Expect;
 use crate::os::PAGE_SIZE;
-use crate::size_class::{SizeClass, MAX_CAPACITY};
+use crate::size_class::SizeClass;
 use core::ops::Range;
-use core::ptr::null_mut;
 use core::sync::atomic::Ordering;
 
-/// Free objects an upkeep pass may walk per node before it leaves the rest for the next
-/// pass. The walk holds a class lock and misses the cache on cold objects (~100 ns each), and
-/// the pass runs on the slow path of whichever thread is due: 32 Ki objects keep it to a few
-/// milliseconds at worst.
+/// Free objects (of the bags it looks at) an upkeep pass may cover per node before it leaves
+/// the rest for the next pass. It holds a class lock and runs on the slow path of whichever
+/// thread is due; it reads bits, not objects, but releasing granules is a system call each.
 const PASS_BUDGET: usize = 1 << 15;
 
 /// How a class's bags are cut into granules: a page each, or the power of two that cuts the
@@ -59,6 +56,13 @@ impl Granules {
         first * self.size..(end * self.size).min(self.bag_bytes)
     }
 
+    /// The objects that start in granule `g` of a bag that carved `carved`, as an index range.
+    fn starting_in(&self, g: usize, size: usize, carved: usize) -> (usize, usize) {
+        let bytes = self.span(g, g + 1);
+        let first = bytes.start.div_ceil(size).min(carved);
+        (first, bytes.end.div_ceil(size).min(carved))
+    }
+
     /// Bytes of the granules whose bits `mask` sets.
     fn bytes(&self, mask: u64) -> usize {
         (0..self.count)
@@ -66,6 +70,12 @@ impl Granules {
             .map(|g| self.span(g, g + 1).len())
             .sum()
     }
+}
+
+/// True when the object at `offset` of a bag of `class` starts in one of the granules that
+/// `released` marks (it is free, and its free bit clear).
+pub(super) fn starts_released(class: SizeClass, released: u64, offset: usize) -> bool {
+    released & (1 << (offset / Granules::of(class).size)) != 0
 }
 
 impl NodeHeaps {
@@ -107,8 +117,8 @@ impl NodeHeaps {
         });
     }
 
-    /// Releases the granules of `bag` that hold no live object, and takes the objects that
-    /// start in them off its free list. Returns how many listed objects it walked.
+    /// Releases the granules of `bag` that hold no live object, and clears the free bits of the
+    /// objects that start in them. Returns how many objects were listed (the work's measure).
     ///
     /// # Safety
     /// The class lock is held and `bag` is a live bag of `class` on `node` (not secure mode).
@@ -132,25 +142,11 @@ impl NodeHeaps {
         {
             return 0;
         }
-        // Which carved objects are on the free list. A list longer than the carved objects
-        // is corrupt (a double free of a kind the checks let through): leave the bag alone.
-        let mut listed = [0u64; MAX_CAPACITY.div_ceil(64)];
-        let mut count = 0;
-        let mut object = bag.free;
-        while !object.is_null() {
-            let offset = (object as usize).wrapping_sub(start);
-            if offset >= carved * size || offset % size != 0 || count == carved {
-                return count;
-            }
-            let index = offset / size;
-            listed[index / 64] |= 1 << (index % 64);
-            count += 1;
-            // SAFETY: listed objects are free and linked through their first word.
-            object = unsafe { self.arena.read_link(object, Expect::Class(class)) };
-        }
-        let is_listed = |index: usize| listed[index / 64] & (1 << (index % 64)) != 0;
+        // Which carved objects are free in the bag: their bits.
+        let count = bag.listed as usize;
+        let bits = map.free_bits(start);
         let starts_released = |index: usize, mask: u64| mask & (1 << (index * size / granule)) != 0;
-        let is_free = |index: usize| is_listed(index) || starts_released(index, released);
+        let is_free = |index: usize| bits.test(index) || starts_released(index, released);
         let mut newly = 0u64;
         for g in 0..granules.count {
             if released & (1 << g) != 0 {
@@ -165,30 +161,26 @@ impl NodeHeaps {
             if first > last || last >= carved {
                 continue;
             }
-            if (first..=last).all(is_free) {
+            // The objects starting in it are free by their bits, and one starting before it
+            // by its bit or its own granule's release.
+            let own = bytes.start.div_ceil(size);
+            if (first == own || is_free(first)) && bits.all_set(own, last + 1) {
                 newly |= 1 << g;
             }
         }
         if newly == 0 {
             return count;
         }
-        // Relist what stays listed, lowest address first.
-        let mut head = null_mut::<u8>();
-        let mut tail = 0;
-        let mut relisted = 0;
-        for index in (0..carved).rev() {
-            if is_listed(index) && !starts_released(index, newly) {
-                let object = (start + index * size) as *mut u8;
-                // SAFETY: a free object of this bag, outside the granules about to go.
-                unsafe { self.arena.write_link(object, head) };
-                if head.is_null() {
-                    tail = index;
-                }
-                head = object;
-                relisted += 1;
+        // The objects that start in the granules about to go are free, but not to be handed
+        // out (their pages are not there): their bits are cleared.
+        for g in 0..granules.count {
+            if newly & (1 << g) != 0 {
+                let (first, end) = granules.starting_in(g, size, carved);
+                let cleared = bits.set_range(first, end, false);
+                debug_assert_eq!(cleared, end - first);
+                bag.listed -= cleared as u16;
             }
         }
-        bag.set_free(head, tail, relisted);
         bag.sweep.released = released | newly;
         let mut g = 0;
         while g < granules.count {
@@ -211,8 +203,8 @@ impl NodeHeaps {
         count
     }
 
-    /// Lists again the objects that start in `bag`'s lowest released granule (the bag has no
-    /// listed or uncarved object left).
+    /// Lists again (sets the free bits of) the objects that start in `bag`'s lowest released
+    /// granule (the bag has no listed or uncarved object left).
     ///
     /// # Safety
     /// The class lock is held and `bag` is a live bag of `class` on `node` starting at `start`,
@@ -229,18 +221,18 @@ impl NodeHeaps {
         // SAFETY: the caller holds the class lock that owns `bag`, a live bag.
         let bag = unsafe { &mut (*bag).role.bag };
         let released = bag.sweep.released;
-        debug_assert!(released != 0 && bag.free.is_null());
+        debug_assert!(released != 0 && bag.listed == 0);
         let g = released.trailing_zeros() as usize;
         bag.sweep.released = released & !(1 << g);
         let bytes = granules.span(g, g + 1);
-        let first = bytes.start.div_ceil(size);
-        let end = bytes.end.div_ceil(size).min(bag.carved as usize);
-        for index in (first..end).rev() {
-            let object = (start + index * size) as *mut u8;
-            // SAFETY: the objects starting in a released granule are free and the bag's.
-            unsafe { self.arena.write_link(object, bag.free) };
-            bag.push_free(object, index);
-        }
+        let (first, end) = granules.starting_in(g, size, bag.carved as usize);
+        let set = self
+            .arena
+            .map()
+            .free_bits(start)
+            .set_range(first, end, true);
+        debug_assert_eq!(set, end - first);
+        bag.listed += set as u16;
         // The release cleared the marks their frees wrote: written again, so that a free of
         // one of them before it is handed out again is still screened.
         let mark = self.screen_mark(class);
@@ -279,8 +271,9 @@ mod tests {
     use super::*;
     use crate::arena::tests::test_arena;
     use crate::ds::{next_of, set_next};
-    use crate::node::Partition;
+    use crate::node::{Misuse, Partition};
     use crate::size_class::class_of;
+    use core::ptr::null_mut;
     use std::collections::HashSet;
 
     /// Whether the page holding `address` is resident.
@@ -396,6 +389,18 @@ mod tests {
                     "{size} B: a kept object lost data"
                 );
             }
+            // A second free of an object whose granule went back to the OS (its bit is clear)
+            // is still a double free.
+            let gone_object = *freed
+                .iter()
+                .find(|&&object| !resident(object as usize))
+                .expect("an object in a released granule");
+            // SAFETY: a chain of one, as a program's second free makes it.
+            unsafe { set_next(gone_object, null_mut()) };
+            assert!(matches!(
+                heaps.return_to_bags(NodeId(0), class, gone_object, false),
+                Err((object, Misuse::DoubleFree)) if object == gone_object
+            ));
 
             // Every freed object comes back exactly once, none of the kept ones, and the
             // released granules are listed again on the way.

@@ -852,32 +852,43 @@ pub(in crate::node) fn batch_objects(batch: &Batch) -> Vec<*mut u8> {
     objects
 }
 
-/// Returns `objects` to their bags one at a time, first to last (the bag lists them newest
-/// first).
+/// Returns `objects` to their bags one at a time, first to last.
 fn return_each(heaps: &NodeHeaps, class: SizeClass, objects: &[*mut u8]) {
     for &object in objects {
         // SAFETY: an object of the test's batch, ours: it becomes a chain of one.
-        unsafe { set_next(object, null_mut()) };
+        unsafe { heaps.arena.write_link(object, null_mut()) };
         heaps
             .return_to_bags(NodeId(0), class, object, false)
             .unwrap();
     }
 }
 
-/// A refill that wants at least what a bag's free list holds takes the whole list in one
-/// splice (counted among "whole lists"), newest first with the oldest as the batch's tail
-/// link, and goes on carving the same bag; a longer list is walked for just what is wanted,
-/// newest first, and the rest stays listed, spliced whole by the next refill.
+/// The objects of a batch in secure mode's link encoding, in its order.
+fn secure_batch_objects(heaps: &NodeHeaps, class: SizeClass, batch: &Batch) -> Vec<*mut u8> {
+    let mut objects = Vec::new();
+    let mut object = batch.head;
+    while !object.is_null() {
+        objects.push(object);
+        // SAFETY: walking a batch the test holds.
+        object = unsafe { heaps.arena.read_link(object, Expect::Class(class)) };
+    }
+    assert_eq!(objects.len(), batch.count);
+    objects
+}
+
+/// A refill takes a bag's free objects by their bits, lowest address first whatever order
+/// they came back in, and then carves on where the bag stopped; a bag with more free objects
+/// than the refill wants keeps the rest for the next one. Each is counted as reused.
 #[test]
-fn a_refill_takes_a_bags_whole_free_list_in_one_splice_when_it_fits() {
+fn a_refill_takes_a_bags_free_objects_lowest_address_first() {
     let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
     let node = NodeId(0);
     let class = class_of(64, 8).unwrap();
-    let spliced = || {
+    let reused = || {
         heaps
             .node(node)
             .ops
-            .bag_objects_spliced
+            .bag_objects_reused
             .load(Ordering::Relaxed)
     };
     let take = |want| {
@@ -885,31 +896,37 @@ fn a_refill_takes_a_bags_whole_free_list_in_one_splice_when_it_fits() {
             .take_from_bags(node, Partition::DEFAULT, class, want)
             .unwrap()
     };
-    assert!(class.capacity() >= 64);
-    let carved = batch_objects(&take(32));
+    assert!(class.capacity() >= 130);
+    // Past the first word of bits, so the refill crosses words.
+    let carved = batch_objects(&take(100));
+    let sorted = |indexes: &[usize]| {
+        let mut objects: Vec<_> = indexes.iter().map(|&i| carved[i]).collect();
+        objects.sort();
+        objects
+    };
 
-    return_each(heaps, class, &carved[..5]);
+    let first = [70, 3, 20, 99, 1];
+    return_each(heaps, class, &first.map(|i| carved[i]));
     let refill = batch_objects(&take(8));
-    let newest_first: Vec<_> = carved[..5].iter().rev().copied().collect();
-    assert_eq!(refill[..5], newest_first[..], "the list, spliced whole");
-    assert_eq!(spliced(), 5);
-    // Then the bag carves on where it stopped.
-    assert_eq!(refill[5] as usize, carved[31] as usize + class.size());
-
-    return_each(heaps, class, &carved[5..15]);
-    let walked = batch_objects(&take(4));
-    let newest_first: Vec<_> = carved[5..15].iter().rev().copied().collect();
-    assert_eq!(walked[..], newest_first[..4], "the newest four, walked");
-    assert_eq!(spliced(), 5, "a list longer than the refill is walked");
-    let rest = batch_objects(&take(6));
     assert_eq!(
-        rest[..],
-        newest_first[4..],
-        "what the walk left, spliced whole"
+        refill[..5],
+        sorted(&first)[..],
+        "the free objects, lowest first"
     );
-    assert_eq!(spliced(), 11);
+    assert_eq!(reused(), 5);
+    // Then the bag carves on where it stopped.
+    assert_eq!(refill[5] as usize, carved[99] as usize + class.size());
 
-    for chain in [&carved[..], &refill[..], &walked[..], &rest[..]] {
+    let second = [50, 10, 90, 64, 63, 11, 0, 2, 98, 40];
+    return_each(heaps, class, &second.map(|i| carved[i]));
+    let low = batch_objects(&take(4));
+    assert_eq!(low[..], sorted(&second)[..4], "the lowest four");
+    assert_eq!(reused(), 9);
+    let rest = batch_objects(&take(6));
+    assert_eq!(rest[..], sorted(&second)[4..], "what the first refill left");
+    assert_eq!(reused(), 15);
+
+    for chain in [&carved[..], &refill[..], &low[..], &rest[..]] {
         let mut seen: Vec<_> = chain.to_vec();
         seen.sort();
         seen.dedup();
@@ -917,21 +934,48 @@ fn a_refill_takes_a_bags_whole_free_list_in_one_splice_when_it_fits() {
     }
 }
 
-/// A splice reads one link, the last object's, which must end the list: written after its
-/// free, the process aborts naming that block instead of handing out the list.
+/// A second return of an object that is free in its bag is a double free, found by its bit
+/// while other objects of the bag are still out, and nothing of the bag changes.
 #[test]
-fn a_splice_refuses_a_list_whose_last_link_was_written_after_free() {
+fn a_second_return_to_a_bag_is_a_double_free_while_others_are_out() {
     let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
-    let class = class_of(64, 8).unwrap();
+    let class = class_of(48, 8).unwrap();
     let carved = batch_objects(
         &heaps
             .take_from_bags(NodeId(0), Partition::DEFAULT, class, 8)
             .unwrap(),
     );
+    return_each(heaps, class, &carved[2..4]);
+    // SAFETY: an object of the test's (now a chain of one, as a program's double free).
+    unsafe { heaps.arena.write_link(carved[3], null_mut()) };
+    assert!(matches!(
+        heaps.return_to_bags(NodeId(0), class, carved[3], false),
+        Err((object, Misuse::DoubleFree)) if object == carved[3]
+    ));
+    let again = batch_objects(
+        &heaps
+            .take_from_bags(NodeId(0), Partition::DEFAULT, class, 3)
+            .unwrap(),
+    );
+    assert_eq!(again[..2], carved[2..4], "each free object once");
+    assert_eq!(again[2] as usize, carved[7] as usize + class.size());
+}
+
+/// Secure mode: an object's return writes its link (null, encoded), and the refill that hands
+/// it out again checks it. Written after its free, the process aborts naming that block
+/// instead of handing it out.
+#[test]
+fn secure_refills_refuse_an_object_written_after_its_return() {
+    let heaps = NodeHeaps::create(crate::arena::tests::test_arena_secure(1, false)).unwrap();
+    let class = class_of(64, 8).unwrap();
+    let batch = heaps
+        .take_from_bags(NodeId(0), Partition::DEFAULT, class, 8)
+        .unwrap();
+    let carved = secure_batch_objects(heaps, class, &batch);
     return_each(heaps, class, &carved[..3]);
-    // The oldest free object ends the bag's list: a program writes into it.
+    // A program writes into a free object that waits in its bag.
     // SAFETY: a free object of the test's bag, 64 bytes.
-    unsafe { (carved[0] as *mut usize).write(0x4141_4141_4141_4141) };
+    unsafe { (carved[1] as *mut usize).write(0x4141_4141_4141_4141) };
     let mut pipe = [0; 2];
     // SAFETY: plain system calls; the child only refills from the test's own heaps (nobody
     // else's lock) and aborts or exits at once.
@@ -956,9 +1000,10 @@ fn a_splice_refuses_a_list_whose_last_link_was_written_after_free() {
             "the child went on: {text}"
         );
         let expected = format!(
-            "corrupted free list: freed block {:#x} held ",
-            carved[0] as usize
+            "corrupted free list: freed object {:#x}",
+            carved[1] as usize
         );
-        assert!(text.contains(&expected), "{text}");
+        let named = format!("freed block {:#x} held ", carved[1] as usize);
+        assert!(text.contains(&expected) || text.contains(&named), "{text}");
     }
 }

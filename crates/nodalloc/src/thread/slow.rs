@@ -202,7 +202,7 @@ impl ThreadHeap {
     }
 
     /// [`Self::refill`] and the pop, for a class of the sparse pool: when the node's ring is
-    /// empty and its bags' free lists too, the object a bag carves next is handed out as it
+    /// empty and its bags hold no free object either, the object a bag carves next is handed out as it
     /// is, untouched (`NodeHeaps::take_untouched`: no page fault inside `malloc` for a page
     /// the program has not touched yet), and the list stays empty (no longer fresh). Other
     /// nodes' bags as a refill takes them.

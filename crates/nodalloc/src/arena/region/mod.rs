@@ -370,6 +370,13 @@ impl Region {
                 SpanUse::Bag(_) => Role::new_bag(zeroed),
             };
         }
+        #[cfg(debug_assertions)]
+        if let SpanUse::Bag(class) = usage {
+            // Nothing of the new bag is free in it yet: a bag clears its bits when it leaves
+            // use (`FreeBits`), and the bits start zeroed.
+            let bits = map.free_bits(address);
+            debug_assert!((0..class.capacity().div_ceil(64)).all(|word| bits.word(word) == 0));
+        }
         self.add_active(state, units);
         Some(address)
     }

@@ -525,6 +525,7 @@ impl NodeHeaps {
                         if secure {
                             map.clear_allocated_range(start, units << UNIT_SHIFT);
                         }
+                        map.free_bits(start).clear(class.capacity());
                         (*bag).next = null_mut();
                         (*bag).prev = null_mut();
                         // Its objects leave the heap profile's live counts with it.
