@@ -525,17 +525,27 @@ impl NodeHeaps {
         // switch locks already (a second switch for one object is a misuse, not a race).
         let mut run = 0u64;
         let mut switched = false;
+        let bag_bytes = class.bag_bytes();
+        let mut last: Option<crate::arena::BagAt> = None;
         let mut object = chain;
         let result = loop {
             if object.is_null() {
                 break Ok(());
             }
             let address = object as usize;
-            if self.arena.origin_of(address) != Some(node.index()) {
-                break Err((object, Misuse::InvalidPointer));
-            }
-            let Some(at) = self.arena.bag_at(address).filter(|at| at.class == class) else {
-                break Err((object, Misuse::InvalidPointer));
+            // The bag of the object before, when this one lies in it too (a batch in address
+            // order mostly does): checked already, and ours under the class lock.
+            let at = match last.filter(|at| address.wrapping_sub(at.start) < bag_bytes) {
+                Some(at) => at,
+                None => {
+                    if self.arena.origin_of(address) != Some(node.index()) {
+                        break Err((object, Misuse::InvalidPointer));
+                    }
+                    let Some(at) = self.arena.bag_at(address).filter(|at| at.class == class) else {
+                        break Err((object, Misuse::InvalidPointer));
+                    };
+                    at
+                }
             };
             let start = at.start;
             let offset = address - start;
@@ -556,6 +566,7 @@ impl NodeHeaps {
                     drop(guard);
                     run = 0;
                     part = Partition(owner);
+                    last = None;
                     class_heap = self.class_in(node, part, class);
                     guard = class_heap.lock_counted(&self.node(node).ops);
                     switched = true;
@@ -563,6 +574,7 @@ impl NodeHeaps {
                 }
             }
             switched = false;
+            last = Some(at);
             // SAFETY: the class lock is held for the rest of this function.
             let partial = unsafe { &mut *class_heap.partial.get() };
             // SAFETY: chains given to us are linked through first words of free objects.
@@ -600,13 +612,14 @@ impl NodeHeaps {
                 (*bag).role.bag.live -= 1;
                 (*bag).role.bag.sweep.returned_at = stamp;
                 run += 1;
-                let full = self.full_list(part, class);
                 if (*bag).role.bag.live == 0 {
                     if !was_full {
                         unlink(partial, bag);
-                    } else if let Some(full) = full {
+                    } else if let Some(full) = self.full_list(part, class) {
                         unlink(full, bag);
                     }
+                    // Its span leaves us: the next object finds its own bag.
+                    last = None;
                     class_heap.bags.fetch_sub(1, Ordering::Relaxed);
                     map.free_bits(start).clear(class.capacity());
                     if let Some(info) = self.partition_info(part) {
@@ -626,7 +639,7 @@ impl NodeHeaps {
                         self.arena.free_span(start, (*bag).units);
                     }
                 } else if was_full {
-                    if let Some(full) = full {
+                    if let Some(full) = self.full_list(part, class) {
                         unlink(full, bag);
                     }
                     push_front(partial, bag);
