@@ -650,13 +650,18 @@ mod tests {
         assert_eq!(core::mem::size_of::<UnitMeta>(), 64);
     }
 
+    /// A map of `units` units over addresses from 2^40, on fresh storage of its own.
+    fn test_map(units: usize, secure: bool) -> PageMap {
+        let storage = crate::os::reserve(PageMap::bytes_for(units, secure)).unwrap();
+        // SAFETY: a fresh zeroed mapping of the right size, used only by this map.
+        unsafe { PageMap::new(1 << 40, units, storage, secure) }
+    }
+
     #[test]
     fn page_map_looks_up_units() {
         let units = 1024;
-        let storage = crate::os::reserve(PageMap::bytes_for(units, true)).unwrap();
         let base = 1 << 40;
-        // SAFETY: a fresh zeroed mapping of the right size, used only here.
-        let map = unsafe { PageMap::new(base, units, storage, true) };
+        let map = test_map(units, true);
         assert!(map.contains(base) && map.contains(base + (units << UNIT_SHIFT) - 1));
         assert!(!map.contains(base - 1) && !map.contains(base + (units << UNIT_SHIFT)));
         map.set_tag(5, Tag::bag(SizeClass(3), 2));
@@ -676,11 +681,7 @@ mod tests {
 
     #[test]
     fn free_bits_set_clear_and_count_across_words() {
-        let units = 64;
-        let storage = crate::os::reserve(PageMap::bytes_for(units, false)).unwrap();
-        let base = 1 << 40;
-        // SAFETY: a fresh zeroed mapping of the right size, used only here.
-        let map = unsafe { PageMap::new(base, units, storage, false) };
+        let map = test_map(64, false);
         let (bag, next) = (
             map.free_bits(map.address_of(3)),
             map.free_bits(map.address_of(4)),

@@ -329,14 +329,11 @@ impl NodeHeaps {
             while value != 0 && batch.count < want {
                 let index = word * 64 + value.trailing_zeros() as usize;
                 let object = (start + index * size) as *mut u8;
-                if secure {
-                    // SAFETY: a free object of the bag, ours under the class lock.
-                    let stored = unsafe { (object as *const usize).read() };
-                    // SAFETY: as above.
-                    if !unsafe { arena.read_link(object, Expect::Class(class)) }.is_null() {
-                        result = Err((object, stored));
-                        break;
-                    }
+                // SAFETY: a free object of the bag, ours under the class lock.
+                if secure && !unsafe { arena.read_link(object, Expect::Class(class)) }.is_null() {
+                    // SAFETY: as above; the word the error names.
+                    result = Err((object, unsafe { (object as *const usize).read() }));
+                    break;
                 }
                 value &= value - 1;
                 // SAFETY: the object is free in the bag, ours under the class lock; the
@@ -592,9 +589,8 @@ impl NodeHeaps {
                 if !self.arena.is_secure() && offset >= (*bag).role.bag.carved as usize * size {
                     break Err((object, Misuse::InvalidPointer));
                 }
-                let released = (*bag).role.bag.sweep.released;
                 if (*bag).role.bag.live == 0
-                    || (released != 0 && super::sweep::starts_released(class, released, offset))
+                    || super::sweep::starts_released(class, (*bag).role.bag.sweep.released, offset)
                 {
                     break Err((object, Misuse::DoubleFree));
                 }

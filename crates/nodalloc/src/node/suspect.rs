@@ -115,9 +115,8 @@ impl NodeHeaps {
                 return Some(Misuse::InvalidPointer);
             }
             let offset = address - at.start;
-            let released = (*bag).role.bag.sweep.released;
             if map.free_bits(at.start).test(offset / size)
-                || (released != 0 && super::sweep::starts_released(class, released, offset))
+                || super::sweep::starts_released(class, (*bag).role.bag.sweep.released, offset)
             {
                 return Some(Misuse::DoubleFree);
             }

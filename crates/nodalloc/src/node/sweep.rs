@@ -63,6 +63,11 @@ impl Granules {
         (first, bytes.end.div_ceil(size).min(carved))
     }
 
+    /// True when the byte at `offset` lies in one of the granules whose bits `mask` sets.
+    fn holds(&self, mask: u64, offset: usize) -> bool {
+        mask & (1 << (offset / self.size)) != 0
+    }
+
     /// Bytes of the granules whose bits `mask` sets.
     fn bytes(&self, mask: u64) -> usize {
         (0..self.count)
@@ -75,7 +80,7 @@ impl Granules {
 /// True when the object at `offset` of a bag of `class` starts in one of the granules that
 /// `released` marks (it is free, and its free bit clear).
 pub(super) fn starts_released(class: SizeClass, released: u64, offset: usize) -> bool {
-    released & (1 << (offset / Granules::of(class).size)) != 0
+    released != 0 && Granules::of(class).holds(released, offset)
 }
 
 impl NodeHeaps {
@@ -145,7 +150,7 @@ impl NodeHeaps {
         // Which carved objects are free in the bag: their bits.
         let count = bag.listed as usize;
         let bits = map.free_bits(start);
-        let starts_released = |index: usize, mask: u64| mask & (1 << (index * size / granule)) != 0;
+        let starts_released = |index: usize, mask: u64| granules.holds(mask, index * size);
         let is_free = |index: usize| bits.test(index) || starts_released(index, released);
         let mut newly = 0u64;
         for g in 0..granules.count {
