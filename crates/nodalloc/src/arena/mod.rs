@@ -28,6 +28,7 @@
 //! its own metadata mapping and is never moved. Layer: calls only `os`; used by `node`.
 
 mod create;
+pub mod free_bits;
 mod interleave;
 pub mod pagemap;
 pub mod region;

@@ -23,6 +23,7 @@
 //! region hands out as a bag finds them clear without a store (the array starts zeroed): a bag
 //! whose objects never come back never touches its bits' page.
 
+pub use super::free_bits::FreeBits;
 use crate::size_class::{SizeClass, UNIT, UNIT_SHIFT};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -307,94 +308,6 @@ pub struct BagSweep {
 }
 
 const _: () = assert!(core::mem::size_of::<UnitMeta>() == 64);
-
-/// The words that hold bits `from..to`, each with the mask of those bits in it.
-fn word_masks(from: usize, to: usize) -> impl Iterator<Item = (usize, u64)> {
-    let mut index = from;
-    core::iter::from_fn(move || {
-        if index >= to {
-            return None;
-        }
-        let word = index / 64;
-        let (low, high) = (index % 64, (to - word * 64).min(64));
-        let mask = if high - low == 64 {
-            !0
-        } else {
-            ((1u64 << (high - low)) - 1) << low
-        };
-        index = word * 64 + high;
-        Some((word, mask))
-    })
-}
-
-/// The free bits of one bag ([`PageMap::free_bits`]): bit `i` of word `i / 64` is set while the
-/// bag's object `i` is free in the bag. A bag's share holds `UNIT / 8` bits for each of its
-/// units, at least one for each of its objects (the smallest class is 8 bytes). Read and
-/// written only under the bag's class lock, so relaxed loads and stores suffice (atomics only
-/// so that the shared map may hand the words out; they compile to plain moves).
-#[derive(Clone, Copy)]
-pub struct FreeBits(*const AtomicU64);
-
-impl FreeBits {
-    #[inline(always)]
-    fn at(self, word: usize) -> &'static AtomicU64 {
-        debug_assert!(word < crate::size_class::MAX_CAPACITY.div_ceil(64));
-        // SAFETY: the caller names a word of its bag's share (`word < capacity.div_ceil(64)`),
-        // inside the page map's free bits, which live as long as the arena.
-        unsafe { &*self.0.add(word) }
-    }
-
-    /// Word `word` of the bag's bits.
-    #[inline(always)]
-    pub fn word(self, word: usize) -> u64 {
-        self.at(word).load(Ordering::Relaxed)
-    }
-
-    /// Replaces word `word`.
-    #[inline(always)]
-    pub fn set_word(self, word: usize, value: u64) {
-        self.at(word).store(value, Ordering::Relaxed)
-    }
-
-    /// True when object `index` is free in the bag.
-    #[inline(always)]
-    pub fn test(self, index: usize) -> bool {
-        self.word(index / 64) & (1 << (index % 64)) != 0
-    }
-
-    /// Sets bit `index`; false (and nothing changed) when it was set already.
-    #[inline(always)]
-    pub fn set(self, index: usize) -> bool {
-        let value = self.word(index / 64);
-        let bit = 1 << (index % 64);
-        self.set_word(index / 64, value | bit);
-        value & bit == 0
-    }
-
-    /// Sets (`on`) or clears bits `from..to`; returns how many changed.
-    pub fn set_range(self, from: usize, to: usize, on: bool) -> usize {
-        let mut changed = 0;
-        for (word, mask) in word_masks(from, to) {
-            let value = self.word(word);
-            let next = if on { value | mask } else { value & !mask };
-            changed += (value ^ next).count_ones() as usize;
-            self.set_word(word, next);
-        }
-        changed
-    }
-
-    /// True when every bit of `from..to` is set.
-    pub fn all_set(self, from: usize, to: usize) -> bool {
-        word_masks(from, to).all(|(word, mask)| self.word(word) & mask == mask)
-    }
-
-    /// Clears the first `count` bits (a bag of `count` objects leaving use).
-    pub fn clear(self, count: usize) {
-        for word in 0..count.div_ceil(64) {
-            self.set_word(word, 0);
-        }
-    }
-}
 // A bag tag masked to its class bits is the class's `ClassSlot` (see `Tag::CLASS_SHIFT`).
 const _: () = assert!(1 << Tag::CLASS_SHIFT == crate::size_class::SLOT_BYTES);
 
@@ -601,10 +514,12 @@ impl PageMap {
         debug_assert!(self.contains(start) && start % UNIT == 0);
         // SAFETY: the free bits hold `BITMAP_BYTES_PER_UNIT` bytes for every unit, and `start`
         // is a unit of the arena.
-        FreeBits(unsafe {
-            self.free_bits
-                .add(self.unit_of(start) * (BITMAP_BYTES_PER_UNIT / 8))
-        })
+        unsafe {
+            FreeBits::at_words(
+                self.free_bits
+                    .add(self.unit_of(start) * (BITMAP_BYTES_PER_UNIT / 8)),
+            )
+        }
     }
 
     /// The descriptor of unit `unit`.
