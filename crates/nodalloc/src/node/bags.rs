@@ -76,32 +76,33 @@ impl NodeHeaps {
     /// For a thread's allocation that found its list of `class` (of the sparse pool: objects
     /// above [`DENSE_OBJECT_MAX`]) empty: up to `want` free objects of `node`'s bags
     /// (objects the program touched before) as `Ok`, or, when those are empty and a bag would
-    /// carve an object for the first time, that one object **untouched** as `Err`, for the
-    /// caller to hand out as it is, counted as allocated. Carving writes each object's link
-    /// into the object's first page, which faults it in: a refill that carved a whole batch of
-    /// them made one `malloc` pay a page fault per object (4–6 µs for a batch) for pages the
-    /// program had not touched yet; untouched, the object's first page faults when the program
-    /// touches it, as it would under any allocator. With the object, whether its bag's memory
+    /// carve objects for the first time, the rest of that bag **untouched** as a [`Run`]
+    /// (`Err`), for the thread to hand out one at a time without coming back here. Carving
+    /// writes each object's link into the object's first page, which faults it in: a refill
+    /// that carved a whole batch of them made one `malloc` pay a page fault per object (4–6 µs
+    /// for a batch) for pages the program had not touched yet; untouched, an object's first
+    /// page faults when the program touches it, as it would under any allocator. (Handed out
+    /// one object a refill, a program that allocates a thousand such objects in a row paid a
+    /// class lock and a bag lookup for each: 230 ns a pair at 16 KiB against tcmalloc's 43;
+    /// docs/JOURNAL.md, issue 32's eleventh round.) With the run, whether its bag's memory
     /// reads as zero: a bag over memory that an earlier bag or span used holds that use's
     /// bytes, and a face that marks the blocks it frees must clear such an object's mark (a
     /// leftover mark makes its first free look like a double free, confirmed the slow way).
-    /// `None` when the node has nothing left.
+    /// The objects of the run count as out of the bags, as cached objects do; the thread gives
+    /// back what it did not hand out with [`Self::return_run`]. `None` when the node has
+    /// nothing left.
     pub fn take_untouched(
         &self,
         node: NodeId,
         part: Partition,
         class: SizeClass,
         want: usize,
-    ) -> Option<Result<Batch, (*mut u8, bool)>> {
+    ) -> Option<Result<Batch, Run>> {
         debug_assert!(class.size() > DENSE_OBJECT_MAX);
-        let mut fresh = null_mut();
-        let mut zeroed = false;
-        match self.take_from_node_bags(node, part, class, want, &mut zeroed, Some(&mut fresh)) {
+        let mut run = Run::EMPTY;
+        match self.take_from_node_bags(node, part, class, want, &mut false, Some(&mut run)) {
             Some(batch) => Some(Ok(batch)),
-            None if !fresh.is_null() => Some(Err((
-                self.hand_out_single(node, part, class, fresh),
-                zeroed,
-            ))),
+            None if run.left != 0 => Some(Err(run)),
             None => None,
         }
     }
@@ -110,8 +111,8 @@ impl NodeHeaps {
     /// `head_zeroed` is set when the batch's head was carved from a bag whose memory read as
     /// zero (so the object is zero but for its link word). With `fresh` (see
     /// [`Self::take_untouched`]; not in secure mode), the batch stops before an object would be
-    /// carved; if it is empty then, one object is carved without writing its link, put in
-    /// `fresh`, and the batch is `None`.
+    /// carved; if it is empty then, the rest of the bag is carved without writing a link, put
+    /// in `fresh`, and the batch is `None`.
     pub(super) fn take_from_node_bags(
         &self,
         node: NodeId,
@@ -119,7 +120,7 @@ impl NodeHeaps {
         class: SizeClass,
         mut want: usize,
         head_zeroed: &mut bool,
-        mut fresh: Option<&mut *mut u8>,
+        mut fresh: Option<&mut Run>,
     ) -> Option<Batch> {
         self.activate(node, part, class);
         let class_heap = self.class_in(node, part, class);
@@ -213,16 +214,20 @@ impl NodeHeaps {
                     let zeroed;
                     let object = if (*bag).role.bag.carved < capacity {
                         if let Some(fresh) = fresh.take() {
-                            // Never-touched memory: a batch of the free lists' objects ends
-                            // here; an empty one becomes this object, untouched.
+                            // Never-touched memory: a batch of free objects ends here; an
+                            // empty one becomes the rest of the bag, untouched.
                             want = 0;
                             if batch.count == 0 {
-                                *head_zeroed = (*bag).role.bag.zeroed;
-                                *fresh =
-                                    (start + (*bag).role.bag.carved as usize * size) as *mut u8;
-                                (*bag).role.bag.carved += 1;
-                                (*bag).role.bag.live += 1;
-                                untouched = 1;
+                                let carved = (*bag).role.bag.carved;
+                                let left = capacity - carved;
+                                *fresh = Run {
+                                    next: (start + carved as usize * size) as *mut u8,
+                                    left: u32::from(left),
+                                    zeroed: (*bag).role.bag.zeroed,
+                                };
+                                (*bag).role.bag.carved = capacity;
+                                (*bag).role.bag.live += left;
+                                untouched = usize::from(left);
                             }
                             break;
                         }
@@ -609,31 +614,9 @@ impl NodeHeaps {
                 (*bag).role.bag.sweep.returned_at = stamp;
                 run += 1;
                 if (*bag).role.bag.live == 0 {
-                    if !was_full {
-                        unlink(partial, bag);
-                    } else if let Some(full) = self.full_list(part, class) {
-                        unlink(full, bag);
-                    }
                     // Its span leaves us: the next object finds its own bag.
                     last = None;
-                    class_heap.bags.fetch_sub(1, Ordering::Relaxed);
-                    map.free_bits(start).clear(class.capacity());
-                    if let Some(info) = self.partition_info(part) {
-                        info.reclaimed.fetch_add(1, Ordering::Relaxed);
-                    }
-                    self.forget_released(node, class, bag);
-                    if (*bag).role.bag.moved {
-                        // Its pages are on the far node: given back now, so the span never
-                        // serves another bag from there.
-                        self.arena
-                            .release_in_use(start, (*bag).units << crate::size_class::UNIT_SHIFT);
-                    }
-                    // SAFETY: no object of the bag is out any more.
-                    if part.is_owned() {
-                        self.owned_free_bag(part, start, (*bag).units);
-                    } else {
-                        self.arena.free_span(start, (*bag).units);
-                    }
+                    self.drop_empty_bag(node, part, class, class_heap, bag, start, was_full);
                 } else if was_full {
                     if let Some(full) = self.full_list(part, class) {
                         unlink(full, bag);
@@ -646,6 +629,53 @@ impl NodeHeaps {
         self.finish_run(node, class_heap, run, count_frees);
         drop(guard);
         result
+    }
+
+    /// Gives back a bag of (`part`, `class`) at `start` whose last object came back (`live` is
+    /// 0): off the list it was on (the partial list, or the full list when `was_full`), its
+    /// free bits cleared, its span back to its region or owned heap.
+    ///
+    /// # Safety
+    /// The class lock of `class_heap` (of `node`, `part`, `class`) is held, and `bag` is the
+    /// descriptor of one of its bags, at `start`, with no object out.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn drop_empty_bag(
+        &self,
+        node: NodeId,
+        part: Partition,
+        class: SizeClass,
+        class_heap: &ClassHeap,
+        bag: *mut UnitMeta,
+        start: usize,
+        was_full: bool,
+    ) {
+        // SAFETY: forwarded contract: the lock is held, so the lists and the bag are ours.
+        unsafe {
+            debug_assert_eq!((*bag).role.bag.live, 0);
+            if !was_full {
+                unlink(&mut *class_heap.partial.get(), bag);
+            } else if let Some(full) = self.full_list(part, class) {
+                unlink(full, bag);
+            }
+            class_heap.bags.fetch_sub(1, Ordering::Relaxed);
+            self.arena.map().free_bits(start).clear(class.capacity());
+            if let Some(info) = self.partition_info(part) {
+                info.reclaimed.fetch_add(1, Ordering::Relaxed);
+            }
+            self.forget_released(node, class, bag);
+            if (*bag).role.bag.moved {
+                // Its pages are on the far node: given back now, so the span never serves
+                // another bag from there.
+                self.arena
+                    .release_in_use(start, (*bag).units << crate::size_class::UNIT_SHIFT);
+            }
+            // No object of the bag is out any more.
+            if part.is_owned() {
+                self.owned_free_bag(part, start, (*bag).units);
+            } else {
+                self.arena.free_span(start, (*bag).units);
+            }
+        }
     }
 
     /// The end of a run of `return_to_bags` under one class lock (still held): the run's

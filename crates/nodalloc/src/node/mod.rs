@@ -47,6 +47,7 @@ mod large;
 mod owned;
 mod partition;
 mod prepare;
+mod runs;
 mod shards;
 mod stats;
 mod suspect;
@@ -62,6 +63,7 @@ pub use owned::{OwnedCache, OwnedId, OwnedRefusal, OwnedStats, NAME_BYTES};
 pub use partition::Partition;
 use partition::Partitions;
 pub(crate) use partition::{partition_of_site, PartitionView};
+pub use runs::Run;
 use shards::RingShard;
 pub(crate) use upkeep::upkeep_period;
 

@@ -110,28 +110,39 @@ fn only_first_carves_from_untouched_bags_are_known_zero() {
     }
 }
 
-/// A refill of a class of the sparse pool: from a fresh bag, one object at a time, untouched
-/// (its memory still reads as zero where a link would have been written), in address order;
-/// once objects were freed into the bag, a batch of those (linked), stopping before the carve.
+/// A refill of a class of the sparse pool: from a fresh bag, the rest of the bag as a run,
+/// untouched (its memory still reads as zero where a link would have been written), in
+/// address order; once objects were freed into the bag, a batch of those (linked). A run given
+/// back steps the bag's carve back, so the same objects come out untouched again; a bag with
+/// nothing else out goes back to its region.
 #[test]
-fn a_sparse_refill_hands_out_one_fresh_object_untouched_or_a_batch_of_freed_ones() {
+fn a_sparse_refill_hands_out_the_rest_of_a_bag_untouched_or_a_batch_of_freed_ones() {
     let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
     let class = class_of(5 << 10, 8).unwrap();
+    let capacity = class.capacity();
     assert!(
-        class.size() > DENSE_OBJECT_MAX && class.capacity() >= 4,
-        "{} B, {} a bag",
+        class.size() > DENSE_OBJECT_MAX && capacity >= 8,
+        "{} B, {capacity} a bag",
         class.size(),
-        class.capacity()
     );
     let take = || {
         heaps
             .take_untouched(NodeId(0), Partition::DEFAULT, class, 8)
             .unwrap()
     };
+    let bags = || heaps.class(NodeId(0), class).bags.load(Ordering::Relaxed);
+    let out = || {
+        heaps
+            .class(NodeId(0), class)
+            .out_of_bags
+            .load(Ordering::Relaxed)
+    };
+    let mut run = take().expect_err("a fresh run");
+    assert!(run.zeroed, "a fresh bag's memory reads as zero");
+    assert_eq!((run.left as usize, out(), bags()), (capacity, capacity, 1));
     let mut fresh = Vec::new();
     for _ in 0..3 {
-        let (object, zeroed) = take().expect_err("a fresh object, untouched");
-        assert!(zeroed, "a fresh bag's memory reads as zero");
+        let object = run.take(class.size());
         // SAFETY: the object is ours; its link word, had one been written, is its first.
         let first = unsafe { *(object as *const usize) };
         assert_eq!(first, 0, "a link was written");
@@ -140,8 +151,12 @@ fn a_sparse_refill_hands_out_one_fresh_object_untouched_or_a_batch_of_freed_ones
     assert!(fresh
         .windows(2)
         .all(|w| w[1] as usize == w[0] as usize + class.size()));
-    // Two go back to the bag's free list: the next refill is those two, linked, and the
-    // carve waits for the refill after it.
+    // The bag is carved to its end: the next refill starts another bag.
+    let other = take().expect_err("a second bag's run");
+    assert_eq!(bags(), 2);
+    heaps.return_run(class, other);
+    assert_eq!(bags(), 1, "a run given back whole gives its bag back");
+    // Two objects go back to the bag: the next refill is those two, linked.
     for &object in &fresh[..2] {
         // SAFETY: live objects of `class` from node 0, given up once.
         unsafe { heaps.free_single(NodeId(0), class, object) };
@@ -154,43 +169,81 @@ fn a_sparse_refill_hands_out_one_fresh_object_untouched_or_a_batch_of_freed_ones
     let mut got = [batch.head, batch.tail];
     got.sort();
     assert_eq!(got, [fresh[0], fresh[1]]);
-    let (next, _) = take().expect_err("the carve, untouched again");
-    assert_eq!(next as usize, fresh[2] as usize + class.size());
-    for object in [batch.head, batch.tail, fresh[2], next] {
+    // The rest of the run goes back: the carve steps back over it, and a refill hands the
+    // same objects out again as a run, untouched.
+    let rest = run;
+    heaps.return_run(class, run);
+    assert_eq!(out(), 3);
+    let again = take().expect_err("the run again");
+    assert_eq!(again, rest);
+    heaps.return_run(class, again);
+    for object in [batch.head, batch.tail, fresh[2]] {
         // SAFETY: each handed out above and given up once.
         unsafe { heaps.free_single(NodeId(0), class, object) };
     }
-    // A bag carved to the end: a refill of its freed objects starts no bag (one started and
-    // left with nothing carved would pass for a prepared bag at the next refill).
-    let bags = || heaps.class(NodeId(0), class).bags.load(Ordering::Relaxed);
-    let mut out: Vec<_> = (0..class.capacity())
-        .map(|_| take().expect_err("a fresh object").0)
-        .collect();
-    assert_eq!(bags(), 1);
-    for &object in &out[..2] {
-        // SAFETY: live objects of `class` from node 0, given up once.
-        unsafe { heaps.free_single(NodeId(0), class, object) };
-    }
-    let batch = take().expect("the freed objects, as a batch");
-    assert_eq!((batch.count, bags()), (2, 1));
-    out[0] = batch.head;
-    out[1] = batch.tail;
-    out.push(take().expect_err("a new bag's first object").0);
-    assert_eq!(bags(), 2);
-    let lowest = *out.iter().min().unwrap();
-    for object in out {
-        // SAFETY: each handed out above and given up once.
-        unsafe { heaps.free_single(NodeId(0), class, object) };
-    }
+    assert_eq!((bags(), out()), (0, 0));
+    // The bag fell empty and its memory, which the frees' links wrote, stays committed (the
+    // budget keeps it): a bag over it hands its objects out untouched, but not as memory that
+    // reads as zero (a face that marks freed blocks must clear it).
+    let again = take().expect_err("a bag over used memory");
+    assert_eq!(again.next, fresh[0], "the first bag's memory again");
+    assert!(!again.zeroed, "a bag over used memory was reported zero");
+    heaps.return_run(class, again);
     assert_eq!(bags(), 0);
-    // The bags fell empty and their memory, which the frees' links wrote, stays committed
-    // (the budget keeps it): a bag over it hands its first object out untouched, but not as
-    // memory that reads as zero (a face that marks freed blocks must clear it).
-    let (again, zeroed) = take().expect_err("a bag over used memory");
-    assert_eq!(again, lowest, "the first bag's memory again");
-    assert!(!zeroed, "a bag over used memory was reported zero");
-    // SAFETY: handed out above, given up once.
-    unsafe { heaps.free_single(NodeId(0), class, again) };
+}
+
+/// An object of a run freed before its thread handed it out (a `free` of an address the
+/// program computed) is named when the run goes back, instead of being handed out twice.
+#[test]
+fn a_run_given_back_names_an_object_freed_before_it_was_handed_out() {
+    let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
+    let class = class_of(8 << 10, 8).unwrap();
+    let mut run = heaps
+        .take_untouched(NodeId(0), Partition::DEFAULT, class, 8)
+        .unwrap()
+        .expect_err("a fresh run");
+    let handed = run.take(class.size());
+    let forged = (handed as usize + class.size()) as *mut u8;
+    // SAFETY: the forged address is an object of the run, never handed out: the misuse the
+    // test plays (a free of `p + size`), as a chain of one.
+    unsafe {
+        heaps.arena.write_link(forged, null_mut());
+        heaps
+            .return_to_bags(NodeId(0), class, forged, false)
+            .unwrap();
+    }
+    let text = dies_with(|| heaps.return_run(class, run));
+    let expected = format!("free(): invalid pointer {:#x}", forged as usize);
+    assert!(text.contains(&expected), "{text}");
+}
+
+/// Runs `f` in a child process and returns what it wrote to stderr; the child must abort.
+fn dies_with(f: impl FnOnce()) -> String {
+    let mut pipe = [0; 2];
+    // SAFETY: plain system calls; the child only runs `f` on the test's own heaps (nobody
+    // else's lock) and aborts or exits at once.
+    unsafe {
+        assert_eq!(libc::pipe(pipe.as_mut_ptr()), 0);
+        let child = libc::fork();
+        assert!(child >= 0);
+        if child == 0 {
+            libc::dup2(pipe[1], 2);
+            f();
+            libc::_exit(0);
+        }
+        libc::close(pipe[1]);
+        let mut output = [0u8; 512];
+        let read = libc::read(pipe[0], output.as_mut_ptr().cast(), output.len());
+        let mut status = 0;
+        assert_eq!(libc::waitpid(child, &mut status, 0), child);
+        libc::close(pipe[0]);
+        let text = String::from_utf8_lossy(&output[..read.max(0) as usize]).into_owned();
+        assert!(
+            libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGABRT,
+            "the child went on: {text}"
+        );
+        text
+    }
 }
 
 /// A batch from a fresh bag runs in address order (head first), over a bag boundary too, and
@@ -976,36 +1029,15 @@ fn secure_refills_refuse_an_object_written_after_its_return() {
     // A program writes into a free object that waits in its bag.
     // SAFETY: a free object of the test's bag, 64 bytes.
     unsafe { (carved[1] as *mut usize).write(0x4141_4141_4141_4141) };
-    let mut pipe = [0; 2];
-    // SAFETY: plain system calls; the child only refills from the test's own heaps (nobody
-    // else's lock) and aborts or exits at once.
-    unsafe {
-        assert_eq!(libc::pipe(pipe.as_mut_ptr()), 0);
-        let child = libc::fork();
-        assert!(child >= 0);
-        if child == 0 {
-            libc::dup2(pipe[1], 2);
-            heaps.take_from_bags(NodeId(0), Partition::DEFAULT, class, 8);
-            libc::_exit(0);
-        }
-        libc::close(pipe[1]);
-        let mut output = [0u8; 512];
-        let read = libc::read(pipe[0], output.as_mut_ptr().cast(), output.len());
-        let mut status = 0;
-        assert_eq!(libc::waitpid(child, &mut status, 0), child);
-        libc::close(pipe[0]);
-        let text = String::from_utf8_lossy(&output[..read.max(0) as usize]);
-        assert!(
-            libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGABRT,
-            "the child went on: {text}"
-        );
-        let expected = format!(
-            "corrupted free list: freed object {:#x}",
-            carved[1] as usize
-        );
-        let named = format!("freed block {:#x} held ", carved[1] as usize);
-        assert!(text.contains(&expected) || text.contains(&named), "{text}");
-    }
+    let text = dies_with(|| {
+        heaps.take_from_bags(NodeId(0), Partition::DEFAULT, class, 8);
+    });
+    let expected = format!(
+        "corrupted free list: freed object {:#x}",
+        carved[1] as usize
+    );
+    let named = format!("freed block {:#x} held ", carved[1] as usize);
+    assert!(text.contains(&expected) || text.contains(&named), "{text}");
 }
 
 proptest::proptest! {

@@ -333,6 +333,12 @@ impl FreeList {
         self.unarm();
     }
 
+    /// Counts an object of the class handed out without passing through the list (a run's,
+    /// see `ThreadHeap::take_from_run`) as one of its pops.
+    pub(super) fn count_handed_out(&mut self) {
+        self.book = self.book.wrapping_add(1);
+    }
+
     /// Objects popped from the list since the counts were last published (wrapping): what the
     /// heap profile's lean mode reads to count the fast paths' allocations.
     pub(super) fn pops_since_publish(&self) -> u32 {

@@ -198,6 +198,9 @@ pub struct ThreadHeap {
     /// Per class, in lean mode: objects the budget kept off the list (newest first), which the
     /// class's next miss takes back before it asks the node heap (see `profile.rs`).
     stash: [crate::node::Batch; NUM_CLASSES],
+    /// Per class of the sparse pool: the untouched objects the last refill took from a bag,
+    /// handed out before the next refill (`refill_sparse`), given back by the flush.
+    runs: [crate::node::Run; NUM_CLASSES],
 }
 
 /// The CPU word of a heap that does not follow its thread's CPU: it never changes.
@@ -279,6 +282,7 @@ impl ThreadHeap {
             budget: [0; NUM_CLASSES],
             seen: [0; NUM_CLASSES],
             stash: [crate::node::Batch::EMPTY; NUM_CLASSES],
+            runs: [crate::node::Run::EMPTY; NUM_CLASSES],
         }
     }
 

@@ -201,12 +201,17 @@ impl ThreadHeap {
         object
     }
 
-    /// [`Self::refill`] and the pop, for a class of the sparse pool: when the node's ring is
-    /// empty and its bags hold no free object either, the object a bag carves next is handed out as it
-    /// is, untouched (`NodeHeaps::take_untouched`: no page fault inside `malloc` for a page
-    /// the program has not touched yet), and the list stays empty (no longer fresh). Other
-    /// nodes' bags as a refill takes them.
+    /// [`Self::refill`] and the pop, for a class of the sparse pool: the class's run first;
+    /// when the node's ring is empty and its bags hold no free object either, the rest of a bag
+    /// becomes the run, handed out one object at a time as it is, untouched
+    /// (`NodeHeaps::take_untouched`: no page fault inside `malloc` for a page the program has
+    /// not touched yet), and the list stays empty (no longer fresh). Other nodes' bags as a
+    /// refill takes them.
     fn refill_sparse(&mut self, heaps: &'static NodeHeaps, class: SizeClass) -> *mut u8 {
+        let object = self.take_from_run(class);
+        if !object.is_null() {
+            return object;
+        }
         self.refill_duties(heaps);
         self.publish(class);
         let want = self.refill_want(Partition::DEFAULT, class);
@@ -216,10 +221,12 @@ impl ThreadHeap {
         };
         let batch = match taken {
             Some(Ok(batch)) => batch,
-            Some(Err((object, zeroed))) => {
+            Some(Err(run)) => {
                 self.lists[class.index()].install(Batch::EMPTY, false);
                 self.limit_after_refill(class);
-                self.untouched = zeroed;
+                self.runs[class.index()] = run;
+                let object = self.take_from_run(class);
+                debug_assert!(!object.is_null());
                 return object;
             }
             // The node has nothing left (its ring and bags were just tried): other nodes',
@@ -236,6 +243,20 @@ impl ThreadHeap {
         self.limit_after_refill(class);
         let object = self.pop_if_any(class);
         debug_assert!(!object.is_null());
+        object
+    }
+
+    /// The next object of `class`'s run (see [`Self::refill_sparse`]), counted as the list's
+    /// allocation, and noted untouched when its bag's memory read as zero; null when the run
+    /// is empty.
+    #[inline]
+    pub(super) fn take_from_run(&mut self, class: SizeClass) -> *mut u8 {
+        let run = &mut self.runs[class.index()];
+        let object = run.take(class.size());
+        if !object.is_null() {
+            self.untouched = run.zeroed;
+            self.lists[class.index()].count_handed_out();
+        }
         object
     }
 

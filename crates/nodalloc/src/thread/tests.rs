@@ -98,6 +98,42 @@ fn a_drain_that_re_homes_the_thread_returns_its_batch_to_the_old_node() {
     crate::os::set_thread_affinity(heaps.arena().topology.process_cpus()).unwrap();
 }
 
+/// A thread that allocates objects of a sparse class in a row takes the rest of a bag at one
+/// refill and hands it out object by object, in address order, each counted as allocated; its
+/// flush gives back the objects it did not hand out, so once the program's are freed no bag is
+/// left out.
+#[test]
+fn sparse_allocations_in_a_row_come_from_runs_and_the_flush_gives_the_rest_back() {
+    let heaps = heaps(1);
+    let mut heap = attached(heaps, NodeId(0));
+    let class = class_of(16 << 10, 8).unwrap();
+    let capacity = class.capacity();
+    let class_heap = heaps.class(NodeId(0), class);
+    let n = capacity + 3;
+    let objects: Vec<*mut u8> = (0..n).map(|_| allocate(&mut heap, class)).collect();
+    for bag in objects.chunks(capacity) {
+        assert!(
+            bag.windows(2)
+                .all(|w| w[1] as usize == w[0] as usize + class.size()),
+            "a run hands its bag out in address order"
+        );
+    }
+    assert_eq!(class_heap.bags.load(Ordering::Relaxed), 2);
+    assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 2 * capacity);
+    heap.publish_all();
+    assert_eq!(class_heap.allocs.load(Ordering::Relaxed), n as u64);
+    for &object in &objects {
+        // SAFETY: each object was allocated above and is freed once.
+        unsafe { heap.free(object, class) };
+    }
+    heap.flush();
+    // What the drains left in the ring goes back too.
+    heaps.flush_all();
+    assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 0);
+    assert_eq!(class_heap.bags.load(Ordering::Relaxed), 0);
+    assert_eq!(class_heap.frees.load(Ordering::Relaxed), n as u64);
+}
+
 #[test]
 fn cache_stays_within_its_limit_and_drains_the_oldest_batch() {
     let heaps = heaps(1);

@@ -33,7 +33,7 @@ impl ThreadHeap {
             // Idle: nothing since its last publication, and no publication since the last
             // pass (a cut or a park publishes, then runs the upkeep if due).
             let published = self.published & (1 << index) != 0;
-            let held = list.len() + self.stash[index].count;
+            let held = list.len() + self.stash[index].count + self.runs[index].left as usize;
             if list.is_idle() && held > 0 && !published {
                 self.return_list(heaps, index);
             }
@@ -123,6 +123,8 @@ impl ThreadHeap {
         let class = SizeClass(index as u8);
         self.reset_limit(class);
         self.give_back(heaps, Partition::DEFAULT, class, batch, true);
+        let run = core::mem::replace(&mut self.runs[index], crate::node::Run::EMPTY);
+        heaps.return_run(class, run);
         let stash = core::mem::replace(&mut self.stash[index], crate::node::Batch::EMPTY);
         self.give_back(heaps, Partition::DEFAULT, class, stash, true);
     }
