@@ -167,22 +167,15 @@ pub static CLASS_SIZES: [u32; NUM_CLASSES] = {
     sizes
 };
 
-/// Objects above this size span pages: the arena's sparse pool (`arena::DENSE_OBJECT_MAX`,
-/// which asserts they agree).
-pub const SPARSE_ABOVE: usize = 4 << 10;
-
 const BAG_UNITS_TABLE: [u8; NUM_CLASSES] = {
     let mut units = [0u8; NUM_CLASSES];
     let mut i = 0;
     while i < NUM_CLASSES {
         let size = class_size_of(i);
-        // The classes of the sparse pool that threads cache get at least eight objects per bag,
-        // so that a program allocating many in a row takes a bag (a run, see
-        // `NodeHeaps::take_untouched`) per eight and not per one to four (docs/JOURNAL.md,
-        // issue 32's eleventh round); classes threads do not cache take what the waste rule
-        // allows.
-        let min_objects = if size > SPARSE_ABOVE && size <= MAX_CACHED {
-            8
+        // Mid-size classes get at least four objects per bag so a bag is not carved per
+        // refill; classes threads do not cache take what the waste rule allows.
+        let min_objects = if size > (16 << 10) && size <= MAX_CACHED {
+            4
         } else {
             1
         };
@@ -523,8 +516,7 @@ mod tests {
                 class.size()
             );
             assert!(class.bag_units() <= MAX_BAG_UNITS);
-            let mid = class.size() > SPARSE_ABOVE && class.size() <= MAX_CACHED;
-            if !mid && class.size() <= 16 << 10 && (UNIT % class.size()) * 8 <= UNIT {
+            if class.size() <= 16 << 10 && (UNIT % class.size()) * 8 <= UNIT {
                 assert_eq!(
                     bytes,
                     UNIT,
@@ -532,15 +524,8 @@ mod tests {
                     class.size()
                 );
             }
-            if mid {
-                assert!(class.capacity() >= 8, "class {}", class.size());
-                // The smallest bag that holds eight: one unit less would not.
-                let smaller = bytes - UNIT;
-                assert!(
-                    smaller / class.size() < 8 || (smaller % class.size()) * 8 > smaller,
-                    "class {} could use a smaller bag",
-                    class.size()
-                );
+            if class.size() > 16 << 10 && class.size() <= MAX_CACHED {
+                assert!(class.capacity() >= 4);
             }
             assert!(class.batch() >= 1 && class.batch() <= MAX_BATCH);
         }

@@ -68,7 +68,6 @@ impl BagAt {
 /// touches, and huge pages cost nothing extra. Larger objects span pages a program may never
 /// touch (the tail of a 100 KB buffer of which it writes a header).
 pub const DENSE_OBJECT_MAX: usize = os::PAGE_SIZE;
-const _: () = assert!(DENSE_OBJECT_MAX == crate::size_class::SPARSE_ABOVE);
 
 /// The span pools of a node region (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -121,7 +121,7 @@ fn a_sparse_refill_hands_out_the_rest_of_a_bag_untouched_or_a_batch_of_freed_one
     let class = class_of(5 << 10, 8).unwrap();
     let capacity = class.capacity();
     assert!(
-        class.size() > DENSE_OBJECT_MAX && capacity >= 8,
+        class.size() > DENSE_OBJECT_MAX && capacity >= 4,
         "{} B, {capacity} a bag",
         class.size(),
     );

@@ -48,13 +48,21 @@ impl ThreadHeap {
             && !self.secure
             && self.far.is_none()
         {
-            if let Some((fresh, zeroed)) = self.heaps().and_then(|heaps| {
+            // The class's run first (untouched objects a `malloc` of the class left): nothing
+            // was written into them, so one from a bag that read as zero still does.
+            object = self.take_from_run(class);
+            let zeroed = if !object.is_null() {
+                self.took_untouched()
+            } else if let Some((fresh, zeroed)) = self.heaps().and_then(|heaps| {
                 heaps.alloc_single_zeroed(self.node, self.current_partition(), class)
             }) {
                 object = fresh;
-                if zeroed {
-                    clear = bytes.min(2 * core::mem::size_of::<usize>());
-                }
+                zeroed
+            } else {
+                false
+            };
+            if zeroed {
+                clear = bytes.min(2 * core::mem::size_of::<usize>());
             }
         }
         if object.is_null() {

@@ -6,7 +6,7 @@ use super::adapt::THREAD_GROWN_BYTES;
 use super::cache::cache_limit_max;
 use super::*;
 use crate::arena::tests::test_arena;
-use crate::node::Partition;
+use crate::node::{Partition, DENSE_OBJECT_MAX};
 use crate::size_class::class_of;
 use core::sync::atomic::Ordering;
 
@@ -106,11 +106,24 @@ fn a_drain_that_re_homes_the_thread_returns_its_batch_to_the_old_node() {
 fn sparse_allocations_in_a_row_come_from_runs_and_the_flush_gives_the_rest_back() {
     let heaps = heaps(1);
     let mut heap = attached(heaps, NodeId(0));
-    let class = class_of(16 << 10, 8).unwrap();
+    let class = class_of(5 << 10, 8).unwrap();
     let capacity = class.capacity();
+    assert!(class.size() > DENSE_OBJECT_MAX && capacity >= 4);
     let class_heap = heaps.class(NodeId(0), class);
-    let n = capacity + 3;
-    let objects: Vec<*mut u8> = (0..n).map(|_| allocate(&mut heap, class)).collect();
+    let mut objects: Vec<*mut u8> = (0..capacity + 3)
+        .map(|_| allocate(&mut heap, class))
+        .collect();
+    // A zeroed allocation takes the run's next object too, and it reads as zero.
+    let zeroed = heap.alloc_zeroed(class, class.size());
+    assert_eq!(
+        zeroed as usize,
+        objects[capacity + 2] as usize + class.size()
+    );
+    // SAFETY: the object holds `class.size()` bytes and is the test's.
+    let bytes = unsafe { core::slice::from_raw_parts(zeroed, class.size()) };
+    assert!(bytes.iter().all(|&b| b == 0));
+    objects.push(zeroed);
+    let n = objects.len();
     for bag in objects.chunks(capacity) {
         assert!(
             bag.windows(2)
