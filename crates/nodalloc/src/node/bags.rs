@@ -577,8 +577,6 @@ impl NodeHeaps {
             }
             switched = false;
             last = Some(at);
-            // SAFETY: the class lock is held for the rest of this function.
-            let partial = unsafe { &mut *class_heap.partial.get() };
             // SAFETY: chains given to us are linked through first words of free objects.
             let next = unsafe { self.arena.read_link(object, Expect::Class(class)) };
             if !next.is_null() && self.arena.origin_of(next as usize) != Some(node.index()) {
@@ -613,15 +611,9 @@ impl NodeHeaps {
                 (*bag).role.bag.live -= 1;
                 (*bag).role.bag.sweep.returned_at = stamp;
                 run += 1;
-                if (*bag).role.bag.live == 0 {
-                    // Its span leaves us: the next object finds its own bag.
+                if self.settle_returned(node, part, class, class_heap, bag, start, was_full) {
+                    // Its span left us: the next object finds its own bag.
                     last = None;
-                    self.drop_empty_bag(node, part, class, class_heap, bag, start, was_full);
-                } else if was_full {
-                    if let Some(full) = self.full_list(part, class) {
-                        unlink(full, bag);
-                    }
-                    push_front(partial, bag);
                 }
             }
             object = next;
@@ -631,15 +623,17 @@ impl NodeHeaps {
         result
     }
 
-    /// Gives back a bag of (`part`, `class`) at `start` whose last object came back (`live` is
-    /// 0): off the list it was on (the partial list, or the full list when `was_full`), its
-    /// free bits cleared, its span back to its region or owned heap.
+    /// Puts a bag of (`part`, `class`) at `start` that objects just came back to where it now
+    /// belongs, and says whether its span left us: one with nothing out any more goes off the
+    /// list it was on (the partial list, or the full list when `was_full`), its free bits
+    /// cleared, its span back to its region or owned heap (true); one that was full goes to the
+    /// front of the partial list.
     ///
     /// # Safety
     /// The class lock of `class_heap` (of `node`, `part`, `class`) is held, and `bag` is the
-    /// descriptor of one of its bags, at `start`, with no object out.
+    /// descriptor of one of its bags, at `start`, full before these returns when `was_full`.
     #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn drop_empty_bag(
+    pub(super) unsafe fn settle_returned(
         &self,
         node: NodeId,
         part: Partition,
@@ -648,10 +642,18 @@ impl NodeHeaps {
         bag: *mut UnitMeta,
         start: usize,
         was_full: bool,
-    ) {
+    ) -> bool {
         // SAFETY: forwarded contract: the lock is held, so the lists and the bag are ours.
         unsafe {
-            debug_assert_eq!((*bag).role.bag.live, 0);
+            if (*bag).role.bag.live != 0 {
+                if was_full {
+                    if let Some(full) = self.full_list(part, class) {
+                        unlink(full, bag);
+                    }
+                    push_front(&mut *class_heap.partial.get(), bag);
+                }
+                return false;
+            }
             if !was_full {
                 unlink(&mut *class_heap.partial.get(), bag);
             } else if let Some(full) = self.full_list(part, class) {
@@ -676,6 +678,7 @@ impl NodeHeaps {
                 self.arena.free_span(start, (*bag).units);
             }
         }
+        true
     }
 
     /// The end of a run of `return_to_bags` under one class lock (still held): the run's

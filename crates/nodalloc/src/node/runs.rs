@@ -2,7 +2,7 @@
 //! hands out one object at a time (see [`NodeHeaps::take_untouched`]), and gives back with
 //! [`NodeHeaps::return_run`] when it flushes its caches.
 
-use super::bags::{is_full, push_front, unlink};
+use super::bags::is_full;
 use super::*;
 
 /// Consecutive objects of one bag, never touched: `left` of them from `next` on, address order.
@@ -83,14 +83,7 @@ impl NodeHeaps {
             }
             (*bag).role.bag.live -= left as u16;
             class_heap.out_of_bags.fetch_sub(left, Ordering::Relaxed);
-            if (*bag).role.bag.live == 0 {
-                self.drop_empty_bag(node, part, class, class_heap, bag, at.start, was_full);
-            } else if was_full {
-                if let Some(full) = self.full_list(part, class) {
-                    unlink(full, bag);
-                }
-                push_front(&mut *class_heap.partial.get(), bag);
-            }
+            self.settle_returned(node, part, class, class_heap, bag, at.start, was_full);
         }
     }
 }
