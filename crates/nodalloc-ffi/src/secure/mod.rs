@@ -340,6 +340,15 @@ pub(crate) fn check_write(dst: *mut u8, n: usize) {
         report_write_to_free(dst, block);
     }
     let start = block.start;
+    if raw::is_owned(start) {
+        // A first-class heap's block: secure mode's layer never saw it, so it has no trailer
+        // (what its last word holds is the program's, or a former block's), and its bound is
+        // its slot.
+        if (dst as usize - start as usize).saturating_add(n) > block.bytes {
+            raw::report_corruption("heap overflow: a copy runs past the end of block", start);
+        }
+        return;
+    }
     // A bag's object is its class's size; a large block's usable bytes leave out its guard.
     let (usable, large) = if block.large {
         let Some(usable) = core_usable(start).map(split) else {
@@ -361,8 +370,7 @@ pub(crate) fn check_write(dst: *mut u8, n: usize) {
         Some((size, _)) if (dst as usize - start as usize).saturating_add(n) > size => {
             raw::report_corruption("heap overflow: a copy runs past the end of block", start)
         }
-        // Within the block; or not a block of this face (a first-class heap's), or its trailer
-        // damaged already: its free says which.
+        // Within the block; or its trailer damaged already: its free says which.
         _ => {}
     }
 }

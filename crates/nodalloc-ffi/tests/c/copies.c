@@ -2,13 +2,14 @@
  *
  * Usage: copies correct | copies CASE. `correct` makes only correct calls: copies exactly to a
  * block's end at many sizes, zero-size copies, copies on the stack and on globals, overlapping
- * moves inside a block, whole-block fills, realloc growth that copies, and 256 KiB to 3 MiB
- * blocks freed and allocated again in loops; it checks every byte it wrote and prints
+ * moves inside a block, whole-block fills, realloc growth that copies, 256 KiB to 3 MiB
+ * blocks freed and allocated again in loops, and a first-class heap's blocks copied to their
+ * end and grown; it checks every byte it wrote and prints
  * "ok copies: …". A CASE prints "pointer 0x…" (the block the misuse concerns) and then makes one
  * bad call: memcpy-past (one byte past a 100-byte block), memmove-past, memset-past,
  * memcpy-before (a copy starting 16 bytes before a 4 KiB block), memcpy-freed (into a freed
- * block), memcpy-large-past (one byte past a 300 KiB block); reaching the end is a failure
- * (exit 1).
+ * block), memcpy-large-past (one byte past a 300 KiB block), memcpy-heap-past (4 KiB into a
+ * first-class heap's 100-byte block); reaching the end is a failure (exit 1).
  */
 #include "check.h"
 
@@ -92,6 +93,28 @@ static int correct(void) {
         check_bytes(block + n - 4096, 4096, 0x5a, "a reused large block");
         free(block);
     }
+    /* A first-class heap's blocks (no trailer: their bound is their slot), copied to their
+     * end and grown by realloc (the library's copy into the heap's new block), in rounds that
+     * reuse the heap's memory. */
+    for (int round = 0; round < 20; round++) {
+        nodalloc_heap_t *heap = NODALLOC(nodalloc_heap_new)(NULL);
+        CHECK(heap != NULL, "nodalloc_heap_new failed");
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            size_t n = sizes[i];
+            unsigned char *block = NODALLOC(nodalloc_heap_malloc)(heap, opaque_size(n));
+            CHECK(block != NULL, "heap malloc(%zu) failed", n);
+            copy(block, source, n);
+            set(block, 0x33, n);
+            block = realloc(block, opaque_size(n * 3 + 10));
+            CHECK(block != NULL, "heap realloc(%zu) failed", n * 3 + 10);
+            check_bytes(block, n, 0x33, "a heap block's realloc copy");
+            size_t grown = n * 3 + 10 < sizeof source ? n * 3 + 10 : sizeof source;
+            copy(block, source, grown);
+            copied += n + grown;
+            free(block);
+        }
+        NODALLOC(nodalloc_heap_destroy)(heap);
+    }
     printf("ok copies: %zu bytes copied to blocks' ends\n", copied);
     return 0;
 }
@@ -143,6 +166,14 @@ int main(int argc, char **argv) {
         CHECK(block != NULL, "malloc(300 KiB) failed");
         announce(block);
         copy(block, source, opaque_size(300 * 1024 + 1));
+    } else if (strcmp(mode, "memcpy-heap-past") == 0) {
+        /* A first-class heap's block keeps no size of its own: a copy past its slot. */
+        nodalloc_heap_t *heap = NODALLOC(nodalloc_heap_new)(NULL);
+        CHECK(heap != NULL, "nodalloc_heap_new failed");
+        unsigned char *block = NODALLOC(nodalloc_heap_malloc)(heap, opaque_size(100));
+        CHECK(block != NULL, "heap malloc(100) failed");
+        announce(block);
+        copy(block, source, opaque_size(4096));
     } else {
         CHECK(0, "unknown case %s", mode);
     }

@@ -27,6 +27,7 @@ fn secure_mode_refuses_a_copy_past_the_end_of_a_block() {
         "memmove-past",
         "memset-past",
         "memcpy-large-past",
+        "memcpy-heap-past",
     ] {
         assert_copy_aborts(case, |pointer| {
             format!("nodalloc: heap overflow: a copy runs past the end of block {pointer}")
