@@ -71,6 +71,12 @@ impl Tag {
     /// sees it.
     pub const SAMPLED: u32 = 16;
 
+    /// The head unit of a large object that the program freed and a thread keeps for its next
+    /// large allocation of that size (`thread/large.rs`): set and cleared on the live tag
+    /// (`fetch_or`, `fetch_and`); its kind stays [`Kind::Large`] (the region still counts the
+    /// span in use), but a free, a resize or a size lookup of it is a misuse.
+    pub const KEPT: u32 = 32;
+
     /// Where a bag unit's class sits (bits 6–13): masked, the tag is then the class times 64,
     /// its `ClassSlot`, with no shift on the C face's free.
     const CLASS_SHIFT: u32 = 6;
@@ -140,6 +146,8 @@ impl Tag {
 const _: () = assert!(Tag::CLASS_SHIFT + 8 <= Tag::OFFSET_SHIFT);
 const _: () = assert!(Tag::BAG_BIT < 1 << Tag::CLASS_SHIFT);
 const _: () = assert!(Tag::SAMPLED > 0xf && Tag::SAMPLED < 1 << Tag::CLASS_SHIFT);
+const _: () = assert!(Tag::KEPT > 0xf && Tag::KEPT < 1 << Tag::CLASS_SHIFT);
+const _: () = assert!(Tag::KEPT != Tag::SAMPLED);
 
 /// Descriptor of a unit. Bag fields are owned by the node heap's class lock; span fields by the
 /// region's span lock. All-zero is a valid, empty descriptor.

@@ -20,7 +20,7 @@ mod start;
 
 use crate::node::{report, Misuse, NodeHeaps, NodeId};
 use crate::os::topology::Topology;
-use crate::size_class::SizeClass;
+use crate::size_class::{SizeClass, UNIT};
 use crate::stats::Stats;
 use crate::thread::ThreadHeap;
 use core::cell::UnsafeCell;
@@ -210,19 +210,29 @@ impl Instance {
         size: usize,
         align: usize,
     ) -> *mut u8 {
-        let (node, sampler) = match heap {
-            Some(heap) if !heap.is_retired() => {
+        let mut heap = heap.filter(|heap| !heap.is_retired());
+        let (node, mut block, sampled) = match heap.as_deref_mut() {
+            Some(heap) => {
                 heap.run_attach_hook();
                 heap.check_home();
                 heap.upkeep();
                 let node = heap.allocation_node();
-                (node, heap.sample_large(size).then_some(heap))
+                let units = size.max(1).div_ceil(UNIT);
+                let kept = heap.take_kept_large(node, units, (align / UNIT).max(1));
+                (node, kept, heap.sample_large(size))
             }
-            _ => (self.current_node(), None),
+            None => (self.current_node(), core::ptr::null_mut(), false),
         };
-        let block = self.heaps.alloc_large(node, size, align);
-        if let Some(heap) = sampler {
-            if !block.is_null() {
+        if block.is_null() {
+            block = self.heaps.alloc_large(node, size, align);
+        }
+        if let Some(heap) = heap {
+            if block.is_null() && heap.keeps_large() {
+                // Out of memory: what the thread keeps goes back to the region first.
+                heap.release_kept_large();
+                block = self.heaps.alloc_large(node, size, align);
+            }
+            if sampled && !block.is_null() {
                 heap.record_sample(block, size, size);
             }
         }
@@ -237,9 +247,14 @@ impl Instance {
     /// Frees a large object (aborting, naming it, if it is not a live one), then lets `heap`
     /// run its upkeep.
     pub(crate) fn free_large(self, heap: Option<&mut ThreadHeap>, object: *mut u8) {
-        self.heaps.free_large(object as usize);
-        if let Some(heap) = heap {
-            heap.upkeep();
+        match heap {
+            Some(heap) => {
+                if !heap.keep_large(object) {
+                    self.heaps.free_large(object as usize);
+                }
+                heap.upkeep();
+            }
+            None => self.heaps.free_large(object as usize),
         }
     }
 

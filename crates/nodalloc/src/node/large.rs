@@ -2,6 +2,12 @@
 //! resizing and, in secure mode, a guard page after the usable bytes.
 
 use super::*;
+use crate::arena::pagemap::Tag;
+use crate::arena::region::spans::{canary_of, check_canary};
+
+/// The smallest node region whose large objects threads keep for reuse (`thread/large.rs`): a
+/// region sized down to an address-space limit has no room for memory other threads hold.
+pub const KEEP_LARGE_MIN_REGION: usize = 1 << 30;
 
 impl NodeHeaps {
     /// A large object (a span of whole units) for `node`, spilling to the nearest node when
@@ -103,6 +109,8 @@ impl NodeHeaps {
             return Err(Misuse::InvalidPointer);
         };
         match tag.kind() {
+            // Freed, and kept by a thread for its next large allocation.
+            Kind::Large if tag.0 & Tag::KEPT != 0 => Err(Misuse::DoubleFree),
             // SAFETY: a Large tag means the unit heads a live large span whose descriptor holds
             // its length; the caller owns the object, so nobody frees it concurrently.
             Kind::Large => Ok(unsafe { (*map.meta(map.unit_of(address))).units }),
@@ -152,6 +160,97 @@ impl NodeHeaps {
             }
             Err(misuse) => report(address as *mut u8, misuse),
         }
+    }
+
+    /// The free of the large object at `address` by a thread homed on `node` that may keep it
+    /// for its next large allocation (`thread/large.rs`): when the object is `node`'s, of the
+    /// shared pools, neither guarded nor interleaved, no hard limit is set, the region is not a
+    /// small one ([`KEEP_LARGE_MIN_REGION`]: under `RLIMIT_AS`), and the region's
+    /// hold would not take it (`Region::hold_takes`: its guard comes first), it is marked
+    /// kept ([`Tag::KEPT`]: a second free of it is refused) and its units are returned; the
+    /// caller counts it as freed ([`Self::count_kept_large`]). `None` when the caller must free
+    /// it as usual ([`Self::free_large`]). Aborts naming the object when it is no live large
+    /// object.
+    pub fn keep_large(&self, address: usize, node: NodeId) -> Option<usize> {
+        let units = match self.large_units(address) {
+            Ok(units) => units,
+            Err(misuse) => report(address as *mut u8, misuse),
+        };
+        if self.arena.is_secure()
+            || self.is_limited()
+            || self.arena.shared_bytes() < KEEP_LARGE_MIN_REGION
+            || self.is_owned(address)
+            || self.is_interleaved(address)
+            || self.origin_of(address) != Some(node)
+            || self
+                .arena
+                .pool_of(address)
+                .hold_takes(units, crate::os::monotonic_ns())
+        {
+            return None;
+        }
+        let map = self.arena.map();
+        // SAFETY: `address` heads a live large span (checked above), so its unit's tag is in the
+        // page map.
+        let head = unsafe { &*map.tags().add(map.unit_of(address)) };
+        if head.fetch_or(Tag::KEPT, Ordering::AcqRel) & Tag::KEPT != 0 {
+            // Another free of the same object got there first.
+            report(address as *mut u8, Misuse::DoubleFree);
+        }
+        self.forget_sample(address);
+        // SAFETY: the span is the caller's now (kept); its descriptor is nobody else's.
+        unsafe { (*map.meta(map.unit_of(address))).role.large.zeroed = false };
+        // SAFETY: the span's memory is the caller's now, committed and open (no guard in the
+        // default mode this runs in).
+        unsafe { write_kept_canaries(address, address + (units << UNIT_SHIFT)) };
+        Some(units)
+    }
+
+    /// Hands out again the large object of `units` units at `address` that the calling thread
+    /// kept ([`Self::keep_large`]), after checking that nothing wrote into its ends since; the
+    /// caller counts it as allocated.
+    ///
+    /// # Safety
+    /// The caller kept the object and gives it up to the program.
+    pub unsafe fn reuse_large(&self, address: usize, units: usize) {
+        let end = address + (units << UNIT_SHIFT);
+        check_canary(address, address);
+        check_canary(address, end - 8);
+        let map = self.arena.map();
+        // SAFETY: a kept large span heads its unit (contract above).
+        let head = unsafe { &*map.tags().add(map.unit_of(address)) };
+        // Only the thread that kept the object writes its tag until it hands it out.
+        head.store(head.load(Ordering::Relaxed) & !Tag::KEPT, Ordering::Release);
+    }
+
+    /// Counts on `node` the large objects a thread kept (`frees`, of `freed` bytes) and handed
+    /// out again (`allocs`, of `reused` bytes) since it last counted them.
+    pub fn count_kept_large(
+        &self,
+        node: NodeId,
+        frees: u64,
+        allocs: u64,
+        freed: usize,
+        reused: usize,
+    ) {
+        let node_heap = self.node(node);
+        node_heap.large_frees.fetch_add(frees, Ordering::Relaxed);
+        node_heap.large_allocs.fetch_add(allocs, Ordering::Relaxed);
+        node_heap.large_bytes.fetch_add(reused, Ordering::Relaxed);
+        node_heap.large_bytes.fetch_sub(freed, Ordering::Relaxed);
+    }
+
+    /// Gives the large object of `units` units at `address` that a thread kept
+    /// ([`Self::keep_large`]) back to its region.
+    ///
+    /// # Safety
+    /// The caller kept the object and forgets it.
+    pub unsafe fn release_kept_large(&self, address: usize, units: usize) {
+        check_canary(address, address);
+        check_canary(address, address + (units << UNIT_SHIFT) - 8);
+        // SAFETY: a live large span of `units` units (it was kept, never freed), given up; the
+        // region rewrites its tags, the kept marks with them.
+        unsafe { self.arena.free_span(address, units) };
     }
 
     /// Marks the large block at `address`, just allocated, as the heap profile's sample of
@@ -295,4 +394,24 @@ impl NodeHeaps {
             None => self.large_usable(address),
         }
     }
+}
+
+/// Writes a kept object's canaries into its first and last words (the region's values, so a
+/// write there reads as one into a freed span).
+///
+/// # Safety
+/// `start..end` is the kept object's memory, committed, open and the caller's.
+unsafe fn write_kept_canaries(start: usize, end: usize) {
+    let last = end - 8;
+    // SAFETY: two words of the object (contract above; a large object is pages long).
+    unsafe {
+        (start as *mut usize).write(canary_of(start));
+        (last as *mut usize).write(canary_of(last));
+    }
+}
+
+/// Checks the canary at `at` (its first or last word) of the object at `start` that the
+/// calling thread keeps, aborting with a report that names it if a write changed it.
+pub(crate) fn check_kept_canary(start: usize, at: usize) {
+    check_canary(start, at);
 }

@@ -58,6 +58,9 @@ mod upkeep;
 pub(crate) use crate::ds::ring::Batch;
 pub(crate) use bags::CARVE_MARK;
 pub(crate) use front::{HomeView, DENSE_OBJECT_MAX};
+pub(crate) use large::check_kept_canary;
+#[cfg(test)]
+pub(crate) use large::KEEP_LARGE_MIN_REGION;
 use owned::Owned;
 pub use owned::{OwnedCache, OwnedId, OwnedRefusal, OwnedStats, NAME_BYTES};
 pub use partition::Partition;
@@ -607,4 +610,4 @@ pub fn report(object: *mut u8, misuse: Misuse) -> ! {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

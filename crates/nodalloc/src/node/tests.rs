@@ -218,7 +218,7 @@ fn a_run_given_back_names_an_object_freed_before_it_was_handed_out() {
 }
 
 /// Runs `f` in a child process and returns what it wrote to stderr; the child must abort.
-fn dies_with(f: impl FnOnce()) -> String {
+pub(crate) fn dies_with(f: impl FnOnce()) -> String {
     let mut pipe = [0; 2];
     // SAFETY: plain system calls; the child only runs `f` on the test's own heaps (nobody
     // else's lock) and aborts or exits at once.

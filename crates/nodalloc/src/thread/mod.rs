@@ -26,6 +26,7 @@
 
 mod adapt;
 mod cache;
+mod large;
 mod outbox;
 mod partition;
 pub(crate) mod pool;
@@ -39,6 +40,8 @@ mod upkeep;
 mod free_list_tests;
 #[cfg(test)]
 mod guard_tests;
+#[cfg(test)]
+mod large_tests;
 #[cfg(test)]
 mod partition_tests;
 #[cfg(test)]
@@ -201,6 +204,8 @@ pub struct ThreadHeap {
     /// Per class of the sparse pool: the untouched objects the last refill took from a bag,
     /// handed out before the next refill (`refill_sparse`), given back by the flush.
     runs: [crate::node::Run; NUM_CLASSES],
+    /// The last large objects the thread freed, for its next large allocations (`large.rs`).
+    kept_large: large::KeptLarge,
 }
 
 /// The CPU word of a heap that does not follow its thread's CPU: it never changes.
@@ -283,6 +288,7 @@ impl ThreadHeap {
             seen: [0; NUM_CLASSES],
             stash: [crate::node::Batch::EMPTY; NUM_CLASSES],
             runs: [crate::node::Run::EMPTY; NUM_CLASSES],
+            kept_large: large::KeptLarge::EMPTY,
         }
     }
 

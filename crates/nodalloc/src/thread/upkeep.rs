@@ -38,6 +38,7 @@ impl ThreadHeap {
                 self.return_list(heaps, index);
             }
         }
+        self.kept_large_upkeep();
         self.partition_upkeep(heaps, true);
         self.publish_all();
         self.published = 0;
@@ -98,6 +99,7 @@ impl ThreadHeap {
         for class in 0..NUM_CLASSES {
             self.publish(SizeClass(class as u8));
         }
+        self.publish_kept_large();
         if let Some(heaps) = self.heaps() {
             self.partition_upkeep(heaps, false);
         }
@@ -113,6 +115,7 @@ impl ThreadHeap {
             self.return_list(heaps, index);
         }
         self.partition_flush(heaps);
+        self.release_kept_large();
         // Every list is empty: nothing stolen is cached any more.
         self.foreign = false;
     }

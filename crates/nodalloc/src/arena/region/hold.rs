@@ -87,6 +87,14 @@ impl Region {
         self.canaries && holds_units(units)
     }
 
+    /// Whether a span of `units` freed at `now` would go to the hold (its size is held and the
+    /// rate allows, as far as the last free that reached the hold tells), without the lock: a
+    /// thread that keeps large objects for reuse (`thread/large.rs`) leaves such a span to the
+    /// hold, so a program that frees big blocks now and then still gets the hold's guard.
+    pub fn hold_takes(&self, units: usize, now: u64) -> bool {
+        self.holds(units) && now >= self.hold_open_at.load(Ordering::Relaxed)
+    }
+
     /// Puts a freed span (tags already `UNUSED`, uncounted from use) in the hold, guarded, and
     /// releases the span held before it, if the rate allows; false (nothing done) when it does
     /// not, and the span goes to the free lists as any other. Span lock held.
@@ -98,7 +106,14 @@ impl Region {
         units: usize,
         now: u64,
     ) -> bool {
-        if !state.hold.take_token(now) {
+        let took = state.hold.take_token(now);
+        let open_at = if state.hold.tokens == 0 {
+            state.hold.counted_at + GUARD_REFILL_NS
+        } else {
+            0
+        };
+        self.hold_open_at.store(open_at, Ordering::Relaxed);
+        if !took {
             return false;
         }
         self.release_held(state, map);

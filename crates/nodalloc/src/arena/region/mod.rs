@@ -23,7 +23,7 @@ mod hold;
 mod huge;
 mod prepare;
 mod resize;
-mod spans;
+pub(crate) mod spans;
 
 pub use budget::CommitBudget;
 pub use decommit::DecommitPolicy;
@@ -164,6 +164,9 @@ pub struct Region {
     pub prepared: AtomicUsize,
     /// Times the span lock was taken (statistics: the node's shared-structure operations).
     pub span_locks: AtomicU64,
+    /// When the hold earns its next token while it has none (0: it has tokens), readable
+    /// without the lock: see [`Region::hold_takes`].
+    hold_open_at: AtomicU64,
 }
 
 // SAFETY: `state` is only touched with `lock` held; the rest is immutable after `init` or atomic.

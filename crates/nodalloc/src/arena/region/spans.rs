@@ -474,11 +474,13 @@ pub(crate) fn canary_of(address: usize) -> usize {
 }
 
 /// Checks the canary at `at` (the first or the last word) of the free dirty span that starts
-/// at `span`, aborting with a report that names the freed block if a write changed it. The
-/// span lock is held.
-pub(super) fn check_canary(span: usize, at: usize) {
-    // SAFETY: the caller holds the span lock of a dirty free span of this pool, and `at` is
-    // its first or last word: committed memory nobody else may touch.
+/// at `span` (or of a large object a thread keeps, `thread/large.rs`), aborting with a report
+/// that names the freed block if a write changed it. The span lock is held (or the thread
+/// keeps the object).
+pub(crate) fn check_canary(span: usize, at: usize) {
+    // SAFETY: the caller holds the span lock of a dirty free span of this pool, or keeps the
+    // freed object, and `at` is its first or last word: committed memory nobody else may
+    // touch.
     let word = unsafe { (at as *const usize).read() };
     if word != canary_of(at) {
         damaged_canary(span, at, word);
