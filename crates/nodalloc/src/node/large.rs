@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::arena::pagemap::Tag;
-use crate::arena::region::spans::{canary_of, check_canary};
+use crate::arena::region::{canary_of, check_canary};
 
 /// The smallest node region whose large objects threads keep for reuse (`thread/large.rs`): a
 /// region sized down to an address-space limit has no room for memory other threads hold.

@@ -79,8 +79,9 @@ pub(crate) enum HeapState {
 /// Frees of a held class (objects of 256 KiB: see `park`) a thread sends to the region's hold
 /// per upkeep period. The hold costs a trip to the bags and the span lock each way (about
 /// 300 ns a pair against 25 parked); this bounds that to a few hundred a second per thread in
-/// a loop, while a program that frees such blocks now and then has every one held.
-const HOLDS_PER_UPKEEP: u16 = 64;
+/// a loop, while a program that frees such blocks now and then has every one held. The hold's
+/// own burst: more would go to the region only to be refused.
+const HOLDS_PER_UPKEEP: u16 = crate::arena::region::GUARD_BURST as u16;
 
 /// A thread's heap: per-class caches of free objects, outboxes for other nodes' objects, and
 /// what the free fast path needs to recognise objects of the home node. Its thread alone uses

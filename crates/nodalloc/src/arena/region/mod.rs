@@ -23,16 +23,16 @@ mod hold;
 mod huge;
 mod prepare;
 mod resize;
-pub(crate) mod spans;
+mod spans;
 
 pub use budget::CommitBudget;
 pub use decommit::DecommitPolicy;
-pub use hold::holds_units;
+pub use hold::{holds_units, GUARD_BURST};
 #[cfg(test)]
-pub use hold::{GUARD_BURST, HOLD_MAX_UNITS, HOLD_MIN_UNITS};
+pub use hold::{HOLD_MAX_UNITS, HOLD_MIN_UNITS};
 pub use prepare::PREPARE_WINDOW_NS;
 use spans::bucket_of;
-pub(crate) use spans::canary_of;
+pub(crate) use spans::{canary_of, check_canary};
 
 use super::pagemap::{AgeLinks, Kind, PageMap, Role, Tag, UnitMeta};
 use super::round_up;
