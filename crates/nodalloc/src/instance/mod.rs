@@ -219,6 +219,12 @@ impl Instance {
                 let node = heap.allocation_node();
                 let units = size.max(1).div_ceil(UNIT);
                 let kept = heap.take_kept_large(node, units, (align / UNIT).max(1));
+                if kept.is_null() {
+                    // None fits: what the thread keeps goes back first, so that the region can
+                    // serve this request over memory already committed (and never fails it
+                    // while memory waits here).
+                    heap.release_kept_large();
+                }
                 (node, kept, heap.sample_large(size))
             }
             None => (self.current_node(), core::ptr::null_mut(), false),
@@ -227,11 +233,6 @@ impl Instance {
             block = self.heaps.alloc_large(node, size, align);
         }
         if let Some(heap) = heap {
-            if block.is_null() && heap.keeps_large() {
-                // Out of memory: what the thread keeps goes back to the region first.
-                heap.release_kept_large();
-                block = self.heaps.alloc_large(node, size, align);
-            }
             if sampled && !block.is_null() {
                 heap.record_sample(block, size, size);
             }

@@ -163,7 +163,8 @@ impl NodeHeaps {
     }
 
     /// The free of the large object at `address` by a thread homed on `node` that may keep it
-    /// for its next large allocation (`thread/large.rs`): when the object is `node`'s, of the
+    /// for its next large allocation (`thread/large.rs`): when its units are `wanted` (about the
+    /// size of the thread's last large allocation), the object is `node`'s, of the
     /// shared pools, neither guarded nor interleaved, no hard limit is set, the region is not a
     /// small one ([`KEEP_LARGE_MIN_REGION`]: under `RLIMIT_AS`), and the region's
     /// hold would not take it (`Region::hold_takes`: its guard comes first), it is marked
@@ -171,12 +172,18 @@ impl NodeHeaps {
     /// caller counts it as freed ([`Self::count_kept_large`]). `None` when the caller must free
     /// it as usual ([`Self::free_large`]). Aborts naming the object when it is no live large
     /// object.
-    pub fn keep_large(&self, address: usize, node: NodeId) -> Option<usize> {
+    pub fn keep_large(
+        &self,
+        address: usize,
+        node: NodeId,
+        wanted: core::ops::RangeInclusive<usize>,
+    ) -> Option<usize> {
         let units = match self.large_units(address) {
             Ok(units) => units,
             Err(misuse) => report(address as *mut u8, misuse),
         };
-        if self.arena.is_secure()
+        if !wanted.contains(&units)
+            || self.arena.is_secure()
             || self.is_limited()
             || self.arena.shared_bytes() < KEEP_LARGE_MIN_REGION
             || self.is_owned(address)

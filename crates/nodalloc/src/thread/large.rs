@@ -27,6 +27,9 @@ pub(crate) struct KeptLarge {
     bytes: usize,
     /// An object was kept or taken since the last upkeep.
     used: bool,
+    /// Units of the thread's last large allocation: only an object of about that size is kept
+    /// (a thread that frees what others allocated, or a buffer it outgrew, keeps nothing).
+    wanted: usize,
     /// Objects kept (and their bytes) and handed out again (and theirs) since the thread
     /// last counted them on its node (`NodeHeaps::count_kept_large`): one count an upkeep
     /// instead of atomic ones at each free and allocation.
@@ -42,6 +45,7 @@ impl KeptLarge {
         len: 0,
         bytes: 0,
         used: false,
+        wanted: 0,
         frees: 0,
         freed: 0,
         allocs: 0,
@@ -85,6 +89,7 @@ impl ThreadHeap {
         units: usize,
         align_units: usize,
     ) -> *mut u8 {
+        self.kept_large.wanted = units;
         if self.kept_large.len == 0 || node != self.node {
             return core::ptr::null_mut();
         }
@@ -114,17 +119,15 @@ impl ThreadHeap {
         let Some(heaps) = self.heaps() else {
             return false;
         };
-        let Some(units) = heaps.keep_large(object as usize, self.node) else {
+        // Only an object of about the size the thread allocates last, and within the budget.
+        let wanted = self.kept_large.wanted;
+        let most = (wanted + wanted / 8).min(KEPT_LARGE_BYTES >> UNIT_SHIFT);
+        let Some(units) = heaps.keep_large(object as usize, self.node, wanted..=most) else {
             return false;
         };
         let bytes = units << UNIT_SHIFT;
         self.kept_large.frees += 1;
         self.kept_large.freed += bytes;
-        if bytes > KEPT_LARGE_BYTES {
-            // SAFETY: kept just now, and given up here.
-            unsafe { heaps.release_kept_large(object as usize, units) };
-            return true;
-        }
         let kept = &mut self.kept_large;
         // A write past the end of the object before one this thread keeps, or before the
         // start of the object after it, shows in its canaries: checked as a neighbour is kept
@@ -149,13 +152,11 @@ impl ThreadHeap {
         true
     }
 
-    /// True when the thread keeps a large object.
-    pub(crate) fn keeps_large(&self) -> bool {
-        self.kept_large.len != 0
-    }
-
     /// Gives every kept large object back to its region.
     pub(crate) fn release_kept_large(&mut self) {
+        if self.kept_large.len == 0 {
+            return;
+        }
         let Some(heaps) = self.heaps() else {
             return;
         };

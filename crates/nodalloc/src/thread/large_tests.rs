@@ -28,7 +28,7 @@ fn big_heaps(nodes: usize) -> &'static NodeHeaps {
 fn one_kept() -> (&'static NodeHeaps, Box<ThreadHeap>, *mut u8) {
     let heaps = big_heaps(1);
     let mut heap = attached(heaps, NodeId(0));
-    let p = large(heaps, BIG);
+    let p = large(&mut heap, heaps, BIG);
     assert!(heap.keep_large(p));
     (heaps, heap, p)
 }
@@ -37,8 +37,14 @@ fn kind_at(heaps: &NodeHeaps, p: *mut u8) -> Kind {
     heaps.arena().map().tag(p as usize).kind()
 }
 
-fn large(heaps: &NodeHeaps, bytes: usize) -> *mut u8 {
-    let p = heaps.alloc_large(NodeId(0), bytes, 16);
+/// A large object of `bytes` for the thread of `heap`, as `Instance::alloc_large` serves it:
+/// one it keeps if one fits (which also makes `bytes` the size it keeps), else the region's.
+fn large(heap: &mut ThreadHeap, heaps: &NodeHeaps, bytes: usize) -> *mut u8 {
+    let mut p = heap.take_kept_large(NodeId(0), bytes.div_ceil(UNIT), 1);
+    if p.is_null() {
+        heap.release_kept_large();
+        p = heaps.alloc_large(NodeId(0), bytes, 16);
+    }
     assert!(!p.is_null());
     p
 }
@@ -47,7 +53,7 @@ fn large(heaps: &NodeHeaps, bytes: usize) -> *mut u8 {
 fn a_kept_object_serves_the_next_allocation_of_about_its_size_and_goes_back_at_the_flush() {
     let heaps = big_heaps(1);
     let mut heap = attached(heaps, NodeId(0));
-    let p = large(heaps, BIG);
+    let p = large(&mut heap, heaps, BIG);
     // SAFETY: a live object of BIG bytes.
     unsafe { p.write_bytes(0x5a, BIG) };
     assert!(heap.keep_large(p));
@@ -85,18 +91,19 @@ fn a_thread_keeps_a_few_objects_and_a_few_mib_and_gives_back_the_oldest() {
     let heaps = big_heaps(1);
     let mut heap = attached(heaps, NodeId(0));
     // Bytes: three objects of 3 MiB do not fit in the budget together.
-    let big: Vec<*mut u8> = (0..3).map(|_| large(heaps, BIG)).collect();
+    let big: Vec<*mut u8> = (0..3).map(|_| large(&mut heap, heaps, BIG)).collect();
     for &p in &big {
         assert!(heap.keep_large(p));
     }
     assert_eq!(heap.kept_large(), (2, 2 * BIG));
     assert!(heap.kept_large().1 <= KEPT_LARGE_BYTES);
     assert_ne!(kind_at(heaps, big[0]), Kind::Large, "the oldest went back");
-    // One above the budget goes straight back.
+    // One above the budget is freed as usual.
     heap.flush();
-    let huge = large(heaps, KEPT_LARGE_BYTES + UNIT);
-    assert!(heap.keep_large(huge));
+    let huge = large(&mut heap, heaps, KEPT_LARGE_BYTES + UNIT);
+    assert!(!heap.keep_large(huge));
     assert_eq!(heap.kept_large(), (0, 0));
+    heaps.free_large(huge as usize);
     assert_ne!(kind_at(heaps, huge), Kind::Large);
     // Objects the hold could take (1 MiB) are kept once its rate is spent: a burst of frees
     // through the region spends it; the hold earns a token a millisecond, so a pass that a
@@ -105,9 +112,11 @@ fn a_thread_keeps_a_few_objects_and_a_few_mib_and_gives_back_the_oldest() {
         assert!(attempt < 100, "the hold never stayed spent for a few keeps");
         heap.flush();
         for _ in 0..80 {
-            heaps.free_large(large(heaps, MIB) as usize);
+            heaps.free_large(large(&mut heap, heaps, MIB) as usize);
         }
-        let objects: Vec<*mut u8> = (0..KEPT_LARGE + 1).map(|_| large(heaps, MIB)).collect();
+        let objects: Vec<*mut u8> = (0..KEPT_LARGE + 1)
+            .map(|_| large(&mut heap, heaps, MIB))
+            .collect();
         let kept = objects.iter().filter(|&&p| heap.keep_large(p)).count();
         if kept < objects.len() {
             for &p in &objects {
@@ -162,13 +171,15 @@ fn nothing_is_kept_in_secure_mode_under_a_limit_in_a_small_region_from_another_n
     // The hold's size while it has tokens: the hold takes it (made inaccessible, in no list).
     let heaps = big_heaps(1);
     let mut heap = attached(heaps, NodeId(0));
-    let p = large(heaps, MIB);
+    let p = large(&mut heap, heaps, MIB);
     assert!(!heap.keep_large(p));
     heaps.free_large(p as usize);
     assert_eq!(kind_at(heaps, p), Kind::Unused);
     // Another node's object is freed as usual.
     let two = big_heaps(2);
     let mut heap = attached(two, NodeId(0));
+    // The thread allocates objects of this size (so the size is not what refuses it).
+    assert!(heap.take_kept_large(NodeId(0), BIG / UNIT, 1).is_null());
     let remote = two.alloc_large(NodeId(1), BIG, 16);
     assert!(!remote.is_null());
     assert!(!heap.keep_large(remote));
@@ -178,26 +189,36 @@ fn nothing_is_kept_in_secure_mode_under_a_limit_in_a_small_region_from_another_n
     let limited = big_heaps(1);
     limited.set_limit(64 << 20);
     let mut heap = attached(limited, NodeId(0));
-    let p = limited.alloc_large(NodeId(0), BIG, 16);
+    let p = large(&mut heap, limited, BIG);
     assert!(!heap.keep_large(p));
     limited.free_large(p as usize);
     // Secure mode (guard pages).
     let secure = NodeHeaps::create(crate::arena::tests::test_arena_secure(1, false)).unwrap();
     let mut heap = attached(secure, NodeId(0));
-    let p = secure.alloc_large(NodeId(0), BIG, 16);
+    let p = large(&mut heap, secure, BIG);
     assert!(!heap.keep_large(p));
     secure.free_large(p as usize);
+    // An object of another size than the thread's last large allocation: one it outgrew, or
+    // one another thread allocated.
+    let heaps = big_heaps(1);
+    let mut heap = attached(heaps, NodeId(0));
+    let smaller = large(&mut heap, heaps, BIG);
+    let bigger = large(&mut heap, heaps, 2 * BIG);
+    assert!(!heap.keep_large(smaller));
+    heaps.free_large(smaller as usize);
+    assert!(heap.keep_large(bigger));
+    assert_eq!(heap.kept_large(), (1, 2 * BIG));
     // A small region (an address-space limit) keeps its memory for allocations.
     let small = super::tests::heaps(1);
     let mut heap = attached(small, NodeId(0));
-    let p = small.alloc_large(NodeId(0), BIG, 16);
+    let p = large(&mut heap, small, BIG);
     assert!(!heap.keep_large(p));
     small.free_large(p as usize);
     // A retired heap keeps nothing either.
     let heaps = big_heaps(1);
     let mut heap = attached(heaps, NodeId(0));
     heap.retire();
-    let p = large(heaps, BIG);
+    let p = large(&mut heap, heaps, BIG);
     assert!(!heap.keep_large(p));
     heaps.free_large(p as usize);
 }
@@ -226,8 +247,8 @@ fn writes_into_a_kept_objects_ends_abort_naming_it() {
     for overflow in [true, false] {
         let heaps = big_heaps(1);
         let mut heap = attached(heaps, NodeId(0));
-        let first = large(heaps, BIG);
-        let second = large(heaps, BIG);
+        let first = large(&mut heap, heaps, BIG);
+        let second = large(&mut heap, heaps, BIG);
         assert_eq!(second as usize, first as usize + BIG, "adjacent spans");
         let (kept, written, then, what) = if overflow {
             (second, second, first, "start")
