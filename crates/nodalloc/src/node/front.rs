@@ -10,6 +10,9 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 /// A page-map tag, read on the C face's free fast path.
 pub(crate) use crate::arena::pagemap::Tag;
+/// Spans the region's hold guards in a burst: a thread sends no more frees of a held class
+/// to it per upkeep period.
+pub(crate) use crate::arena::region::GUARD_BURST;
 /// Objects of classes above this size span pages (the sparse pool): `calloc` of them can skip
 /// clearing memory that was never touched.
 pub(crate) use crate::arena::DENSE_OBJECT_MAX;

@@ -57,7 +57,7 @@ mod upkeep;
 
 pub(crate) use crate::ds::ring::Batch;
 pub(crate) use bags::CARVE_MARK;
-pub(crate) use front::{HomeView, DENSE_OBJECT_MAX};
+pub(crate) use front::{HomeView, DENSE_OBJECT_MAX, GUARD_BURST};
 pub(crate) use large::check_kept_canary;
 #[cfg(test)]
 pub(crate) use large::KEEP_LARGE_MIN_REGION;

@@ -81,7 +81,7 @@ pub(crate) enum HeapState {
 /// 300 ns a pair against 25 parked); this bounds that to a few hundred a second per thread in
 /// a loop, while a program that frees such blocks now and then has every one held. The hold's
 /// own burst: more would go to the region only to be refused.
-const HOLDS_PER_UPKEEP: u16 = crate::arena::region::GUARD_BURST as u16;
+const HOLDS_PER_UPKEEP: u16 = crate::node::GUARD_BURST as u16;
 
 /// A thread's heap: per-class caches of free objects, outboxes for other nodes' objects, and
 /// what the free fast path needs to recognise objects of the home node. Its thread alone uses
