@@ -189,10 +189,7 @@ impl NodeHeaps {
             || self.is_owned(address)
             || self.is_interleaved(address)
             || self.origin_of(address) != Some(node)
-            || self
-                .arena
-                .pool_of(address)
-                .hold_takes(units, crate::os::monotonic_ns())
+            || self.arena.pool_of(address).hold_takes(units)
         {
             return None;
         }
@@ -220,9 +217,7 @@ impl NodeHeaps {
     /// # Safety
     /// The caller kept the object and gives it up to the program.
     pub unsafe fn reuse_large(&self, address: usize, units: usize) {
-        let end = address + (units << UNIT_SHIFT);
-        check_canary(address, address);
-        check_canary(address, end - 8);
+        check_kept_ends(address, units);
         let map = self.arena.map();
         // SAFETY: a kept large span heads its unit (contract above).
         let head = unsafe { &*map.tags().add(map.unit_of(address)) };
@@ -253,8 +248,7 @@ impl NodeHeaps {
     /// # Safety
     /// The caller kept the object and forgets it.
     pub unsafe fn release_kept_large(&self, address: usize, units: usize) {
-        check_canary(address, address);
-        check_canary(address, address + (units << UNIT_SHIFT) - 8);
+        check_kept_ends(address, units);
         // SAFETY: a live large span of `units` units (it was kept, never freed), given up; the
         // region rewrites its tags, the kept marks with them.
         unsafe { self.arena.free_span(address, units) };
@@ -417,8 +411,9 @@ unsafe fn write_kept_canaries(start: usize, end: usize) {
     }
 }
 
-/// Checks the canary at `at` (its first or last word) of the object at `start` that the
-/// calling thread keeps, aborting with a report that names it if a write changed it.
-pub(crate) fn check_kept_canary(start: usize, at: usize) {
-    check_canary(start, at);
+/// Checks both canaries of the kept object of `units` units at `start` (written by
+/// [`write_kept_canaries`]), aborting with a report that names it if a write changed one.
+fn check_kept_ends(start: usize, units: usize) {
+    check_canary(start, start);
+    check_canary(start, start + (units << UNIT_SHIFT) - 8);
 }

@@ -55,10 +55,12 @@ mod sweep;
 mod tiering;
 mod upkeep;
 
+/// Checks the canary at `at` (its first or last word) of the large object at `start` that the
+/// calling thread keeps (`thread/large.rs`), aborting with a report that names it.
+pub(crate) use crate::arena::region::check_canary as check_kept_canary;
 pub(crate) use crate::ds::ring::Batch;
 pub(crate) use bags::CARVE_MARK;
 pub(crate) use front::{HomeView, DENSE_OBJECT_MAX, GUARD_BURST};
-pub(crate) use large::check_kept_canary;
 #[cfg(test)]
 pub(crate) use large::KEEP_LARGE_MIN_REGION;
 use owned::Owned;

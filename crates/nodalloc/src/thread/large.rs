@@ -15,7 +15,7 @@ use crate::size_class::UNIT_SHIFT;
 
 /// Objects a thread keeps at most.
 pub(crate) const KEPT_LARGE: usize = 4;
-/// Bytes of objects a thread keeps at most (a larger object goes straight back).
+/// Bytes of objects a thread keeps at most (a larger object is freed as usual).
 pub(crate) const KEPT_LARGE_BYTES: usize = 8 << 20;
 
 /// A thread's kept large objects, oldest first.
@@ -53,9 +53,9 @@ impl KeptLarge {
     };
 
     /// The index of the kept object that best fits `units` units at `align_units`: the
-    /// smallest of at least `units` and at most an eighth more.
+    /// smallest of [`about`] `units`.
     fn best_fit(&self, units: usize, align_units: usize) -> Option<usize> {
-        let most = units + units / 8;
+        let fits = about(units);
         let mut best: Option<usize> = None;
         for (index, &(address, kept)) in self.spans[..self.len].iter().enumerate() {
             let aligned = (address >> UNIT_SHIFT) % align_units == 0;
@@ -63,7 +63,7 @@ impl KeptLarge {
                 None => true,
                 Some(b) => kept < self.spans[b].1,
             };
-            if kept >= units && kept <= most && aligned && better {
+            if fits.contains(&kept) && aligned && better {
                 best = Some(index);
             }
         }
@@ -78,6 +78,13 @@ impl KeptLarge {
         self.bytes -= span.1 << UNIT_SHIFT;
         span
     }
+}
+
+/// The sizes, in units, of about `units`: at least that, at most an eighth more. An object of
+/// that size serves an allocation of `units`, and one the thread frees is kept when its last
+/// large allocation was of `units`.
+fn about(units: usize) -> core::ops::RangeInclusive<usize> {
+    units..=units + units / 8
 }
 
 impl ThreadHeap {
@@ -120,9 +127,10 @@ impl ThreadHeap {
             return false;
         };
         // Only an object of about the size the thread allocates last, and within the budget.
-        let wanted = self.kept_large.wanted;
-        let most = (wanted + wanted / 8).min(KEPT_LARGE_BYTES >> UNIT_SHIFT);
-        let Some(units) = heaps.keep_large(object as usize, self.node, wanted..=most) else {
+        let wanted = about(self.kept_large.wanted);
+        let most = (*wanted.end()).min(KEPT_LARGE_BYTES >> UNIT_SHIFT);
+        let Some(units) = heaps.keep_large(object as usize, self.node, *wanted.start()..=most)
+        else {
             return false;
         };
         let bytes = units << UNIT_SHIFT;

@@ -185,19 +185,18 @@ fn nothing_is_kept_in_secure_mode_under_a_limit_in_a_small_region_from_another_n
     assert!(!heap.keep_large(remote));
     assert_eq!(heap.kept_large(), (0, 0));
     two.free_large(remote as usize);
-    // Under a hard limit.
+    // Under a hard limit, in secure mode (guard pages), and in a small region (an
+    // address-space limit, which keeps its memory for allocations).
     let limited = big_heaps(1);
     limited.set_limit(64 << 20);
-    let mut heap = attached(limited, NodeId(0));
-    let p = large(&mut heap, limited, BIG);
-    assert!(!heap.keep_large(p));
-    limited.free_large(p as usize);
-    // Secure mode (guard pages).
     let secure = NodeHeaps::create(crate::arena::tests::test_arena_secure(1, false)).unwrap();
-    let mut heap = attached(secure, NodeId(0));
-    let p = large(&mut heap, secure, BIG);
-    assert!(!heap.keep_large(p));
-    secure.free_large(p as usize);
+    let small = super::tests::heaps(1);
+    for heaps in [limited, secure, small] {
+        let mut heap = attached(heaps, NodeId(0));
+        let p = large(&mut heap, heaps, BIG);
+        assert!(!heap.keep_large(p));
+        heaps.free_large(p as usize);
+    }
     // An object of another size than the thread's last large allocation: one it outgrew, or
     // one another thread allocated.
     let heaps = big_heaps(1);
@@ -208,12 +207,6 @@ fn nothing_is_kept_in_secure_mode_under_a_limit_in_a_small_region_from_another_n
     heaps.free_large(smaller as usize);
     assert!(heap.keep_large(bigger));
     assert_eq!(heap.kept_large(), (1, 2 * BIG));
-    // A small region (an address-space limit) keeps its memory for allocations.
-    let small = super::tests::heaps(1);
-    let mut heap = attached(small, NodeId(0));
-    let p = large(&mut heap, small, BIG);
-    assert!(!heap.keep_large(p));
-    small.free_large(p as usize);
     // A retired heap keeps nothing either.
     let heaps = big_heaps(1);
     let mut heap = attached(heaps, NodeId(0));

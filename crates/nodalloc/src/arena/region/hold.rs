@@ -90,12 +90,13 @@ impl Region {
         self.canaries && holds_units(units)
     }
 
-    /// Whether a span of `units` freed at `now` would go to the hold (its size is held and the
-    /// rate allows, as far as the last free that reached the hold tells), without the lock: a
+    /// Whether a span of `units` freed now would go to the hold (its size is held and the rate
+    /// allows, as far as the last free that reached the hold tells), without the lock: a
     /// thread that keeps large objects for reuse (`thread/large.rs`) leaves such a span to the
-    /// hold, so a program that frees big blocks now and then still gets the hold's guard.
-    pub fn hold_takes(&self, units: usize, now: u64) -> bool {
-        self.holds(units) && now >= self.hold_open_at.load(Ordering::Relaxed)
+    /// hold, so a program that frees big blocks now and then still gets the hold's guard. The
+    /// clock is read only for a size the hold takes.
+    pub fn hold_takes(&self, units: usize) -> bool {
+        self.holds(units) && os::monotonic_ns() >= self.hold_open_at.load(Ordering::Relaxed)
     }
 
     /// Puts a freed span (tags already `UNUSED`, uncounted from use) in the hold, guarded, and
