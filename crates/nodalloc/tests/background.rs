@@ -49,6 +49,7 @@ fn child_entry() {
         "releases" => releases_are_the_maintenance_threads(),
         "prepare" => a_growing_heap_gets_prepared_chunks_that_go_back_when_it_stops(),
         "limit" => the_limit_holds_with_releases_in_flight(),
+        "stretch" => memory_kept_over_pauses_goes_back_once_quiet(),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -162,6 +163,62 @@ fn the_limit_holds_with_releases_in_flight() {
         );
     }
     eprintln!("limit ok");
+}
+
+/// A program that pauses between rounds of the same work (without the maintenance thread, so
+/// nothing runs while it pauses): the first pause's memory goes back at the next round's first
+/// upkeep and is faulted straight back in; the pool then stretches its delay, and the next pause
+/// keeps it. Once the maintenance thread runs and the program goes quiet, it goes back.
+fn memory_kept_over_pauses_goes_back_once_quiet() {
+    const PAUSE: std::time::Duration = std::time::Duration::from_millis(300);
+    // Four 16 MiB buffers written whole (past the hold and the blocks a thread keeps), after
+    // small allocations that take the slow paths, where a due upkeep purges.
+    let round = |tag: u8| {
+        let small: Vec<Box<[u8; 64]>> = (0..20_000).map(|_| Box::new([tag; 64])).collect();
+        drop(small);
+        let blocks: Vec<Vec<u8>> = (0..4).map(|_| vec![tag; 16 << 20]).collect();
+        assert!(blocks.iter().all(|block| block[(16 << 20) - 1] == tag));
+        drop(blocks);
+        std::time::Instant::now()
+    };
+    round(1);
+    std::thread::sleep(PAUSE);
+    let before = nodalloc::stats().decommitted;
+    let second = round(2);
+    let returned = nodalloc::stats().decommitted - before;
+    assert!(
+        returned >= 48 << 20,
+        "the first pause's buffers were not returned: {} MiB",
+        returned >> 20
+    );
+    std::thread::sleep(PAUSE);
+    let before = nodalloc::stats().decommitted;
+    round(3);
+    let returned = nodalloc::stats().decommitted - before;
+    // The stretched delay covers twice the pause (800 ms); a machine too busy to come back
+    // within it proves nothing either way.
+    if second.elapsed() < std::time::Duration::from_millis(750) {
+        assert!(
+            returned < 16 << 20,
+            "the second pause returned {} MiB: the delay did not stretch",
+            returned >> 20
+        );
+    }
+    let committed = nodalloc::stats().committed;
+    assert!(committed >= 48 << 20, "{} MiB committed", committed >> 20);
+    assert!(nodalloc::start_background());
+    let gone = within_two_seconds(|| nodalloc::stats().committed <= 16 << 20);
+    assert!(
+        gone,
+        "a quiet program keeps {} MiB",
+        nodalloc::stats().committed >> 20
+    );
+    eprintln!("stretch ok");
+}
+
+#[test]
+fn a_stretched_delay_keeps_memory_over_pauses_until_the_program_goes_quiet() {
+    expect_child("stretch", &[("NODALLOC_RETAIN", "0")], "stretch ok");
 }
 
 #[test]

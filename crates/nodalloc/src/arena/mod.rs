@@ -647,6 +647,14 @@ impl Arena {
         }
     }
 
+    /// The maintenance thread's purge of `node`'s pools: quiet ones return what waited the
+    /// policy's own delay (see [`Region::purge_quiet`]).
+    pub fn purge_quiet_node(&self, node: usize) {
+        for pool in [Pool::Dense, Pool::Sparse, Pool::Owned] {
+            self.pool(node, pool).purge_quiet(&self.map, self.decommit);
+        }
+    }
+
     /// The maintenance thread's preparation step over every pool (see `region/prepare.rs`).
     /// True while some pool has recent demand, so the caller comes back soon.
     pub fn prepare_all(&self, now: u64) -> bool {
@@ -717,5 +725,7 @@ pub(crate) fn round_up(value: usize, to: usize) -> usize {
     value.next_multiple_of(to)
 }
 
+#[cfg(test)]
+mod stretch_tests;
 #[cfg(test)]
 pub(crate) mod tests;

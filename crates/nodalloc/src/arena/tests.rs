@@ -53,7 +53,7 @@ fn test_arena_config(
     test_arena_policy(nodes, region_bytes, decommit, commit_on_demand, secure, thp)
 }
 
-fn test_arena_policy(
+pub(super) fn test_arena_policy(
     nodes: usize,
     region_bytes: u64,
     decommit: DecommitPolicy,

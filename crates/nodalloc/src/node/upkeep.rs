@@ -21,11 +21,13 @@ impl NodeHeaps {
         }
     }
 
-    /// Every node's upkeep that is due, then automatic tiering's pass (the maintenance
-    /// thread's pass: bags move on it alone).
+    /// Every node's upkeep that is due, each pool's quiet purge, then automatic tiering's pass
+    /// (the maintenance thread's pass: bags move on it alone, and only it tells a quiet pool,
+    /// which returns its free memory after the decommit delay however far demand stretched it).
     pub(crate) fn upkeep_all(&self, now: u64) {
         for node in self.nodes() {
             self.upkeep_node(node, now, 0);
+            self.arena.purge_quiet_node(node.index());
         }
         self.tiering_pass(now);
     }

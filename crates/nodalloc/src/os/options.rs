@@ -80,7 +80,9 @@ pub const OPTIONS: &[OptionSpec] = &[
         name: "NODALLOC_DECOMMIT_DELAY",
         default: "100",
         meaning: "milliseconds a free span stays committed before its pages may be returned to \
-                  the OS",
+                  the OS; a pool that takes decommitted memory back soon after a pause \
+                  stretches its delay over twice the pause (at most 10 s), and the maintenance \
+                  thread returns a quiet pool's memory after this delay",
         apply: apply_decommit_delay,
     },
     OptionSpec {

@@ -43,22 +43,43 @@ pub(super) fn decommit_now(policy: DecommitPolicy, pool: DirtyPool, age_ns: u64)
     age_ns >= policy.delay_ns || pool.dirty_bytes > young_cap
 }
 
+/// Which dirty spans a purge returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Purge {
+    /// Those [`decommit_now`] says are due, with the pool's stretched delay.
+    Due,
+    /// The maintenance thread's, for a pool that handed out nothing since its last pass: those
+    /// due with the policy's own delay, as if it had never been stretched.
+    Quiet,
+    /// All of them.
+    All,
+}
+
 impl Region {
-    /// Decommits dirty spans, oldest first, while [`decommit_now`] says so (all when `force`).
-    /// The span lock must be held.
+    /// Decommits dirty spans, oldest first, as `how` says. The span lock must be held.
     pub(super) fn purge_locked(
         &self,
         state: &mut PoolState,
         map: &PageMap,
         now: u64,
         decommit: DecommitPolicy,
-        force: bool,
+        how: Purge,
     ) {
+        let force = how == Purge::All;
+        let stretched = state.stretch.delay(decommit.delay_ns);
+        let policy = DecommitPolicy {
+            delay_ns: if how == Purge::Due {
+                stretched
+            } else {
+                decommit.delay_ns
+            },
+            ..decommit
+        };
         let active_bytes = self.active.load(Ordering::Relaxed);
         let recent_peak = if force {
             0
         } else {
-            state.peak.recent(active_bytes, now, decommit.delay_ns)
+            state.peak.recent(active_bytes, now, policy.delay_ns)
         };
         // The held span (`hold.rs`) is dirty memory too, and the newest: when the rule says it
         // goes, everything older goes as well.
@@ -70,7 +91,7 @@ impl Region {
             recent_peak,
         };
         if let Some(age) = state.hold.committed_age(now) {
-            if force || decommit_now(decommit, pool_now(state), age) {
+            if force || decommit_now(policy, pool_now(state), age) {
                 self.settle_held(state, map);
             }
         }
@@ -79,7 +100,8 @@ impl Region {
             // SAFETY: the span lock is held; the age list holds heads of dirty free spans.
             let (units, freed_at) = unsafe { ((*oldest).units, (*oldest).role.free.freed_at) };
             let pool = pool_now(state);
-            if !force && !decommit_now(decommit, pool, now.saturating_sub(freed_at)) {
+            let age = now.saturating_sub(freed_at);
+            if !force && !decommit_now(policy, pool, age) {
                 break;
             }
             self.remove_free(state, oldest);
@@ -90,6 +112,11 @@ impl Region {
             map.set_tag(first + units - 1, Tag::UNUSED);
             let address = map.address_of(first);
             let bytes = units << UNIT_SHIFT;
+            if !force && age >= stretched {
+                state
+                    .stretch
+                    .decommitted(decommit.delay_ns, now, freed_at, bytes);
+            }
             // SAFETY: the span is free (no live object) and inside our region.
             unsafe { os::decommit(address as *mut u8, bytes) };
             self.uncharge(bytes);
@@ -97,6 +124,14 @@ impl Region {
             let (merged, merged_units) = self.insert_coalesced(state, map, first, units, 0, false);
             let merged = map.address_of(merged);
             self.settle_huge_pages(address, bytes, merged, merged_units << UNIT_SHIFT);
+        }
+    }
+
+    /// Notes that `bytes` of decommitted memory are handed out again (the stretch's evidence);
+    /// reads the clock only while the stretch watches. The span lock must be held.
+    pub(super) fn note_retaken(state: &mut PoolState, bytes: usize) {
+        if state.stretch.watching() {
+            state.stretch.retaken(os::monotonic_ns(), bytes);
         }
     }
 }
@@ -128,6 +163,97 @@ impl PeakWindow {
             self.since = now;
         }
         self.current.max(self.previous).max(active)
+    }
+}
+
+/// How far a pool stretches its decommit delay: the delay follows the pool's demand.
+///
+/// A span decommitted because it waited the whole delay, whose memory the pool hands out
+/// again soon after (a quarter of the bytes that went, within the delay), went too early: the
+/// program only paused, longer than the delay, between two rounds of the same work (a request
+/// loop that grows one buffer, a batch job's phases, a benchmark's repetitions). The pool then
+/// doubles its delay until it covers twice that pause, at most [`MAX_STRETCHED_NS`]: the next
+/// pause of that length keeps the memory committed instead of faulting it in again. Each later
+/// round of decommits by age, memory that did wait the whole stretched delay unused, halves it
+/// again. A pool that never takes decommitted memory back keeps the policy's delay.
+///
+/// The stretch never lets a pool hold more than the rule allows ([`decommit_now`]: the recent
+/// peak of use beyond what is in use now, or a share of it), only for longer; and once the
+/// program goes quiet the maintenance thread returns free memory after the policy's own delay
+/// ([`Region::purge_quiet`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Stretch {
+    /// The delay is the policy's doubled this many times (capped).
+    shift: u32,
+    /// The current round of decommits by age: when its last one happened, the bytes it
+    /// returned, the newest time one of them had been freed at, and the bytes of decommitted
+    /// memory handed out again since.
+    last_at: u64,
+    returned: usize,
+    newest_freed: u64,
+    retaken: usize,
+    /// The policy's delay, as of the round's decommits.
+    base: u64,
+}
+
+/// The longest a stretched delay grows (the policy's delay, when that is longer).
+pub(super) const MAX_STRETCHED_NS: u64 = 10_000_000_000;
+
+/// A round of decommits went too early once 1/RETAKE_SHARE of its bytes is handed out again.
+const RETAKE_SHARE: usize = 4;
+
+impl Stretch {
+    /// The pool's delay, stretched from the policy's `base`.
+    pub(super) fn delay(&self, base: u64) -> u64 {
+        if self.shift == 0 {
+            return base;
+        }
+        base.saturating_mul(1 << self.shift)
+            .min(MAX_STRETCHED_NS.max(base))
+    }
+
+    /// True while decommitted memory handed out again may still prove the round early (the
+    /// caller reads the clock only then).
+    pub(super) fn watching(&self) -> bool {
+        self.returned != 0
+    }
+
+    /// Notes that `bytes`, freed at `freed_at`, went back to the OS at `now` because they
+    /// waited the whole delay.
+    pub(super) fn decommitted(&mut self, base: u64, now: u64, freed_at: u64, bytes: usize) {
+        if now.saturating_sub(self.last_at) > self.delay(base) {
+            // A new round: the memory of the last one waited the whole delay unused.
+            self.shift = self.shift.saturating_sub(1);
+            self.returned = 0;
+            self.retaken = 0;
+            self.newest_freed = 0;
+        }
+        self.last_at = now;
+        self.base = base;
+        self.returned += bytes;
+        self.newest_freed = self.newest_freed.max(freed_at);
+    }
+
+    /// Notes that `bytes` of decommitted memory were handed out again at `now`.
+    pub(super) fn retaken(&mut self, now: u64, bytes: usize) {
+        let base = self.base;
+        if self.returned == 0 || now.saturating_sub(self.last_at) > self.delay(base) {
+            return;
+        }
+        self.retaken += bytes;
+        if self.retaken.saturating_mul(RETAKE_SHARE) < self.returned {
+            return;
+        }
+        // The round went too early: stretch the delay over twice the pause it ended (at most
+        // to the cap, which still keeps the memory over the program's shorter pauses).
+        let pause = now.saturating_sub(self.newest_freed);
+        let cap = MAX_STRETCHED_NS.max(base);
+        while self.delay(base) < pause.saturating_mul(2) && self.delay(base) < cap {
+            self.shift += 1;
+        }
+        self.returned = 0;
+        self.retaken = 0;
+        self.newest_freed = 0;
     }
 }
 
@@ -207,6 +333,62 @@ mod tests {
         };
         assert!(!prepared(0), "a reserve of prepared chunks is kept");
         assert!(prepared(10 * MS), "an unused one goes after the delay");
+    }
+
+    /// The stretch: a round of decommits by age that the pool takes back within the delay
+    /// stretches the delay over twice the pause; a round that waited the stretched delay
+    /// unused halves it; nothing else moves it.
+    #[test]
+    fn the_delay_stretches_over_pauses_whose_memory_comes_back() {
+        const S: u64 = 1_000_000_000;
+        let base = 100 * MS;
+        let mut stretch = Stretch::default();
+        assert_eq!(stretch.delay(base), base);
+        assert!(!stretch.watching(), "nothing decommitted yet");
+        // 16 MiB freed at 1 s, decommitted by age at 2 s (the program paused a second), then
+        // taken back at once: a quarter is not yet the evidence, a quarter more than that is.
+        stretch.decommitted(base, 2 * S, S, 16 * MIB);
+        assert!(stretch.watching());
+        stretch.retaken(2 * S + MS, 4 * MIB - 1);
+        assert_eq!(stretch.delay(base), base, "less than a quarter came back");
+        stretch.retaken(2 * S + 2 * MS, 1);
+        assert_eq!(
+            stretch.delay(base),
+            3200 * MS,
+            "the smallest doubling over twice the 1 s pause"
+        );
+        assert!(!stretch.watching(), "the round is judged");
+        // The next pause of a second keeps the memory; a round that then waits the whole
+        // stretched delay unused halves it.
+        stretch.decommitted(base, 10 * S, 6 * S, 16 * MIB);
+        assert_eq!(stretch.delay(base), 1600 * MS);
+        // Later decommits of the same round do not halve it again.
+        stretch.decommitted(base, 10 * S + MS, 6 * S, MIB);
+        assert_eq!(stretch.delay(base), 1600 * MS);
+        // Memory taken back after the delay is no evidence (the program was away longer).
+        stretch.retaken(10 * S + 1700 * MS, 32 * MIB);
+        assert_eq!(stretch.delay(base), 1600 * MS);
+
+        // A pause beyond the longest delay stretches it to the cap, for the shorter pauses.
+        let mut stretch = Stretch::default();
+        stretch.decommitted(base, 61 * S, S, MIB);
+        stretch.retaken(61 * S, MIB);
+        assert_eq!(stretch.delay(base), MAX_STRETCHED_NS);
+        // A 3 s pause stretches the delay to 6.4 s.
+        let mut stretch = Stretch::default();
+        stretch.decommitted(base, 80 * S, 77 * S, MIB);
+        stretch.retaken(80 * S, MIB);
+        assert_eq!(stretch.delay(base), 6400 * MS);
+        // A pause shorter than the delay was not the delay's doing: no stretch.
+        let mut stretch = Stretch::default();
+        stretch.decommitted(base, S, S - 50 * MS, MIB);
+        stretch.retaken(S, MIB);
+        assert_eq!(stretch.delay(base), base);
+        // A policy delay beyond the cap is never shortened.
+        let mut stretch = Stretch::default();
+        stretch.decommitted(20 * S, 40 * S, 15 * S, MIB);
+        stretch.retaken(40 * S, MIB);
+        assert_eq!(stretch.delay(20 * S), 20 * S);
     }
 
     /// A peak counts for the window it was reached in and the next one, then falls to what is in

@@ -27,6 +27,7 @@ mod spans;
 
 pub use budget::CommitBudget;
 pub use decommit::DecommitPolicy;
+use decommit::Purge;
 pub use hold::{holds_units, GUARD_BURST};
 #[cfg(test)]
 pub use hold::{HOLD_MAX_UNITS, HOLD_MIN_UNITS};
@@ -122,6 +123,12 @@ struct PoolState {
     peak: decommit::PeakWindow,
     /// The span freed last, kept out of the lists (`hold.rs`).
     hold: hold::Hold,
+    /// How far the decommit delay is stretched to follow demand (`decommit.rs`).
+    stretch: decommit::Stretch,
+    /// Spans handed out so far, and as of the maintenance thread's last pass: a pool whose
+    /// count did not move between two passes is quiet ([`Region::purge_quiet`]).
+    handouts: u64,
+    handouts_seen: u64,
 }
 
 pub struct Region {
@@ -332,6 +339,12 @@ impl Region {
         let (address, zeroed) = self
             .take_fullest(state, map, units, align_units)
             .or_else(|| self.take_free(state, map, units, align_units))
+            .inspect(|&(_, zeroed)| {
+                if zeroed {
+                    // A clean span: memory decommitted before, handed out again.
+                    Self::note_retaken(state, units << UNIT_SHIFT);
+                }
+            })
             .or_else(|| {
                 self.advance_frontier(state, map, units, align_units)
                     .map(|address| (address, true))
@@ -352,7 +365,7 @@ impl Region {
                         delay_ns: 0,
                         retain_bytes: 0,
                     },
-                    true,
+                    Purge::All,
                 );
                 self.take_free(state, map, units, align_units).or_else(|| {
                     self.advance_frontier(state, map, units, align_units)
@@ -362,6 +375,7 @@ impl Region {
         if zeroed || (state.prepared_from != 0 && address >= state.prepared_from) {
             state.fresh_taken += units << UNIT_SHIFT;
         }
+        state.handouts += 1;
         self.tag_in_use(map, address, units, usage);
         self.count_used(state, address, units, true);
         let meta = map.meta(map.unit_of(address));
@@ -432,7 +446,7 @@ impl Region {
         state.recent_free_at = now;
         if one_block && self.holds(units) && self.hold(state, map, address, units, now) {
             if !defer {
-                self.purge_locked(state, map, now, decommit, false);
+                self.purge_locked(state, map, now, decommit, Purge::Due);
             }
             return;
         }
@@ -442,7 +456,7 @@ impl Region {
         }
         self.insert_coalesced(state, map, first, units, now, self.canaries);
         if !defer {
-            self.purge_locked(state, map, now, decommit, false);
+            self.purge_locked(state, map, now, decommit, Purge::Due);
         }
     }
 
@@ -452,7 +466,24 @@ impl Region {
         let _guard = self.lock_span();
         // SAFETY: the span lock is held.
         let state = unsafe { &mut *self.state.get() };
-        self.purge_locked(state, map, now, decommit, force);
+        let how = if force { Purge::All } else { Purge::Due };
+        self.purge_locked(state, map, now, decommit, how);
+    }
+
+    /// The maintenance thread's purge: a pool that handed out no span since the last one is
+    /// quiet, and returns the free memory that waited the policy's own delay, however far
+    /// demand stretched it (`decommit.rs`, [`decommit::Stretch`]); a busy pool purges as a
+    /// free does. A program that goes quiet gets its memory back within a pass or two of the
+    /// delay.
+    pub fn purge_quiet(&self, map: &PageMap, decommit: DecommitPolicy) {
+        let now = os::monotonic_ns().max(1);
+        let _guard = self.lock_span();
+        // SAFETY: the span lock is held.
+        let state = unsafe { &mut *self.state.get() };
+        let quiet = state.handouts == state.handouts_seen;
+        state.handouts_seen = state.handouts;
+        let how = if quiet { Purge::Quiet } else { Purge::Due };
+        self.purge_locked(state, map, now, decommit, how);
     }
 
     /// Gives the pages of `[address, address + bytes)`, inside a span still in use (a bag), back

@@ -37,12 +37,14 @@ impl Region {
         // Charge the commit budget first: clean units taken from the neighbour and units past
         // the frontier become committed; dirty ones already are.
         let mut new_bytes = needed_end.saturating_sub(room_end);
+        let mut retaken = 0;
         if !neighbour.is_null() {
             // SAFETY: as above.
             let (available, freed_at) =
                 unsafe { ((*neighbour).units, (*neighbour).role.free.freed_at) };
             if freed_at == 0 {
-                new_bytes += available.min(extra) << UNIT_SHIFT;
+                retaken = available.min(extra) << UNIT_SHIFT;
+                new_bytes += retaken;
             }
         }
         if !self.charge(new_bytes) {
@@ -87,6 +89,10 @@ impl Region {
         unsafe { (*map.meta(first)).units = new_units };
         self.count_used(state, next, extra, true);
         self.add_active(state, extra);
+        state.handouts += 1;
+        if retaken != 0 {
+            Self::note_retaken(state, retaken);
+        }
         true
     }
 
