@@ -85,3 +85,62 @@ fn dense_small_objects_sit_on_huge_pages() {
         "only {huge} of {small} KiB of small objects on huge pages"
     );
 }
+
+/// The most a small program's peak RSS may grow by loading nodalloc instead of using glibc's
+/// malloc, in a release build (the least of three runs each: single runs spread by 300 KiB):
+/// the library's code, its metadata and one bag per size class it uses. Measured 950-1 450 KiB
+/// in single runs; 1 620-1 900 before the node heaps' pass stopped writing into every class and
+/// before libm stopped being loaded (300 KiB of its code, run at start).
+const FOOTPRINT_EXTRA_KIB: u64 = 1536;
+
+/// `tests/c/footprint.c`'s least peak RSS over three runs, and whether libm was mapped in any,
+/// with nodalloc preloaded or without it (glibc).
+fn footprint(preloaded: bool) -> (u64, bool) {
+    let mut least = u64::MAX;
+    let mut libm = false;
+    for _ in 0..3 {
+        let mut run = clean_command(program("footprint", Mode::Preloaded));
+        if preloaded {
+            run.env("LD_PRELOAD", library());
+        }
+        let finished = run_passing_result(
+            "footprint",
+            Mode::Preloaded,
+            run_bounded(&mut run, TIME_LIMIT),
+        );
+        let line = finished
+            .stdout
+            .lines()
+            .find(|line| line.starts_with("footprint "))
+            .unwrap_or_else(|| panic!("no report line: {}", finished.describe()));
+        eprintln!("preloaded {preloaded}: {line}");
+        let figures: HashMap<&str, u64> = line
+            .split_whitespace()
+            .filter_map(|field| field.split_once('='))
+            .map(|(key, value)| (key, value.parse().expect("a number")))
+            .collect();
+        least = least.min(figures["hwm_kib"]);
+        libm |= figures["libm"] != 0;
+    }
+    (least, libm)
+}
+
+/// What a process pays for loading nodalloc at all: no libm, and (release builds) a peak RSS
+/// within [`FOOTPRINT_EXTRA_KIB`] of the same program under glibc, after a third of a second
+/// of the maintenance thread's passes over every class of the node heaps.
+#[test]
+fn a_small_program_pays_little_for_loading_nodalloc() {
+    let (ours, libm) = footprint(true);
+    let (glibc, _) = footprint(false);
+    assert!(!libm, "libnodalloc.so brings libm into the process");
+    if cfg!(debug_assertions) {
+        // A debug build's code is several times bigger: only the release bound means anything.
+        return;
+    }
+    let extra = ours.saturating_sub(glibc);
+    assert!(
+        extra <= FOOTPRINT_EXTRA_KIB,
+        "peak RSS {ours} KiB against glibc's {glibc} KiB: {extra} KiB more, bound \
+         {FOOTPRINT_EXTRA_KIB}"
+    );
+}

@@ -117,8 +117,12 @@ impl RingShard {
     /// The upkeep pass's step for the ring's budget: halved (back to the base at most) unless
     /// a push was refused since the last pass, so memory the flow needed stops being kept a few
     /// periods after the flow ends. A ring holding more than its new budget drains by its pops.
+    ///
+    /// It reads before it writes: the pass visits every class of every node, and a write to a
+    /// class nobody uses would make its page of the node heaps resident (up to 228 KiB a node
+    /// for a program that uses a few classes).
     pub(super) fn decay_budget(&self, class: SizeClass) {
-        if self.refused.swap(false, Ordering::Relaxed) {
+        if self.refused.load(Ordering::Relaxed) && self.refused.swap(false, Ordering::Relaxed) {
             return;
         }
         let budget = self.budget.load(Ordering::Relaxed);

@@ -1,0 +1,68 @@
+/* The whole footprint of a small program: a few blocks of the commonest sizes, one thread,
+ * then a third of a second idle while the maintenance thread makes its passes. Prints
+ * "footprint hwm_kib=N libm=0|1" (the peak resident set from /proc/self/status, and whether
+ * libm is mapped: the program itself never links it) and "ok footprint: N checks".
+ * Run under LD_PRELOAD and without it (glibc) by tests/c_abi/sparse.rs, which bounds the
+ * difference: what a process pays for loading nodalloc at all. */
+#include "check.h"
+
+#include <pthread.h>
+#include <time.h>
+
+static long status_kib(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    size_t length = strlen(field);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, field, length))
+            sscanf(line + length, " %ld", &kib);
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+static int maps_libm(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    int found = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (strstr(line, "/libm.so") || strstr(line, "/libm-"))
+            found = 1;
+    if (f)
+        fclose(f);
+    return found;
+}
+
+static void *worker(void *argument) {
+    unsigned char *block = malloc(opaque_size(100));
+    CHECK(block != NULL, "malloc(100) on a thread");
+    fill(block, 100, 7);
+    CHECK(first_mismatch(block, 100, 7) == 100, "a thread's block keeps its bytes");
+    free(block);
+    return argument;
+}
+
+int main(void) {
+    static const size_t sizes[] = {16, 64, 100, 500, 4096};
+    void *blocks[5];
+    for (int i = 0; i < 5; i++) {
+        blocks[i] = malloc(opaque_size(sizes[i]));
+        CHECK(blocks[i] != NULL, "malloc(%zu)", sizes[i]);
+        fill(blocks[i], sizes[i], (size_t)i);
+    }
+    pthread_t thread;
+    CHECK(pthread_create(&thread, NULL, worker, NULL) == 0, "pthread_create");
+    CHECK(pthread_join(thread, NULL) == 0, "pthread_join");
+    struct timespec third = {0, 350 * 1000 * 1000};
+    nanosleep(&third, NULL);
+    for (int i = 0; i < 5; i++) {
+        CHECK(first_mismatch(blocks[i], sizes[i], (size_t)i) == sizes[i], "block %d intact", i);
+        free(blocks[i]);
+    }
+    long hwm = status_kib("VmHWM:");
+    CHECK(hwm > 0, "VmHWM read");
+    printf("footprint hwm_kib=%ld libm=%d\n", hwm, maps_libm());
+    printf("ok footprint: %lu checks\n", checks_passed);
+    return 0;
+}
