@@ -752,9 +752,9 @@ static void *auto_cache_thread(void *argument) {
 
 /* With NODALLOC_CALLSITE=4096, NODALLOC_TIERING=auto and NODALLOC_COOLING=1000 (the child
  * below): a cache site fills 32 MiB and goes quiet while a request site churns. The cache turns
- * cold and at least AUTO_COLD_FAR_PERCENT % of its pages move to the far node, the requests' stay at least 99 %
- * near; the cache site turning busy again brings at least 90 % of its pages back near; every
- * cache entry keeps its contents. */
+ * cold and at least AUTO_COLD_FAR_PERCENT % of its pages move to the far node, the requests'
+ * stay at least 99 % near; the cache site turning busy again brings at least 90 % of its pages
+ * back near; every cache entry keeps its contents. */
 void test_auto_tiering(const char *test) {
     const char *assignments[] = {"NODALLOC_CALLSITE=4096", "NODALLOC_TIERING=auto",
                                  "NODALLOC_COOLING=1000", NULL};
@@ -795,8 +795,8 @@ void child_auto_tiering(const char *argument) {
     long passes, cpu_ms, moved_far, moved_near;
     auto_figures(&passes, &cpu_ms, &moved_far, &moved_near);
     long *f = w[0].figures;
-    int placed = f[1] > 0 && f[0] * 100 >= f[1] * AUTO_COLD_FAR_PERCENT && f[4] > 0 && f[3] * 100 <= f[4] * 1 &&
-                 f[6] > 0 && f[5] * 100 <= f[6] * 10;
+    int placed = f[1] > 0 && f[0] * 100 >= f[1] * AUTO_COLD_FAR_PERCENT && f[4] > 0 &&
+                 f[3] * 100 <= f[4] * 1 && f[6] > 0 && f[5] * 100 <= f[6] * 10;
     /* A fork while bags moved (when one was seen moving) left a sound child. */
     int fork_ok = !f[10] || f[9];
     int met = state.far_os >= 0 && f[8] == 0 && fork_ok && (refused || placed);

@@ -15,6 +15,11 @@ fn sparse_figures(pattern: &str, mode: Mode) -> HashMap<String, u64> {
         .find(|line| line.starts_with(&format!("{pattern} ")))
         .unwrap_or_else(|| panic!("no report line: {}", finished.describe()));
     eprintln!("{mode:?}: {line}");
+    report_figures(line)
+}
+
+/// The `key=N` figures of a report line.
+fn report_figures(line: &str) -> HashMap<String, u64> {
     line.split_whitespace()
         .filter_map(|field| field.split_once('='))
         .map(|(key, value)| (key.to_string(), value.parse().expect("a number")))
@@ -114,11 +119,7 @@ fn footprint(preloaded: bool) -> (u64, bool) {
             .find(|line| line.starts_with("footprint "))
             .unwrap_or_else(|| panic!("no report line: {}", finished.describe()));
         eprintln!("preloaded {preloaded}: {line}");
-        let figures: HashMap<&str, u64> = line
-            .split_whitespace()
-            .filter_map(|field| field.split_once('='))
-            .map(|(key, value)| (key, value.parse().expect("a number")))
-            .collect();
+        let figures = report_figures(line);
         least = least.min(figures["hwm_kib"]);
         libm |= figures["libm"] != 0;
     }

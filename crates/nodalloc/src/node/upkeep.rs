@@ -13,10 +13,10 @@ impl NodeHeaps {
     /// freed to its inbox do not stay there forever.
     pub fn upkeep(&self, node: NodeId, now: u64) {
         let period = upkeep_period(self.arena.decommit.delay_ns);
-        self.upkeep_node(node, now, 0);
+        self.upkeep_node(node, now, 0, true);
         for other in self.nodes() {
             if other != node {
-                self.upkeep_node(other, now, period);
+                self.upkeep_node(other, now, period, true);
             }
         }
     }
@@ -26,14 +26,17 @@ impl NodeHeaps {
     /// which returns its free memory after the decommit delay however far demand stretched it).
     pub(crate) fn upkeep_all(&self, now: u64) {
         for node in self.nodes() {
-            self.upkeep_node(node, now, 0);
+            // The quiet purge is the pass's one purge of the node's pools (as a busy pool's, it
+            // is the upkeep's own), made whether or not the upkeep was due.
+            self.upkeep_node(node, now, 0, false);
             self.arena.purge_quiet_node(node.index());
         }
         self.tiering_pass(now);
     }
 
-    /// Runs `node`'s upkeep if it is due by more than `grace` ns.
-    fn upkeep_node(&self, node: NodeId, now: u64, grace: u64) {
+    /// Runs `node`'s upkeep if it is due by more than `grace` ns, ending with the region's due
+    /// decommits when `purge` (the maintenance thread's pass makes its own, `upkeep_all`).
+    fn upkeep_node(&self, node: NodeId, now: u64, grace: u64, purge: bool) {
         let node_heap = self.node(node);
         let due = node_heap.next_upkeep.load(Ordering::Relaxed);
         if now < due.saturating_add(grace) {
@@ -58,7 +61,9 @@ impl NodeHeaps {
             }
         });
         self.sweep_node(node, due, false);
-        self.arena.purge_node(node.index(), false);
+        if purge {
+            self.arena.purge_node(node.index(), false);
+        }
     }
 
     /// Empties every ring and inbox of every node into the bags and sweeps every bag (for
