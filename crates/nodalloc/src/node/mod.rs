@@ -100,7 +100,10 @@ const RING_BYTES: usize = 128 << 10;
 /// threads that free more than they allocate overflow the ring and others take from it, every
 /// refused batch would go to the bags object by object under the class lock, and come back out
 /// of them the same way (a third of all objects in a producer/consumer run at the base budget).
-const RING_BYTES_MAX: usize = 1 << 20;
+/// 4 MiB, about what tcmalloc's transfer cache can hold of a 4 KiB class: a thread that allocates a
+/// thousand such objects and frees them again parks the overflow of its list here, where at
+/// 1 MiB three quarters of them went to their bags, the bags back to the pool and out again.
+const RING_BYTES_MAX: usize = 4 << 20;
 
 /// Objects of `class` a transfer ring holds at its base budget: [`RING_BYTES`] of them, and at
 /// least two of the class's batches (for classes whose batch alone comes near the budget).

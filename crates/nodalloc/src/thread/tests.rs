@@ -438,6 +438,37 @@ fn a_class_used_both_ways_grows_its_limit_and_its_refills_until_the_heap_is_flus
     assert_eq!(budget.load(Ordering::Relaxed), 0);
 }
 
+/// A thread that allocates a thousand 4 KiB objects and then frees them all, round after round
+/// (4 MiB, far more than its list keeps), parks what overflows its list in the node's ring once
+/// the ring's budget has grown to the flow: a later round neither takes an object from the bags
+/// nor returns one to them (a bag that falls empty would go back to its pool, and the next round
+/// would carve it again).
+#[test]
+fn a_burst_bigger_than_the_list_cycles_through_the_ring_not_the_bags() {
+    let heaps = heaps(1);
+    let mut heap = attached(heaps, NodeId(0));
+    heap.next_upkeep = u64::MAX;
+    let class = class_of(4096, 8).unwrap();
+    let ops = &heaps.node(NodeId(0)).ops;
+    let through_bags = || {
+        ops.bag_objects_taken.load(Ordering::Relaxed)
+            + ops.bag_objects_returned.load(Ordering::Relaxed)
+    };
+    let mut per_round = Vec::new();
+    for _ in 0..12 {
+        let before = through_bags();
+        let objects: Vec<*mut u8> = (0..1000).map(|_| allocate(&mut heap, class)).collect();
+        for &object in &objects {
+            // SAFETY: allocated above, freed once.
+            unsafe { heap.free(object, class) };
+        }
+        assert_list_consistent(&heap, class);
+        per_round.push(through_bags() - before);
+    }
+    assert!(per_round[0] >= 1000, "{per_round:?}");
+    assert!(per_round[8..].iter().all(|&n| n == 0), "{per_round:?}");
+}
+
 /// Random traffic over every cached class: lists stay consistent and within their limits,
 /// limits within their bounds, and the grown bytes within the thread's budget, counted the
 /// same by the heap and the node.
