@@ -437,7 +437,7 @@ impl NodeHeaps {
         let refused = if part == Partition::DEFAULT {
             let budget = ring.budget(class);
             ring.push(batch, budget, ops).err().and_then(|batch| {
-                match ring.raise_budget(class, budget) {
+                match ring.raise_budget(class, budget, &self.node(node).ring_grown_bytes) {
                     Some(raised) => ring.push(batch, raised, ops).err(),
                     None => Some(batch),
                 }

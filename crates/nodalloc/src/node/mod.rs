@@ -105,6 +105,13 @@ const RING_BYTES: usize = 128 << 10;
 /// 1 MiB three quarters of them went to their bags, the bags back to the pool and out again.
 const RING_BYTES_MAX: usize = 4 << 20;
 
+/// The most bytes the grown budgets of one node's rings may add to their base budgets together.
+/// One class's flow may grow its ring to [`RING_BYTES_MAX`]; many classes' flows at once (a
+/// program of mixed sizes on many threads) share this, so what rings park stays a bounded
+/// part of the heap (the soak test's many classes grew their rings by 15–20 MiB without it,
+/// docs/JOURNAL.md, "Fifteenth round: rings for big bursts").
+pub(crate) const NODE_RING_GROWN_BYTES: usize = 8 << 20;
+
 /// Objects of `class` a transfer ring holds at its base budget: [`RING_BYTES`] of them, and at
 /// least two of the class's batches (for classes whose batch alone comes near the budget).
 pub(crate) fn ring_objects(class: SizeClass) -> usize {
@@ -233,6 +240,9 @@ pub struct NodeHeap {
     /// Bytes the grown cache limits of this node's threads add to their base limits (bounded
     /// by `thread::NODE_GROWN_BYTES`).
     pub grown_cache_bytes: AtomicUsize,
+    /// Bytes the grown budgets of this node's rings add to their base budgets (bounded by
+    /// [`NODE_RING_GROWN_BYTES`]).
+    pub ring_grown_bytes: AtomicUsize,
     /// Bags the maintenance thread carved ahead of demand (`prepare.rs`), and the bytes of
     /// those still waiting for a thread.
     pub bags_prepared: AtomicU64,

@@ -98,10 +98,16 @@ impl RingShard {
     /// After a push that `budget` (the ring's budget of `class`) refused: doubles the budget,
     /// up to [`ring_objects_max`], if a thread took a batch from the ring since it last grew
     /// (a flow from threads that free to threads that allocate, which the ring should carry
-    /// rather than the bags); the new budget, or `None` when it stays. Every refusal also keeps
-    /// the budget from shrinking at the next upkeep pass. Races between threads only make a
-    /// step more or less; the budget stays within its bounds.
-    pub(super) fn raise_budget(&self, class: SizeClass, budget: usize) -> Option<usize> {
+    /// rather than the bags) and the node's rings have grown by less than
+    /// [`NODE_RING_GROWN_BYTES`] with it (`grown`, the node's count); the new budget, or `None`
+    /// when it stays. Every refusal also keeps the budget from shrinking at the next upkeep
+    /// pass. The budget changes by compare-and-swap, so `grown` counts what the budgets hold.
+    pub(super) fn raise_budget(
+        &self,
+        class: SizeClass,
+        budget: usize,
+        grown: &AtomicUsize,
+    ) -> Option<usize> {
         if !self.refused.load(Ordering::Relaxed) {
             self.refused.store(true, Ordering::Relaxed);
         }
@@ -110,7 +116,25 @@ impl RingShard {
             return None;
         }
         let raised = (budget * 2).min(max);
-        self.budget.store(raised, Ordering::Relaxed);
+        let add = (raised - budget) * class.size();
+        if grown.fetch_add(add, Ordering::Relaxed) + add > NODE_RING_GROWN_BYTES {
+            grown.fetch_sub(add, Ordering::Relaxed);
+            return None;
+        }
+        let stored = if budget == ring_objects(class) {
+            0
+        } else {
+            budget
+        };
+        if self
+            .budget
+            .compare_exchange(stored, raised, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            // Another thread moved the budget meanwhile: its step stands.
+            grown.fetch_sub(add, Ordering::Relaxed);
+            return None;
+        }
         Some(raised)
     }
 
@@ -121,7 +145,7 @@ impl RingShard {
     /// It reads before it writes: the pass visits every class of every node, and a write to a
     /// class nobody uses would make its page of the node heaps resident (up to 228 KiB a node
     /// for a program that uses a few classes).
-    pub(super) fn decay_budget(&self, class: SizeClass) {
+    pub(super) fn decay_budget(&self, class: SizeClass, grown: &AtomicUsize) {
         if self.refused.load(Ordering::Relaxed) && self.refused.swap(false, Ordering::Relaxed) {
             return;
         }
@@ -129,13 +153,16 @@ impl RingShard {
         if budget == 0 {
             return;
         }
+        let base = ring_objects(class);
         let halved = budget / 2;
-        let next = if halved <= ring_objects(class) {
-            0
-        } else {
-            halved
-        };
-        self.budget.store(next, Ordering::Relaxed);
+        let next = if halved <= base { 0 } else { halved };
+        if self
+            .budget
+            .compare_exchange(budget, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            grown.fetch_sub((budget - next.max(base)) * class.size(), Ordering::Relaxed);
+        }
     }
 }
 

@@ -585,6 +585,71 @@ fn a_rings_budget_follows_a_flow_from_freeing_to_allocating_threads() {
     assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 0);
 }
 
+/// Flows through the rings of many classes at once grow their budgets together by at most
+/// `NODE_RING_GROWN_BYTES`: the first classes' rings reach their most, a later one stays
+/// nearer its base, and the node's count of grown bytes is what the budgets add to their bases,
+/// back to zero once the upkeep passes have decayed every budget.
+#[test]
+fn the_rings_of_a_node_grow_together_within_the_nodes_budget() {
+    let heaps = NodeHeaps::create(test_arena(1, 512 << 20, 0)).unwrap();
+    let node = NodeId(0);
+    let classes: Vec<SizeClass> = [2048, 4096, 8192, 16384]
+        .iter()
+        .map(|&size| class_of(size, 8).unwrap())
+        .collect();
+    let grown = &heaps.node(node).ring_grown_bytes;
+    let counted = || {
+        classes
+            .iter()
+            .map(|&class| {
+                let ring = &heaps.class(node, class).ring;
+                (ring.budget(class) - ring_objects(class)) * class.size()
+            })
+            .sum::<usize>()
+    };
+    for &class in &classes {
+        let ring = &heaps.class(node, class).ring;
+        let step = class.batch();
+        let release = || {
+            let batch = heaps
+                .take_from_bags(node, Partition::DEFAULT, class, step)
+                .unwrap();
+            heaps.release(node, Partition::DEFAULT, class, batch);
+        };
+        for _ in 0..12 {
+            // A taker, then a refused batch: the budget doubles if the node's budget allows.
+            while ring.in_ring.load(Ordering::Relaxed) + step <= ring.budget(class) {
+                release();
+            }
+            let taken = heaps.ring_refill(node, Partition::DEFAULT, class).unwrap();
+            if let Err((object, misuse)) = heaps.return_to_bags(node, class, taken.head, false) {
+                panic!("{object:?}: {misuse:?}");
+            }
+            release();
+            release();
+            assert!(grown.load(Ordering::Relaxed) <= NODE_RING_GROWN_BYTES);
+            assert_eq!(grown.load(Ordering::Relaxed), counted());
+        }
+    }
+    let first = classes[0];
+    assert_eq!(
+        heaps.class(node, first).ring.budget(first),
+        ring_objects_max(first)
+    );
+    let last = *classes.last().unwrap();
+    assert!(heaps.class(node, last).ring.budget(last) < ring_objects_max(last));
+    assert!(grown.load(Ordering::Relaxed) > NODE_RING_GROWN_BYTES / 2);
+    let period = upkeep_period(heaps.arena.decommit.delay_ns);
+    let mut now = heaps.node(node).next_upkeep.load(Ordering::Relaxed) + 1;
+    for _ in 0..16 {
+        heaps.upkeep(node, now);
+        now += period + 1;
+        assert_eq!(grown.load(Ordering::Relaxed), counted());
+    }
+    assert_eq!(grown.load(Ordering::Relaxed), 0);
+    heaps.flush_all();
+}
+
 /// The ring's object count is a hint that a pop's subtraction can leave briefly below zero
 /// (wrapped); a release that reads it then must neither overflow nor lose its batch.
 #[test]

@@ -53,7 +53,7 @@ impl NodeHeaps {
         self.drain_inbox(node);
         self.for_each_class_heap(node, |part, class, _| {
             for (_, ring) in self.ring_shards_of(node, part, class) {
-                ring.decay_budget(class);
+                ring.decay_budget(class, &node_heap.ring_grown_bytes);
                 if ring.is_empty() || ring.touched.swap(false, Ordering::Relaxed) {
                     continue;
                 }
