@@ -302,8 +302,49 @@ pub(crate) extern "C" fn calloc_at(
 /// C's `realloc`.
 #[no_mangle]
 pub unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
+    // SAFETY: C's `realloc`: `ptr` is null or a live block the caller gives up if a new one
+    // comes back.
+    if let Some(p) = unsafe { realloc_hit(ptr, size) } {
+        return p;
+    }
     // SAFETY: as for `calloc`.
     unsafe { nodalloc_realloc_entry(ptr, size) }
+}
+
+/// `realloc`'s hit: a small block of the thread's own node, resized within the small classes.
+/// It stays where it is when its class serves the new size; otherwise it is copied into a block
+/// of the thread's cache and goes onto its list, as `free`'s hit puts it. `None` for the stub to
+/// take: null, a size of 0 or above the classes, large and foreign blocks, other nodes' blocks,
+/// an empty list, and secure mode, call-site partitions and the heap profile's lean mode, whose
+/// caches or home ranges stay empty.
+///
+/// # Safety
+/// As for `realloc`.
+#[inline(always)]
+unsafe fn realloc_hit(ptr: *mut c_void, size: usize) -> Option<*mut c_void> {
+    let heap = tls::get();
+    // SAFETY: the slot holds this thread's heap or the detached one (which matches no block).
+    let class = unsafe { &*heap }.home_class_of(ptr as *const u8)?;
+    if size == 0 {
+        return None;
+    }
+    let new_class = class_of_malloc(size)?.slot();
+    if new_class == class {
+        return Some(ptr);
+    }
+    // SAFETY: as above.
+    let new = unsafe { ThreadHeap::class_hit(heap, new_class) };
+    if new.is_null() {
+        return None;
+    }
+    // SAFETY: `ptr` is a block of `class` of the heap's node (the heap is the thread's own:
+    // the detached heap matched nothing), which the caller gives up; `new` is a distinct block
+    // of at least `size` bytes, now the caller's. The push screens `ptr` as `free`'s does.
+    unsafe {
+        core::ptr::copy_nonoverlapping(ptr as *const u8, new, class.class().size().min(size));
+        (*heap).free_screened(ptr as *mut u8, class, screen::SCREEN);
+    }
+    Some(new as *mut c_void)
 }
 
 entry_stub!(fn nodalloc_realloc_entry(ptr: *mut c_void, size: usize) -> *mut c_void

@@ -196,6 +196,34 @@ static void realloc_keeps_the_common_prefix_across_sizes(void) {
     free(block);
 }
 
+/* A block resized from one small class to another whose list holds a block moves into that
+ * block, and goes back to its own list: the next malloc of its size gets it again, its
+ * contents carried over up to the smaller size. */
+static void realloc_between_small_classes_hands_the_old_block_back(void) {
+    static const size_t moves[][2] = {{24, 200}, {200, 24}, {1000, 3000}, {3000, 40},
+                                      {64, 65},  {16, 16 * KIB}, {48 * KIB, 100}};
+    for (size_t i = 0; i < sizeof moves / sizeof moves[0]; i++) {
+        size_t from = moves[i][0], to = moves[i][1];
+        free(malloc(opaque_size(to)));
+        unsigned char *block = malloc(opaque_size(from));
+        CHECK(block != NULL, "malloc(%zu) failed", from);
+        fill(block, from, i);
+        uintptr_t address = (uintptr_t)block;
+        unsigned char *moved = realloc(block, opaque_size(to));
+        CHECK(moved != NULL && (uintptr_t)moved != address, "realloc(%zu -> %zu) gave %p for %#lx",
+              from, to, (void *)moved, (unsigned long)address);
+        CHECK_PATTERN(moved, from < to ? from : to, i);
+        CHECK(malloc_usable_size(moved) >= to, "realloc to %zu left %zu usable bytes", to,
+              malloc_usable_size(moved));
+        void *again = malloc(opaque_size(from));
+        CHECK((uintptr_t)again == address,
+              "realloc(%zu -> %zu) moved out of %#lx, the next malloc(%zu) gave %p", from, to,
+              (unsigned long)address, from, again);
+        free(again);
+        free(moved);
+    }
+}
+
 static void failed_realloc_leaves_the_block_intact(void) {
     static const size_t sizes[] = {100, 5000, LARGEST_SMALL + 1, 2 * MIB};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
@@ -331,6 +359,7 @@ int main(void) {
     realloc_of_null_allocates();
     realloc_to_zero_frees_and_returns_null();
     realloc_keeps_the_common_prefix_across_sizes();
+    realloc_between_small_classes_hands_the_old_block_back();
     failed_realloc_leaves_the_block_intact();
     reallocarray_multiplies_and_refuses_overflow();
     libc_internal_allocations_are_served_and_freed();

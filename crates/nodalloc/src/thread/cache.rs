@@ -689,6 +689,17 @@ impl ThreadHeap {
         }
     }
 
+    /// A block of `class` from the cache with its screen word cleared, or null (a miss): the
+    /// hit of the C face's `realloc`, which has the class already.
+    ///
+    /// # Safety
+    /// As for [`Self::malloc_hit`].
+    #[inline(always)]
+    pub unsafe fn class_hit(heap: *mut ThreadHeap, class: ClassSlot) -> *mut u8 {
+        // SAFETY: forwarded contract.
+        unsafe { Self::pop_unmarked(heap, class) }
+    }
+
     /// [`Self::pop_cached`] with the screen word of the block cleared.
     ///
     /// # Safety
