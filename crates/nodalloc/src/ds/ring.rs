@@ -16,8 +16,8 @@ use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 /// (at 32, a third of such a flow's objects went through the bags); [`TransferRing::push`]
 /// takes a per-class cap on top, the ring's byte budget. Big classes move small batches (8
 /// objects of 4 KiB), and at 64 slots a thread that freed a thousand 4 KiB objects at once sent
-/// three quarters of them through the bags (docs/JOURNAL.md, "Fifteenth round: rings for big bursts"). A slot is
-/// 32 bytes, untouched until used.
+/// three quarters of them through the bags (docs/JOURNAL.md, "Fifteenth round: rings for big
+/// bursts"). A slot is 32 bytes, untouched until used.
 pub const RING_SLOTS: usize = 128;
 const MASK: usize = RING_SLOTS - 1;
 

@@ -112,6 +112,17 @@ const RING_BYTES_MAX: usize = 4 << 20;
 /// docs/JOURNAL.md, "Fifteenth round: rings for big bursts").
 pub(crate) const NODE_RING_GROWN_BYTES: usize = 8 << 20;
 
+/// Adds `bytes` to `counter`, one of a node's budgets of grown caches, if the sum stays within
+/// `cap`; true when it did. Threads race on the counter: an addition that went over is taken back,
+/// so the counter never settles above `cap`.
+pub(crate) fn charge_within(counter: &AtomicUsize, bytes: usize, cap: usize) -> bool {
+    if counter.fetch_add(bytes, Ordering::Relaxed) + bytes > cap {
+        counter.fetch_sub(bytes, Ordering::Relaxed);
+        return false;
+    }
+    true
+}
+
 /// Objects of `class` a transfer ring holds at its base budget: [`RING_BYTES`] of them, and at
 /// least two of the class's batches (for classes whose batch alone comes near the budget).
 pub(crate) fn ring_objects(class: SizeClass) -> usize {

@@ -117,10 +117,10 @@ impl RingShard {
         }
         let raised = (budget * 2).min(max);
         let add = (raised - budget) * class.size();
-        if grown.fetch_add(add, Ordering::Relaxed) + add > NODE_RING_GROWN_BYTES {
-            grown.fetch_sub(add, Ordering::Relaxed);
+        if !charge_within(grown, add, NODE_RING_GROWN_BYTES) {
             return None;
         }
+        // The field holds 0 for the base budget (see `budget`).
         let stored = if budget == ring_objects(class) {
             0
         } else {

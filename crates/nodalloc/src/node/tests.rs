@@ -510,6 +510,16 @@ fn a_ring_holds_no_more_than_its_byte_budget_whatever_the_batch_sizes() {
     assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 0);
 }
 
+/// Takes `count` objects of `class` from node 0's bags and releases them as a thread's drained
+/// batch would be (into the ring, or back to the bags when the ring refuses them).
+fn release_from_bags(heaps: &NodeHeaps, class: SizeClass, count: usize) {
+    let batch = heaps
+        .take_from_bags(NodeId(0), Partition::DEFAULT, class, count)
+        .unwrap();
+    assert_eq!(batch.count, count);
+    heaps.release(NodeId(0), Partition::DEFAULT, class, batch);
+}
+
 /// A ring's budget grows while threads overflow it and others take from it (doubling per
 /// refusal that follows a pop, up to `ring_objects_max`), never without a taker, and falls back
 /// to the base one halving per upkeep pass that saw no refusal.
@@ -521,13 +531,7 @@ fn a_rings_budget_follows_a_flow_from_freeing_to_allocating_threads() {
     assert!(max >= 4 * base, "{base} .. {max}");
     let class_heap = heaps.class(NodeId(0), class);
     let in_ring = || class_heap.ring.in_ring.load(Ordering::Relaxed);
-    let release = |count: usize| {
-        let batch = heaps
-            .take_from_bags(NodeId(0), Partition::DEFAULT, class, count)
-            .unwrap();
-        assert_eq!(batch.count, count);
-        heaps.release(NodeId(0), Partition::DEFAULT, class, batch);
-    };
+    let release = |count: usize| release_from_bags(heaps, class, count);
     let step = class.batch();
     // Only frees: the ring fills to its base budget and stays there.
     for _ in 0..2 * base / step {
@@ -610,12 +614,7 @@ fn the_rings_of_a_node_grow_together_within_the_nodes_budget() {
     for &class in &classes {
         let ring = &heaps.class(node, class).ring;
         let step = class.batch();
-        let release = || {
-            let batch = heaps
-                .take_from_bags(node, Partition::DEFAULT, class, step)
-                .unwrap();
-            heaps.release(node, Partition::DEFAULT, class, batch);
-        };
+        let release = || release_from_bags(heaps, class, step);
         for _ in 0..12 {
             // A taker, then a refused batch: the budget doubles if the node's budget allows.
             while ring.in_ring.load(Ordering::Relaxed) + step <= ring.budget(class) {

@@ -15,7 +15,7 @@
 
 use super::cache::{cache_limit_max, FreeList};
 use super::ThreadHeap;
-use crate::node::{NodeHeaps, NodeId};
+use crate::node::{charge_within, NodeHeaps, NodeId};
 use crate::size_class::SizeClass;
 use core::sync::atomic::Ordering;
 
@@ -121,8 +121,7 @@ pub(super) fn resize_list(
     let budget = &heaps.node(node).grown_cache_bytes;
     if new > old {
         let add = (new - old) * size;
-        if budget.fetch_add(add, Ordering::Relaxed) + add > NODE_GROWN_BYTES {
-            budget.fetch_sub(add, Ordering::Relaxed);
+        if !charge_within(budget, add, NODE_GROWN_BYTES) {
             return;
         }
         *grown_bytes += add;
