@@ -469,7 +469,8 @@ node_summed_fields! {
             pub background_prepared: usize = 0,
             /// Bags of big classes the maintenance thread carved ahead of demand.
             pub background_bags: u64 = 0,
-            /// Bytes of free spans the maintenance thread decommitted.
+            /// Bytes of free spans the maintenance thread decommitted (counted when each of its
+            /// steps ends: a snapshot taken during a step may see memory gone and not yet here).
             pub background_decommitted: u64 = 0,
             /// First-class heaps alive now (`nodalloc::Heap`, `nodalloc_heap_new`).
             pub heaps: usize = 0,
