@@ -10,12 +10,16 @@ use core::ptr::null_mut;
 
 impl ThreadHeap {
     /// An object of `class` whose first `bytes` bytes read as zero (`calloc`, `alloc_zeroed`).
-    /// For classes that span pages (the sparse pool), a cache miss takes one object straight
-    /// from the bags: if it is carved there for the first time from untouched memory, only its
-    /// link word needs clearing, so a program that callocs big blocks and touches their heads
-    /// pays for the pages it touches. Null when no memory is left.
+    /// For classes that span pages (the sparse pool), a cache miss refills as `malloc`'s does
+    /// (the node's ring, then objects freed into the bags, then the rest of a bag as the
+    /// class's run of untouched objects): an object of a run carved from untouched memory
+    /// needs only its link word cleared, so a program that callocs big blocks and touches
+    /// their heads pays for the pages it touches. Null when no memory is left.
     pub fn alloc_zeroed(&mut self, class: SizeClass, bytes: usize) -> *mut u8 {
         debug_assert!(bytes <= class.size());
+        // An answer left by an earlier allocation (one whose caller did not ask) is not this
+        // object's.
+        self.untouched = false;
         let mut object = self.alloc_cached(class);
         let mut clear = bytes;
         let lean = object.is_null() && self.lean_counts();
@@ -51,19 +55,6 @@ impl ThreadHeap {
             // The class's run first (untouched objects a `malloc` of the class left): nothing
             // was written into them, so one from a bag that read as zero still does.
             object = self.take_from_run(class);
-            let zeroed = if !object.is_null() {
-                self.took_untouched()
-            } else if let Some((fresh, zeroed)) = self.heaps().and_then(|heaps| {
-                heaps.alloc_single_zeroed(self.node, self.current_partition(), class)
-            }) {
-                object = fresh;
-                zeroed
-            } else {
-                false
-            };
-            if zeroed {
-                clear = bytes.min(2 * core::mem::size_of::<usize>());
-            }
         }
         if object.is_null() {
             object = if lean {
@@ -77,6 +68,11 @@ impl ThreadHeap {
         }
         if lean {
             self.lean_served(class);
+        }
+        // An object of the class's run (above, or the one the refill just made) from a bag
+        // that read as zero reads as zero but for its link word.
+        if self.took_untouched() {
+            clear = bytes.min(2 * core::mem::size_of::<usize>());
         }
         if !object.is_null() {
             // SAFETY: the object holds `class.size() >= bytes` bytes and is the caller's now.

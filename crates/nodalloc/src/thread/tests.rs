@@ -469,6 +469,70 @@ fn a_burst_bigger_than_the_list_cycles_through_the_ring_not_the_bags() {
     assert!(per_round[8..].iter().all(|&n| n == 0), "{per_round:?}");
 }
 
+/// One thread callocs objects of a sparse class (5 KiB) and another frees them, round after
+/// round: the freer's overflow goes to the node's ring, and the allocating thread's zeroed
+/// refills take it from there (once the ring's budget has grown to the flow), not one object at
+/// a time from the bags under the class lock. Every object reads as zero, though each was
+/// written whole before it was freed.
+#[test]
+fn zeroed_allocations_of_a_sparse_class_refill_from_the_ring_and_read_as_zero() {
+    let heaps = heaps(1);
+    let mut taker = attached(heaps, NodeId(0));
+    let mut freer = attached(heaps, NodeId(0));
+    taker.next_upkeep = u64::MAX;
+    freer.next_upkeep = u64::MAX;
+    let class = class_of(5 << 10, 8).unwrap();
+    assert!(class.size() > DENSE_OBJECT_MAX);
+    let ops = &heaps.node(NodeId(0)).ops;
+    let mut taken_per_round = Vec::new();
+    for round in 0..12u8 {
+        let before = ops.bag_objects_taken.load(Ordering::Relaxed);
+        let objects: Vec<*mut u8> = (0..200)
+            .map(|_| {
+                let object = taker.alloc_zeroed(class, class.size());
+                assert!(!object.is_null());
+                // SAFETY: the object holds `class.size()` bytes and is the test's.
+                let bytes = unsafe { core::slice::from_raw_parts_mut(object, class.size()) };
+                assert!(
+                    bytes.iter().all(|&b| b == 0),
+                    "round {round}: a dirty block"
+                );
+                bytes.fill(0xA0 | round);
+                object
+            })
+            .collect();
+        for &object in &objects {
+            // SAFETY: allocated above, freed once (by a thread of the same node).
+            unsafe { freer.free(object, class) };
+        }
+        taken_per_round.push(ops.bag_objects_taken.load(Ordering::Relaxed) - before);
+    }
+    assert!(taken_per_round[0] >= 200, "{taken_per_round:?}");
+    assert!(
+        taken_per_round[8..].iter().all(|&n| n == 0),
+        "objects taken from the bags per round: {taken_per_round:?}"
+    );
+}
+
+/// A plain allocation handed out from a sparse class's run notes the object untouched; a
+/// zeroed allocation after it that pops a written object from the list clears it whole.
+#[test]
+fn a_zeroed_allocation_after_an_untouched_one_clears_a_cached_object_whole() {
+    let heaps = heaps(1);
+    let mut heap = attached(heaps, NodeId(0));
+    let class = class_of(5 << 10, 8).unwrap();
+    let first = allocate(&mut heap, class);
+    // SAFETY: the object holds `class.size()` bytes and is the test's.
+    unsafe { core::slice::from_raw_parts_mut(first, class.size()) }.fill(0xEE);
+    // SAFETY: allocated above, freed once.
+    unsafe { heap.free(first, class) };
+    let zeroed = heap.alloc_zeroed(class, class.size());
+    assert_eq!(zeroed, first, "the list's object comes first");
+    // SAFETY: as above.
+    let bytes = unsafe { core::slice::from_raw_parts(zeroed, class.size()) };
+    assert!(bytes.iter().all(|&b| b == 0));
+}
+
 /// Random traffic over every cached class: lists stay consistent and within their limits,
 /// limits within their bounds, and the grown bytes within the thread's budget, counted the
 /// same by the heap and the node.
