@@ -50,6 +50,21 @@ fn big_blocks_are_handed_out_untouched() {
     );
 }
 
+/// A process's first block of a class of 1 or 2 KiB makes a few pages of its bag resident, not
+/// the whole bag: the thread's first refill of a class takes a page's worth of objects (four
+/// at least) and the double-free marks run a page ahead of the carve. Whole bags would be 16
+/// pages.
+#[test]
+fn a_first_block_of_a_class_leaves_most_of_its_bag_untouched() {
+    for mode in MODES {
+        let pages = sparse_figures("first", mode)["bag_pages"];
+        assert!(
+            pages <= 10,
+            "first ({mode:?}): {pages} of 16 pages of the two bags resident"
+        );
+    }
+}
+
 /// Blocks of 1-64 KiB written whole, 90 % freed at random: once the program has idled, only
 /// the survivors' pages stay (the sweep gives back the free pages inside bags still in use).
 #[test]

@@ -166,7 +166,15 @@ impl NodeHeaps {
                     // SAFETY: the bag is new and ours under the class lock: no object of it is
                     // out, and every one of its objects holds the screen word (`screen_mark`
                     // is 0 otherwise).
-                    unsafe { mark_objects(address, size, 0, capacity as usize, carve_mark) };
+                    unsafe {
+                        mark_objects(
+                            address,
+                            size,
+                            0,
+                            marked_ahead(size, 0, capacity),
+                            carve_mark,
+                        )
+                    };
                 }
                 if secure {
                     // SAFETY: the class lock is held and the bag is new, on no list but ours:
@@ -242,9 +250,16 @@ impl NodeHeaps {
                         (*bag).role.bag.carved += 1;
                         if carve_mark != 0 && size > DENSE_OBJECT_MAX {
                             // The object's screen word: the object holds it (`screen_mark`),
-                            // and it is ours until it is handed out. (A dense bag's objects
-                            // got it when the bag was created.)
+                            // and it is ours until it is handed out.
                             (object.add(crate::ds::SCREEN_WORD) as *mut usize).write(carve_mark);
+                        } else if carve_mark != 0 {
+                            // A dense bag's marks run a page ahead of its carve: the object
+                            // that enters that page gets its mark now (the carved one got its
+                            // own when the bag was created or an earlier carve ran ahead).
+                            let carved = usize::from((*bag).role.bag.carved);
+                            let from = marked_ahead(size, carved - 1, capacity);
+                            let to = marked_ahead(size, carved, capacity);
+                            mark_objects(start, size, from, to, carve_mark);
                         }
                         object
                     } else if (*bag).role.bag.sweep.released != 0 {
@@ -836,12 +851,20 @@ unsafe fn append(
     batch.count += 1;
 }
 
+/// The end of a dense bag's marked objects once `carved` of its `capacity` objects of `size`
+/// bytes are carved: a page's worth of objects and one more past the carve (all of a bag of
+/// fewer). A free of an object the bag has not carved yet within that reach (an address the
+/// program never got, such as `p + 4096` of a 16-byte block) meets the mark, is screened, and
+/// is refused as an invalid pointer (`suspect.rs`: the bag never carved it). The marks touch
+/// one page past what the carve itself touches, not the whole bag: a thread that takes a few
+/// objects of a class keeps the rest of its bag untouched.
+pub(super) fn marked_ahead(size: usize, carved: usize, capacity: u16) -> usize {
+    (carved + crate::os::PAGE_SIZE / size + 1).min(usize::from(capacity))
+}
+
 /// Writes `mark` into the screen word of the objects `from..to` of the bag at `start` (objects
-/// of `size` bytes). A dense bag's objects get it all at once when the bag is created, so that
-/// a free of an object the bag has not carved yet (an address the program never got, such as
-/// `p + 4096` of a 16-byte block) meets the mark, is screened, and is refused as an invalid
-/// pointer (`suspect.rs`: the bag never carved it). A dense bag is resident whole once used
-/// (every page holds an object's start), so the marks touch no page its use would not.
+/// of `size` bytes): a dense bag's objects as its carve reaches them ([`marked_ahead`]), and
+/// those a sweep's restore lists again.
 ///
 /// # Safety
 /// The objects must be the caller's (not out, not on any list another thread reads without the

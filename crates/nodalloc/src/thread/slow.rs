@@ -302,7 +302,17 @@ impl ThreadHeap {
     /// no limit); a partition takes a batch.
     fn refill_want(&self, part: Partition, class: SizeClass) -> usize {
         if part == Partition::DEFAULT {
-            self.lists[class.index()].refill_size().max(class.batch())
+            let list = &self.lists[class.index()];
+            if list.is_fresh() {
+                // The thread's first refill of the class: a page's worth of objects (one at
+                // least), not a whole batch. A program that takes a few objects of many classes
+                // (most of them) touches a page of each, not a bag of each; one that keeps
+                // allocating refills again, at the full size.
+                return (crate::os::PAGE_SIZE / class.size())
+                    .max(4)
+                    .min(class.batch());
+            }
+            list.refill_size().max(class.batch())
         } else {
             class.batch()
         }
