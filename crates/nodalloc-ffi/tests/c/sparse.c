@@ -293,17 +293,17 @@ static void pattern_untouched(void) {
 }
 
 static void pattern_first(void) {
+    enum { UNIT = 32 << 10 };
     static const size_t sizes[] = {1000, 2000};
-    long page = sysconf(_SC_PAGESIZE);
+    size_t pages = UNIT / (size_t)sysconf(_SC_PAGESIZE);
     int resident = 0;
     for (int i = 0; i < 2; i++) {
         unsigned char *block = malloc(opaque_size(sizes[i]));
         CHECK(block != NULL, "malloc(%zu)", sizes[i]);
         fill(block, sizes[i], (size_t)i);
-        unsigned char vector[(32 << 10) / 4096];
-        void *unit = (void *)((uintptr_t)block & ~(uintptr_t)((32 << 10) - 1));
-        size_t pages = (size_t)(32 << 10) / (size_t)page;
-        CHECK(pages <= sizeof vector && mincore(unit, 32 << 10, vector) == 0, "mincore(%p)", unit);
+        unsigned char vector[UNIT / 4096];
+        void *unit = (void *)((uintptr_t)block & ~(uintptr_t)(UNIT - 1));
+        CHECK(pages <= sizeof vector && mincore(unit, UNIT, vector) == 0, "mincore(%p)", unit);
         for (size_t j = 0; j < pages; j++)
             resident += vector[j] & 1;
         CHECK(first_mismatch(block, sizes[i], (size_t)i) == sizes[i], "block %d kept its bytes", i);

@@ -248,18 +248,22 @@ impl NodeHeaps {
                         };
                         let object = (start + index as usize * size) as *mut u8;
                         (*bag).role.bag.carved += 1;
-                        if carve_mark != 0 && size > DENSE_OBJECT_MAX {
-                            // The object's screen word: the object holds it (`screen_mark`),
-                            // and it is ours until it is handed out.
-                            (object.add(crate::ds::SCREEN_WORD) as *mut usize).write(carve_mark);
-                        } else if carve_mark != 0 {
-                            // A dense bag's marks run a page ahead of its carve: the object
-                            // that enters that page gets its mark now (the carved one got its
-                            // own when the bag was created or an earlier carve ran ahead).
-                            let carved = usize::from((*bag).role.bag.carved);
-                            let from = marked_ahead(size, carved - 1, capacity);
-                            let to = marked_ahead(size, carved, capacity);
-                            mark_objects(start, size, from, to, carve_mark);
+                        if carve_mark != 0 {
+                            if size > DENSE_OBJECT_MAX {
+                                // The object's screen word: the object holds it
+                                // (`screen_mark`), and it is ours until it is handed out.
+                                (object.add(crate::ds::SCREEN_WORD) as *mut usize)
+                                    .write(carve_mark);
+                            } else {
+                                // A dense bag's marks run a page ahead of its carve: the
+                                // object that enters that reach gets its mark now (the carved
+                                // one got its own when the bag was created or an earlier carve
+                                // ran ahead).
+                                let carved = usize::from((*bag).role.bag.carved);
+                                let from = marked_ahead(size, carved - 1, capacity);
+                                let to = marked_ahead(size, carved, capacity);
+                                mark_objects(start, size, from, to, carve_mark);
+                            }
                         }
                         object
                     } else if (*bag).role.bag.sweep.released != 0 {

@@ -304,8 +304,8 @@ impl ThreadHeap {
         if part == Partition::DEFAULT {
             let list = &self.lists[class.index()];
             if list.is_fresh() {
-                // The thread's first refill of the class: a page's worth of objects (one at
-                // least), not a whole batch. A program that takes a few objects of many classes
+                // The thread's first refill of the class: a page's worth of objects (four at
+                // least, a batch at most), not a whole batch. A program that takes a few objects of many classes
                 // (most of them) touches a page of each, not a bag of each; one that keeps
                 // allocating refills again, at the full size.
                 return (crate::os::PAGE_SIZE / class.size())
