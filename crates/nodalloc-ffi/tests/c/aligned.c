@@ -196,6 +196,24 @@ static void valloc_gives_page_aligned_blocks(void) {
     }
 }
 
+/* A page-aligned block of at most a page takes a page (the page class), not the next class
+ * whose size is a multiple of a page; a thousand of them live together stay distinct. */
+static void page_aligned_pages_take_a_page_each(void) {
+    enum { COUNT = 1000 };
+    static void *blocks[COUNT];
+    for (size_t i = 0; i < COUNT; i++) {
+        size_t size = i % 2 ? 4096 : 1 + i;
+        blocks[i] = allocate_checked(MEMALIGN, 4096, size);
+        CHECK(malloc_usable_size(blocks[i]) == 4096, "memalign(4096, %zu) has %zu usable bytes",
+              size, malloc_usable_size(blocks[i]));
+        fill(blocks[i], 4096, i);
+    }
+    for (size_t i = 0; i < COUNT; i++) {
+        CHECK_PATTERN(blocks[i], 4096, i);
+        free(blocks[i]);
+    }
+}
+
 /* pvalloc rounds the size up to whole pages, and the rounded size is usable. */
 static void pvalloc_gives_whole_pages(void) {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -227,6 +245,7 @@ int main(void) {
     memalign_rounds_up_odd_alignments_and_rejects_huge_ones();
     aligned_functions_refuse_impossible_sizes_with_enomem();
     valloc_gives_page_aligned_blocks();
+    page_aligned_pages_take_a_page_each();
     pvalloc_gives_whole_pages();
     return finish("aligned");
 }

@@ -63,11 +63,12 @@ impl BagAt {
     }
 }
 
-/// Objects of at most this many bytes are packed in the dense pool: every page of one of their
-/// bags holds the start of an object, so a bag in use is resident whole whatever the program
-/// touches, and huge pages cost nothing extra. Larger objects span pages a program may never
-/// touch (the tail of a 100 KB buffer of which it writes a header).
-pub const DENSE_OBJECT_MAX: usize = os::PAGE_SIZE;
+/// Objects of at most this many bytes (a page, or the 4 KiB class's page and a line) are
+/// packed in the dense pool: a page of one of their bags holds parts of at most two objects, so
+/// a bag in use is resident nearly whole whatever the program touches, and huge pages cost
+/// nothing extra. Larger objects span pages a program may never touch (the tail of a 100 KB
+/// buffer of which it writes a header).
+pub const DENSE_OBJECT_MAX: usize = crate::size_class::PAGE_LINE;
 
 /// The span pools of a node region (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

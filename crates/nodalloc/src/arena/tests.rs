@@ -229,7 +229,7 @@ fn a_partly_decommitted_chunk_leaves_huge_pages_until_it_is_wholly_free() {
 #[test]
 fn small_object_bags_go_to_the_dense_pool_and_the_rest_to_the_sparse_pool_on_base_pages() {
     let arena = test_arena_config(2, 64 << 20, 0, false, false, ThpChoice::Auto);
-    let small = crate::size_class::class_of(DENSE_OBJECT_MAX, 8).unwrap();
+    let small = crate::size_class::class_of(crate::os::PAGE_SIZE, 8).unwrap();
     let spanning = crate::size_class::class_of(DENSE_OBJECT_MAX + 1, 8).unwrap();
     for node in 0..2 {
         let dense = arena.pool(node, Pool::Dense);

@@ -129,9 +129,12 @@ pub(crate) fn ring_objects(class: SizeClass) -> usize {
     (RING_BYTES / class.size()).max(2 * class.batch())
 }
 
-/// The most objects of `class` a ring's grown budget allows ([`RING_BYTES_MAX`]).
+/// The most objects of `class` a ring's grown budget allows ([`RING_BYTES_MAX`]), and no more
+/// than its slots hold in whole batches.
 pub(crate) fn ring_objects_max(class: SizeClass) -> usize {
-    (RING_BYTES_MAX / class.size()).max(ring_objects(class))
+    (RING_BYTES_MAX / class.size())
+        .min(RING_SLOTS * class.batch())
+        .max(ring_objects(class))
 }
 
 /// Per class, per node: the transfer ring and the central bag lists.

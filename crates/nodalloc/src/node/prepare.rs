@@ -422,7 +422,7 @@ mod tests {
     fn no_bags_are_prepared_for_small_classes_or_under_a_limit() {
         let heaps = NodeHeaps::create(test_arena(1, 64 << 20, 0)).unwrap();
         let (node, part) = (NodeId(0), Partition::DEFAULT);
-        let small = class_of(DENSE_OBJECT_MAX, 8).unwrap();
+        let small = class_of(crate::os::PAGE_SIZE, 8).unwrap();
         let big = class_of(10_000, 8).unwrap();
         heaps.take_from_bags(node, part, small, 1).unwrap();
         assert!(
