@@ -108,7 +108,8 @@ pub struct ThreadHeap {
     /// The class lookups' tables, a copy in every heap: the faces' fast paths look a size up
     /// at the heap's address, which they have, with no load of a table's address first.
     slots: SlotTables,
-    /// Per class, the cuts since its last refill, up to `adapt::CUTS_TO_SHRINK`.
+    /// Per class, the cuts since its last refill (up to `adapt::CUTS_TO_SHRINK`) and whether
+    /// the list was cut since its limit was reset (`adapt.rs`).
     cuts: [u8; NUM_CLASSES],
     /// Bytes the grown limits add to the base limits (bounded by `THREAD_GROWN_BYTES`).
     grown_bytes: usize,

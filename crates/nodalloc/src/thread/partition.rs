@@ -34,7 +34,8 @@ const SET_BITS: u32 = 7;
 pub(super) struct PartitionCache {
     /// Per slot, the key of the pair whose list it holds ([`key_of`]), 0 for none.
     keys: [u32; SLOTS],
-    /// Per slot, the list's cuts since its last refill (the adaptive limits, `adapt.rs`).
+    /// Per slot, the list's cuts since its last refill and whether it was cut since its
+    /// limit was reset (the adaptive limits, `adapt.rs`).
     cuts: [u8; SLOTS],
     lists: [FreeList; SLOTS],
 }

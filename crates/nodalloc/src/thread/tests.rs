@@ -393,6 +393,47 @@ fn grown_bytes(heap: &ThreadHeap) -> usize {
         .sum()
 }
 
+/// A thread that allocates a burst of 900 blocks and frees them all, round after round, soon
+/// keeps the whole burst in its list (a limit of 1 024 at most for 64 B): once the list has
+/// overflowed, every refill grows the limit, so the frees stop cutting batches to the node's
+/// ring. (Growing only at the first
+/// refill after a cut, the limit lost more to the frees' cuts than it gained, and every round
+/// went through the ring.) A thread that only allocates never grows its limit.
+#[test]
+fn bursts_freed_again_settle_in_the_threads_list_and_a_producer_never_grows() {
+    let heaps = heaps(1);
+    let mut heap = attached(heaps, NodeId(0));
+    heap.next_upkeep = u64::MAX;
+    let class = class_of(64, 8).unwrap();
+    let ops = &heaps.node(NodeId(0)).ops;
+    let mut pushes_per_round = Vec::new();
+    for _ in 0..12 {
+        let before = ops.ring_pushes.load(Ordering::Relaxed);
+        let objects: Vec<*mut u8> = (0..900).map(|_| allocate(&mut heap, class)).collect();
+        for &object in &objects {
+            // SAFETY: allocated above, freed once.
+            unsafe { heap.free(object, class) };
+        }
+        assert_list_consistent(&heap, class);
+        pushes_per_round.push(ops.ring_pushes.load(Ordering::Relaxed) - before);
+    }
+    assert!(pushes_per_round[0] > 0, "{pushes_per_round:?}");
+    assert!(
+        pushes_per_round[6..].iter().all(|&n| n == 0),
+        "{pushes_per_round:?}"
+    );
+    assert!(heap.lists[class.index()].limit() >= 900);
+
+    let mut producer = attached(heaps, NodeId(0));
+    producer.next_upkeep = u64::MAX;
+    let held: Vec<*mut u8> = (0..2000).map(|_| allocate(&mut producer, class)).collect();
+    assert_eq!(producer.lists[class.index()].limit(), class.cache_limit());
+    for object in held {
+        // SAFETY: allocated above, freed once.
+        unsafe { heap.free(object, class) };
+    }
+}
+
 /// A class whose list overflows and runs dry in turn keeps more objects, and takes half its
 /// grown limit from the bags at a refill (a class used both ways goes to the class lock less
 /// often); flushing the heap puts every limit back to its base and gives the node's budget back.
