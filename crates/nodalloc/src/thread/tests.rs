@@ -37,6 +37,13 @@ pub(super) fn attached(heaps: &'static NodeHeaps, node: NodeId) -> Box<ThreadHea
     heap
 }
 
+/// [`attached`], with its upkeep never due: its limits move by its own traffic alone.
+pub(super) fn attached_without_upkeep(heaps: &'static NodeHeaps, node: NodeId) -> Box<ThreadHeap> {
+    let mut heap = attached(heaps, node);
+    heap.next_upkeep = u64::MAX;
+    heap
+}
+
 /// A drain or a park whose upkeep re-homes the thread (it migrated to another node) still
 /// gives the objects it cut from the list back to their own node, not the new home: the
 /// node heap refuses foreign objects and aborts naming one.
@@ -402,8 +409,7 @@ fn grown_bytes(heap: &ThreadHeap) -> usize {
 #[test]
 fn bursts_freed_again_settle_in_the_threads_list_and_a_producer_never_grows() {
     let heaps = heaps(1);
-    let mut heap = attached(heaps, NodeId(0));
-    heap.next_upkeep = u64::MAX;
+    let mut heap = attached_without_upkeep(heaps, NodeId(0));
     let class = class_of(64, 8).unwrap();
     let ops = &heaps.node(NodeId(0)).ops;
     let mut pushes_per_round = Vec::new();
@@ -424,8 +430,7 @@ fn bursts_freed_again_settle_in_the_threads_list_and_a_producer_never_grows() {
     );
     assert!(heap.lists[class.index()].limit() >= 900);
 
-    let mut producer = attached(heaps, NodeId(0));
-    producer.next_upkeep = u64::MAX;
+    let mut producer = attached_without_upkeep(heaps, NodeId(0));
     let held: Vec<*mut u8> = (0..2000).map(|_| allocate(&mut producer, class)).collect();
     assert_eq!(producer.lists[class.index()].limit(), class.cache_limit());
     for object in held {
@@ -440,8 +445,7 @@ fn bursts_freed_again_settle_in_the_threads_list_and_a_producer_never_grows() {
 #[test]
 fn a_class_used_both_ways_grows_its_limit_and_its_refills_until_the_heap_is_flushed() {
     let heaps = heaps(1);
-    let mut heap = attached(heaps, NodeId(0));
-    heap.next_upkeep = u64::MAX;
+    let mut heap = attached_without_upkeep(heaps, NodeId(0));
     let class = class_of(1024, 8).unwrap();
     let base = class.cache_limit();
     for round in 0..6 {
@@ -487,8 +491,7 @@ fn a_class_used_both_ways_grows_its_limit_and_its_refills_until_the_heap_is_flus
 #[test]
 fn a_burst_bigger_than_the_list_cycles_through_the_ring_not_the_bags() {
     let heaps = heaps(1);
-    let mut heap = attached(heaps, NodeId(0));
-    heap.next_upkeep = u64::MAX;
+    let mut heap = attached_without_upkeep(heaps, NodeId(0));
     let class = class_of(4096, 8).unwrap();
     let ops = &heaps.node(NodeId(0)).ops;
     let through_bags = || {
@@ -518,10 +521,8 @@ fn a_burst_bigger_than_the_list_cycles_through_the_ring_not_the_bags() {
 #[test]
 fn zeroed_allocations_of_a_sparse_class_refill_from_the_ring_and_read_as_zero() {
     let heaps = heaps(1);
-    let mut taker = attached(heaps, NodeId(0));
-    let mut freer = attached(heaps, NodeId(0));
-    taker.next_upkeep = u64::MAX;
-    freer.next_upkeep = u64::MAX;
+    let mut taker = attached_without_upkeep(heaps, NodeId(0));
+    let mut freer = attached_without_upkeep(heaps, NodeId(0));
     let class = class_of(5 << 10, 8).unwrap();
     assert!(class.size() > DENSE_OBJECT_MAX);
     let ops = &heaps.node(NodeId(0)).ops;
@@ -580,8 +581,7 @@ fn a_zeroed_allocation_after_an_untouched_one_clears_a_cached_object_whole() {
 #[test]
 fn grown_limits_stay_within_their_bounds_under_random_traffic() {
     let heaps = heaps(1);
-    let mut heap = attached(heaps, NodeId(0));
-    heap.next_upkeep = u64::MAX;
+    let mut heap = attached_without_upkeep(heaps, NodeId(0));
     let classes: Vec<SizeClass> = (0..NUM_CLASSES)
         .map(|index| SizeClass(index as u8))
         .filter(|class| class.cache_limit() != 0)

@@ -1,7 +1,7 @@
 //! Unit tests of parking and upkeep: a big class's one parked object per thread, the
 //! statistics of where bytes sit, and which caches an upkeep pass keeps.
 
-use super::tests::{allocate, attached, heaps};
+use super::tests::{allocate, attached, attached_without_upkeep, heaps};
 use super::HOLDS_PER_UPKEEP;
 use super::*;
 use crate::size_class::class_of;
@@ -85,8 +85,7 @@ fn big_classes_park_one_object_per_thread_and_the_statistics_show_where_bytes_si
 #[test]
 fn objects_of_a_held_class_go_back_at_once_and_the_next_allocation_gets_another() {
     let heaps = heaps(1);
-    let mut heap = attached(heaps, NodeId(0));
-    heap.next_upkeep = u64::MAX;
+    let mut heap = attached_without_upkeep(heaps, NodeId(0));
     let class = class_of(crate::size_class::MAX_SMALL, 8).unwrap();
     assert!(heaps.held_at_free(class));
     let a = allocate(&mut heap, class);
@@ -118,8 +117,7 @@ fn objects_of_a_held_class_go_back_at_once_and_the_next_allocation_gets_another(
 fn an_upkeep_keeps_the_cache_of_every_class_used_since_its_last_pass() {
     use crate::size_class::MAX_CACHED;
     let heaps = heaps(1);
-    let mut heap = attached(heaps, NodeId(0));
-    heap.next_upkeep = u64::MAX;
+    let mut heap = attached_without_upkeep(heaps, NodeId(0));
     // An idle class with something cached, which the upkeep must still return.
     let idle = class_of(256, 8).unwrap();
     let q = allocate(&mut heap, idle);
