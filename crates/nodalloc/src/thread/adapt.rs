@@ -45,8 +45,8 @@ fn cuts_since_refill(cuts: u8) -> u8 {
 
 impl ThreadHeap {
     /// After a refill installed a batch in `class`'s empty list: grows the limit when the list
-    /// overflowed since its previous refill, and makes room for a refill larger than the
-    /// list's drain (a batch another thread's grown list cut).
+    /// has overflowed since its limit was last reset, and makes room for a refill larger than
+    /// the list's drain (a batch another thread's grown list cut).
     pub(super) fn limit_after_refill(&mut self, class: SizeClass) {
         let index = class.index();
         let want = want_after_refill(&self.lists[index], &mut self.cuts[index], class);
