@@ -400,29 +400,44 @@ fn grown_bytes(heap: &ThreadHeap) -> usize {
         .sum()
 }
 
+/// `rounds` times: `heap` allocates `objects` objects of `class`, then frees them all in
+/// allocation order; per round, how far `count` moved (and the list checked after each).
+fn burst_rounds(
+    heap: &mut ThreadHeap,
+    class: SizeClass,
+    objects: usize,
+    rounds: usize,
+    count: impl Fn() -> u64,
+) -> Vec<u64> {
+    (0..rounds)
+        .map(|_| {
+            let before = count();
+            let burst: Vec<*mut u8> = (0..objects).map(|_| allocate(heap, class)).collect();
+            for &object in &burst {
+                // SAFETY: allocated above, freed once.
+                unsafe { heap.free(object, class) };
+            }
+            assert_list_consistent(heap, class);
+            count() - before
+        })
+        .collect()
+}
+
 /// A thread that allocates a burst of 900 blocks and frees them all, round after round, soon
 /// keeps the whole burst in its list (a limit of 1 024 at most for 64 B): once the list has
 /// overflowed, every refill grows the limit, so the frees stop cutting batches to the node's
-/// ring. (Growing only at the first
-/// refill after a cut, the limit lost more to the frees' cuts than it gained, and every round
-/// went through the ring.) A thread that only allocates never grows its limit.
+/// ring. (Growing only at the first refill after a cut, the limit lost more to the frees' cuts
+/// than it gained, and every round went through the ring.) A thread that only allocates never
+/// grows its limit.
 #[test]
 fn bursts_freed_again_settle_in_the_threads_list_and_a_producer_never_grows() {
     let heaps = heaps(1);
     let mut heap = attached_without_upkeep(heaps, NodeId(0));
     let class = class_of(64, 8).unwrap();
     let ops = &heaps.node(NodeId(0)).ops;
-    let mut pushes_per_round = Vec::new();
-    for _ in 0..12 {
-        let before = ops.ring_pushes.load(Ordering::Relaxed);
-        let objects: Vec<*mut u8> = (0..900).map(|_| allocate(&mut heap, class)).collect();
-        for &object in &objects {
-            // SAFETY: allocated above, freed once.
-            unsafe { heap.free(object, class) };
-        }
-        assert_list_consistent(&heap, class);
-        pushes_per_round.push(ops.ring_pushes.load(Ordering::Relaxed) - before);
-    }
+    let pushes_per_round = burst_rounds(&mut heap, class, 900, 12, || {
+        ops.ring_pushes.load(Ordering::Relaxed)
+    });
     assert!(pushes_per_round[0] > 0, "{pushes_per_round:?}");
     assert!(
         pushes_per_round[6..].iter().all(|&n| n == 0),
@@ -498,17 +513,7 @@ fn a_burst_bigger_than_the_list_cycles_through_the_ring_not_the_bags() {
         ops.bag_objects_taken.load(Ordering::Relaxed)
             + ops.bag_objects_returned.load(Ordering::Relaxed)
     };
-    let mut per_round = Vec::new();
-    for _ in 0..12 {
-        let before = through_bags();
-        let objects: Vec<*mut u8> = (0..1000).map(|_| allocate(&mut heap, class)).collect();
-        for &object in &objects {
-            // SAFETY: allocated above, freed once.
-            unsafe { heap.free(object, class) };
-        }
-        assert_list_consistent(&heap, class);
-        per_round.push(through_bags() - before);
-    }
+    let per_round = burst_rounds(&mut heap, class, 1000, 12, through_bags);
     assert!(per_round[0] >= 1000, "{per_round:?}");
     assert!(per_round[8..].iter().all(|&n| n == 0), "{per_round:?}");
 }
