@@ -7,12 +7,14 @@
 //!
 //! The list is singly linked through the objects' first words, newest first. It keeps its count,
 //! its tail (the least recently freed object) and an `nth` marker: when a push brings the count
-//! to `behind + 1`, `nth` is set to the head, so exactly `behind` objects lie behind it — the
-//! oldest ones. When the count reaches the cache limit, [`FreeList::arm_or_cut`] hands the part
-//! behind `nth` to the node heap without walking the list (NUMAlloc's LRU drain), keeping the
-//! newest `limit - behind` (the class's batch). A pop of `nth` itself (which brings the count
-//! down to `behind`) re-arms the marker: the pop tests the object it hands out against `nth`
-//! (null while unarmed, so never a match), one compare with no load of `behind`.
+//! to `rest` (`behind + 1`, plus a slack of half a batch: see [`arming_slack`]), `nth` is set to
+//! the object with exactly `behind` objects behind it — the oldest ones — found by walking past
+//! the slack's newest objects. When the count reaches the cache limit, [`FreeList::arm_or_cut`]
+//! hands the part behind `nth` to the node heap without walking the rest of the list (NUMAlloc's
+//! LRU drain), keeping the newest `limit - behind` (the class's batch). A pop of `nth` itself
+//! (which brings the count down to `behind`) disarms the marker: the pop tests the object it
+//! hands out against `nth` (null while unarmed, so never a match), one compare with no load of
+//! `behind`.
 //!
 //! The limit adapts (see [`FreeList::set_limit`], driven by the thread heap): a class whose list
 //! both overflows and runs dry keeps more objects, one that only overflows keeps fewer. It
@@ -63,8 +65,8 @@ pub(crate) struct FreeList {
     book: u32,
     /// Objects taken back since the counts were last published.
     frees: u32,
-    /// `threshold` while `nth` is unarmed: `behind + 1`, or 1 for a class threads do not cache (its
-    /// every free takes the slow path).
+    /// `threshold` while `nth` is unarmed: `behind + 1` plus the [`arming_slack`], or 1 for a
+    /// class threads do not cache (its every free takes the slow path).
     rest: u16,
     limit: u16,
     /// Secure mode: the list's head (links encoded), while `head` stays null for the fast path.
@@ -103,6 +105,17 @@ const MAX_GROWN_SPARSE_BYTES: usize = 512 << 10;
 
 /// The `threshold` of a fresh list (see the module's doc).
 const FRESH_THRESHOLD: u32 = 0;
+
+/// How far past `behind + 1` a list's count goes before the marker arms: half the class's batch
+/// (at most `limit - behind - 1`, so a list still arms by its limit). The marker disarms when
+/// its object is popped, at a count of `behind`; a list whose count wanders up and down around
+/// one point (a thread that frees and allocates a class in random order) would otherwise arm and
+/// disarm again every few operations, each time through the slow path, and with two branches
+/// (the push's threshold, the pop's `nth`) that the processor cannot predict. The slack costs
+/// the arming a walk over that many of the newest objects.
+fn arming_slack(class: SizeClass) -> usize {
+    class.batch() / 2
+}
 
 // One cache line per class: the fast paths touch nothing else of the list.
 // A list's `ClassSlot` is its offset in the heap's array of lists.
@@ -148,8 +161,8 @@ impl FreeList {
     }
 
     /// True for a fresh list (see [`FreeList::make_fresh`]). An unconfigured list's `rest` is
-    /// 0, an uncached class's 1; a cached class's `rest` is `behind + 1` with `behind` at least
-    /// its batch, and its `threshold` is `rest` or `limit`.
+    /// 0, an uncached class's 1; a cached class's `rest` is past `behind + 1` with `behind` at
+    /// least its batch, and its `threshold` is `rest` or `limit`.
     pub(super) fn is_fresh(&self) -> bool {
         self.threshold == FRESH_THRESHOLD && self.rest > 1
     }
@@ -199,7 +212,7 @@ impl FreeList {
         debug_assert!(self.is_unarmed());
         self.limit = limit as u16;
         self.behind = (limit - class.batch()) as u32;
-        self.rest = self.behind as u16 + 1;
+        self.rest = (self.behind as usize + 1 + arming_slack(class)) as u16;
         self.unarm();
     }
 
@@ -234,7 +247,7 @@ impl FreeList {
         self.count -= 1;
         if object == self.nth {
             // The pop of `nth` (armed: exactly `behind` objects lie behind it, so the count is
-            // now `behind`) re-arms the marker for the next push. Unarmed, `nth` is null. In
+            // now `behind`) disarms the marker until a push reaches `rest` again. Unarmed, `nth` is null. In
             // line: a call would cost the C face's `malloc` a saved register and a frame.
             debug_assert_eq!(self.count, self.behind);
             self.unarm();
@@ -274,7 +287,7 @@ impl FreeList {
         self.count >= self.threshold
     }
 
-    /// The slow half of a push that reached `threshold`: arms `nth` at `behind + 1`, and at the limit
+    /// The slow half of a push that reached `threshold`: arms `nth` at `rest`, and at the limit
     /// cuts the oldest `behind` objects off (returned). `read_link`/`write_link` read and write
     /// a link in the arena's encoding (checked in secure mode).
     pub(super) fn arm_or_cut(
@@ -289,10 +302,10 @@ impl FreeList {
         // What a cut keeps: the newest `limit - behind` objects (the class's batch).
         let keep = limit - self.behind;
         if self.threshold == u32::from(self.rest) {
-            // Unarmed. At `behind + 1` the head has exactly `behind` objects behind it. Past
-            // that (a refill larger than `behind`, a lowered limit) the object at the head's
-            // place then is found by walking the newer objects (fewer than `keep`); at or past
-            // the limit, the object a cut keeps last.
+            // Unarmed. At `behind + 1` the head would have exactly `behind` objects behind it;
+            // at `rest` (the slack past it) or beyond (a refill larger than `behind`, a lowered
+            // limit) the object at the head's place then is found by walking the newer objects
+            // (fewer than `keep`); at or past the limit, the object a cut keeps last.
             let mut nth = head;
             for _ in 1..(self.count - self.behind).min(keep) {
                 nth = read_link(nth);

@@ -82,7 +82,7 @@ fn a_list_emptied_by_pops_takes_its_next_push_as_its_tail_and_counts_its_pops() 
 
 /// A list handed a refill larger than its drain (another thread's grown list cut it) arms its
 /// marker on the object with `behind` objects behind it, found by walking the newer ones: a
-/// pop of that object re-arms, and at the limit the cut keeps the newest batch, as an armed
+/// pop of that object disarms, and at the limit the cut keeps the newest batch, as an armed
 /// list's does.
 #[test]
 fn a_list_past_its_arming_point_arms_on_the_right_object_and_cuts_its_oldest() {
@@ -111,7 +111,7 @@ fn a_list_past_its_arming_point_arms_on_the_right_object_and_cuts_its_oldest() {
     };
     // The first push arms (below the limit, no cut) on the object `behind` from the tail.
     assert_eq!(push(&mut list, objects[given]), Some(None), "the push arms");
-    // Pops down to `behind`: the last one hands out the marked object and re-arms.
+    // Pops down to `behind`: the last one hands out the marked object and disarms.
     let mut popped = Vec::new();
     while list.len() > behind {
         let object = list.head;
@@ -126,8 +126,8 @@ fn a_list_past_its_arming_point_arms_on_the_right_object_and_cuts_its_oldest() {
         marked,
         "the marked object is the last pop"
     );
-    // Pushed back up, and one more: the push to `behind + 1` arms at the head again (the
-    // marked object), the limit cuts behind it.
+    // Pushed back up, and one more: the push to `rest` arms on the marked object again (past
+    // the slack's newer objects), the limit cuts behind it.
     let mut cut = None;
     for &object in popped.iter().rev().chain([&objects[given + 1]]) {
         if let Some(result) = push(&mut list, object) {
@@ -177,4 +177,48 @@ fn a_list_past_its_limit_keeps_its_newest_batch_in_one_cut() {
     assert_eq!(list.tail(), objects[keep - 2]);
     // SAFETY: as above.
     assert!(unsafe { next_of(list.tail()) }.is_null());
+}
+
+/// A push and a pop in turn where the marker disarms (a thread that frees and allocates a class
+/// in random order wanders around that count) never take the slow path: the marker arms only
+/// past a slack above `behind + 1`, and the list still cuts its oldest at its limit.
+#[test]
+fn a_list_wandering_where_its_marker_disarms_stays_on_the_fast_path() {
+    let (class, mut list, mut words) = list_of_words(2);
+    let limit = list.limit();
+    let behind = limit - class.batch();
+    let objects = objects_of(&mut words);
+    list.install(chain(&objects[..behind]), false);
+    let mut slow = 0;
+    let mut cut = None;
+    let mut push = |list: &mut FreeList, object: *mut u8, slow: &mut usize| {
+        // SAFETY: the list's objects are our own words.
+        unsafe { set_next(object, list.head) };
+        if list.push(object) {
+            *slow += 1;
+            cut = cut.or(list.arm_or_cut(
+                false,
+                // SAFETY: as above.
+                |o| unsafe { next_of(o) },
+                // SAFETY: as above.
+                |o, n| unsafe { set_next(o, n) },
+            ));
+        }
+    };
+    for _ in 0..1000 {
+        push(&mut list, objects[behind], &mut slow);
+        let object = list.head;
+        // SAFETY: as above.
+        list.head = unsafe { next_of(object) };
+        list.popped(object);
+        assert_eq!(object, objects[behind]);
+    }
+    assert_eq!(slow, 0, "pushes to behind + 1 took the slow path");
+    for &object in &objects[behind..=limit] {
+        push(&mut list, object, &mut slow);
+        assert!(list.len() <= limit);
+    }
+    let cut = cut.expect("a list at its limit must be cut");
+    assert_eq!((cut.head, cut.tail), (objects[0], objects[behind - 1]));
+    assert_eq!(cut.count, behind);
 }
