@@ -19,6 +19,7 @@ fn a_pool_keeps_memory_over_pauses_it_came_back_after_until_it_goes_quiet() {
     let decommit = DecommitPolicy {
         delay_ns: DELAY_NS,
         retain_bytes: 0,
+        spare_bytes: 0,
     };
     let arena = test_arena_policy(1, 256 << 20, decommit, false, false, ThpChoice::Auto);
     let region = arena.pool(0, Pool::Sparse);

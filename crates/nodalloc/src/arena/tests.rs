@@ -26,6 +26,17 @@ pub fn test_arena_with(
     )
 }
 
+/// A test arena whose nodes keep up to `spare_bytes` of empty bags as spares (the others keep
+/// none, so their bags go back to the region as they fall empty).
+pub fn test_arena_spares(nodes: usize, spare_bytes: usize) -> &'static Arena {
+    let decommit = DecommitPolicy {
+        delay_ns: 0,
+        retain_bytes: 0,
+        spare_bytes,
+    };
+    test_arena_policy(nodes, 64 << 20, decommit, false, false, ThpChoice::Auto)
+}
+
 /// A test arena in secure mode.
 pub fn test_arena_secure(nodes: usize, commit_on_demand: bool) -> &'static Arena {
     test_arena_config(
@@ -49,6 +60,7 @@ fn test_arena_config(
     let decommit = DecommitPolicy {
         delay_ns: 0,
         retain_bytes,
+        spare_bytes: 0,
     };
     test_arena_policy(nodes, region_bytes, decommit, commit_on_demand, secure, thp)
 }
@@ -554,6 +566,7 @@ pub fn test_config(interleave: crate::os::options::InterleaveChoice) -> ArenaCon
         decommit: DecommitPolicy {
             delay_ns: 0,
             retain_bytes: 0,
+            spare_bytes: 0,
         },
         commit_on_demand: false,
         secure: false,
@@ -796,6 +809,7 @@ fn memory_freed_below_the_recent_peak_waits_out_the_delay() {
     let decommit = DecommitPolicy {
         delay_ns: DELAY_NS,
         retain_bytes: 1 << 20,
+        spare_bytes: 0,
     };
     let arena = test_arena_policy(1, 64 << 20, decommit, false, false, ThpChoice::Auto);
     let region = arena.pool(0, Pool::Sparse);

@@ -69,6 +69,7 @@ pub(super) fn create() -> Option<&'static NodeHeaps> {
         decommit: DecommitPolicy {
             delay_ns: options.decommit_delay_ns,
             retain_bytes: options.retain_bytes as usize,
+            spare_bytes: options.spare_bytes as usize,
         },
         secure: options.secure,
         interleave: options.interleave,

@@ -149,7 +149,18 @@ impl NodeHeaps {
                 // nothing carved would look prepared (`live == 0`) to the next refill.
                 break;
             }
-            if created {
+            if created && part == Partition::DEFAULT {
+                // SAFETY: the class lock is held.
+                *partial = unsafe { self.take_spare(node, class, class_heap, false) };
+            }
+            if created
+                && partial.is_null()
+                && !part.is_owned()
+                && self.node(node).spare_bytes.load(Ordering::Relaxed) != 0
+            {
+                self.reclaim_spares(node, class, class.bag_bytes());
+            }
+            if created && partial.is_null() {
                 let span = if part.is_owned() {
                     self.owned_bag_span(part, class)
                 } else {
@@ -630,7 +641,7 @@ impl NodeHeaps {
                 (*bag).role.bag.live -= 1;
                 (*bag).role.bag.sweep.returned_at = stamp;
                 run += 1;
-                if self.settle_returned(node, part, class, class_heap, bag, start, was_full) {
+                if self.settle_returned(node, part, class, class_heap, bag, was_full) {
                     // Its span left us: the next object finds its own bag.
                     last = None;
                 }
@@ -642,16 +653,15 @@ impl NodeHeaps {
         result
     }
 
-    /// Puts a bag of (`part`, `class`) at `start` that objects just came back to where it now
-    /// belongs, and says whether its span left us: one with nothing out any more goes off the
-    /// list it was on (the partial list, or the full list when `was_full`), its free bits
-    /// cleared, its span back to its region or owned heap (true); one that was full goes to the
-    /// front of the partial list.
+    /// Puts a bag of (`part`, `class`) that objects just came back to where it now
+    /// belongs, and says whether it left the lists the refills take from: one with nothing out
+    /// any more goes off the list it was on (the partial list, or the full list when
+    /// `was_full`) to the class's spares, or its span back to its region or owned heap (true);
+    /// one that was full goes to the front of the partial list.
     ///
     /// # Safety
     /// The class lock of `class_heap` (of `node`, `part`, `class`) is held, and `bag` is the
-    /// descriptor of one of its bags, at `start`, full before these returns when `was_full`.
-    #[allow(clippy::too_many_arguments)]
+    /// descriptor of one of its bags, full before these returns when `was_full`.
     pub(super) unsafe fn settle_returned(
         &self,
         node: NodeId,
@@ -659,7 +669,6 @@ impl NodeHeaps {
         class: SizeClass,
         class_heap: &ClassHeap,
         bag: *mut UnitMeta,
-        start: usize,
         was_full: bool,
     ) -> bool {
         // SAFETY: forwarded contract: the lock is held, so the lists and the bag are ours.
@@ -678,6 +687,157 @@ impl NodeHeaps {
             } else if let Some(full) = self.full_list(part, class) {
                 unlink(full, bag);
             }
+            if self.keeps_as_spare(node, part, class, bag) {
+                push_front(&mut *class_heap.spares.get(), bag);
+                class_heap.spare_count.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+            self.release_bag(node, part, class, class_heap, bag);
+        }
+        true
+    }
+
+    /// Gives other classes' spares on `node` back to the region, each class's oldest first,
+    /// until `bytes` have gone or none is left: called before `class` takes a new span, so a
+    /// program that freed one class's objects and moves on to another finds the spans in the
+    /// region. The caller holds `class`'s lock, so a class whose lock is busy is skipped.
+    fn reclaim_spares(&self, node: NodeId, class: SizeClass, bytes: usize) {
+        let mut reclaimed = 0;
+        for index in 0..NUM_CLASSES {
+            let other = SizeClass(index as u8);
+            let class_heap = self.class(node, other);
+            if other == class || class_heap.spare_count.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let Some(_guard) = class_heap.lock.try_lock() else {
+                continue;
+            };
+            self.node(node)
+                .ops
+                .class_locks
+                .fetch_add(1, Ordering::Relaxed);
+            while reclaimed < bytes {
+                // SAFETY: the class lock of `other` is held.
+                let spare = unsafe { self.take_spare(node, other, class_heap, true) };
+                if spare.is_null() {
+                    break;
+                }
+                // SAFETY: as above; a spare taken off the list is on none, with no object out.
+                unsafe { self.release_bag(node, Partition::DEFAULT, other, class_heap, spare) };
+                reclaimed += other.bag_bytes();
+            }
+            if reclaimed >= bytes {
+                return;
+            }
+        }
+    }
+
+    /// True when an empty bag of (`part`, `class`) on `node`, just taken off its list, is kept
+    /// on the class heap's spares (counted in the node's `spare_bytes`) instead of going back
+    /// to its region. A class whose bags hold a handful of objects each (the sparse classes)
+    /// gave a span back and carved a new one every few batches whenever another thread's frees
+    /// came back in bulk: two threads sharing one CPU in the C suite's xthread took 100 span
+    /// locks per 1 000 allocations (the region's free list, its decommit, a new bag's page-map
+    /// tags and marks). A spare is the class's next new bag, as it is; the sweep gives its span
+    /// back once it has been quiet for an upkeep pass, and a purge at once. Only the default
+    /// partition's bags outside secure mode, of more than one object (a bag of one object is
+    /// the object's span: see `held_at_free`), whose pages did not move to another node, up to
+    /// the policy's `spare_bytes` a node (`NODALLOC_SPARES`).
+    ///
+    /// # Safety
+    /// The class lock of (`node`, `part`, `class`) is held, and `bag` is one of its bags, on no
+    /// list, with no object out.
+    unsafe fn keeps_as_spare(
+        &self,
+        node: NodeId,
+        part: Partition,
+        class: SizeClass,
+        bag: *mut UnitMeta,
+    ) -> bool {
+        if part != Partition::DEFAULT
+            || self.arena.is_secure()
+            || class.capacity() == 1
+            // SAFETY: forwarded contract: the lock is held, so the bag is ours.
+            || unsafe { (*bag).role.bag.moved }
+        {
+            return false;
+        }
+        let bytes = class.bag_bytes();
+        self.node(node)
+            .spare_bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |spare| {
+                (spare + bytes <= self.arena.decommit.spare_bytes).then_some(spare + bytes)
+            })
+            .is_ok()
+    }
+
+    /// Takes a spare of the class heap (see [`Self::keeps_as_spare`]) off its list: the
+    /// newest, or the oldest when `oldest`; null when there is none.
+    ///
+    /// # Safety
+    /// The class lock of `class_heap` (of `node`, `class`) is held.
+    pub(super) unsafe fn take_spare(
+        &self,
+        node: NodeId,
+        class: SizeClass,
+        class_heap: &ClassHeap,
+        oldest: bool,
+    ) -> *mut UnitMeta {
+        // SAFETY: forwarded contract: the list is ours under the lock.
+        unsafe {
+            let spares = &mut *class_heap.spares.get();
+            let mut bag = *spares;
+            if bag.is_null() {
+                return bag;
+            }
+            while oldest && !(*bag).next.is_null() {
+                bag = (*bag).next;
+            }
+            self.unlist_spare(node, class, class_heap, bag);
+            bag
+        }
+    }
+
+    /// Takes `bag` off the class heap's spares.
+    ///
+    /// # Safety
+    /// The class lock of `class_heap` (of `node`, `class`) is held, and `bag` is one of its
+    /// spares.
+    pub(super) unsafe fn unlist_spare(
+        &self,
+        node: NodeId,
+        class: SizeClass,
+        class_heap: &ClassHeap,
+        bag: *mut UnitMeta,
+    ) {
+        // SAFETY: forwarded contract.
+        unsafe {
+            unlink(&mut *class_heap.spares.get(), bag);
+            class_heap.spare_count.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.node(node)
+            .spare_bytes
+            .fetch_sub(class.bag_bytes(), Ordering::Relaxed);
+    }
+
+    /// Gives the span of an empty bag of (`part`, `class`) on `node` back to its region (or its
+    /// first-class heap).
+    ///
+    /// # Safety
+    /// The class lock of `class_heap` (of `node`, `part`, `class`) is held, and `bag` is one of
+    /// its bags, on no list, with no object out.
+    pub(super) unsafe fn release_bag(
+        &self,
+        node: NodeId,
+        part: Partition,
+        class: SizeClass,
+        class_heap: &ClassHeap,
+        bag: *mut UnitMeta,
+    ) {
+        let map = self.arena.map();
+        let start = map.address_of(map.unit_of_meta(bag));
+        // SAFETY: forwarded contract.
+        unsafe {
             class_heap.bags.fetch_sub(1, Ordering::Relaxed);
             self.arena.map().free_bits(start).clear(class.capacity());
             if let Some(info) = self.partition_info(part) {
@@ -697,7 +857,6 @@ impl NodeHeaps {
                 self.arena.free_span(start, (*bag).units);
             }
         }
-        true
     }
 
     /// The end of a run of `return_to_bags` under one class lock (still held): the run's

@@ -144,6 +144,12 @@ pub struct ClassHeap {
     lock: SpinLock,
     /// Bags with a free or uncarved object, linked through their descriptors (class lock).
     partial: UnsafeCell<*mut UnitMeta>,
+    /// Empty bags kept for the class's next new bag instead of a span from the region
+    /// (`bags.rs`, `keeps_as_spare`), linked through their descriptors (class lock); the
+    /// sweep gives their spans back once they have been quiet for an upkeep pass.
+    spares: UnsafeCell<*mut UnitMeta>,
+    /// How many bags `spares` holds (written under the class lock; counted in `bags` too).
+    spare_count: AtomicUsize,
     /// Objects handed to (and returned by) programs, as published by thread heaps.
     pub allocs: AtomicU64,
     pub frees: AtomicU64,
@@ -251,6 +257,9 @@ pub struct NodeHeap {
     pub interleaved_bytes: AtomicUsize,
     /// Bytes of granules inside live bags currently given back to the OS by the sweep.
     pub released_in_bags: AtomicUsize,
+    /// Bytes of the empty bags the class heaps keep as spares (at most the decommit policy's
+    /// `spare_bytes`).
+    pub spare_bytes: AtomicUsize,
     /// Bytes the grown cache limits of this node's threads add to their base limits (bounded
     /// by `thread::NODE_GROWN_BYTES`).
     pub grown_cache_bytes: AtomicUsize,
@@ -638,5 +647,7 @@ pub fn report(object: *mut u8, misuse: Misuse) -> ! {
     })
 }
 
+#[cfg(test)]
+mod spare_tests;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -83,7 +83,7 @@ impl NodeHeaps {
             }
             (*bag).role.bag.live -= left as u16;
             class_heap.out_of_bags.fetch_sub(left, Ordering::Relaxed);
-            self.settle_returned(node, part, class, class_heap, bag, at.start, was_full);
+            self.settle_returned(node, part, class, class_heap, bag, was_full);
         }
     }
 }

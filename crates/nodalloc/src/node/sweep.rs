@@ -20,7 +20,7 @@
 //!
 //! Layer: part of the node heap; calls `arena`.
 
-use super::{NodeHeaps, NodeId};
+use super::{NodeHeaps, NodeId, Partition};
 use crate::arena::pagemap::UnitMeta;
 use crate::os::PAGE_SIZE;
 use crate::size_class::SizeClass;
@@ -114,6 +114,23 @@ impl NodeHeaps {
                         }
                     }
                     bag = (*bag).next;
+                }
+            }
+            // Spares quiet since the pass before, or all of them when forced, give their spans
+            // back.
+            // SAFETY: the class lock is held; the spares are bags of this class heap, on no
+            // other list and with no object out.
+            unsafe {
+                let mut bag = *class_heap.spares.get();
+                while !bag.is_null() {
+                    let next = (*bag).next;
+                    if force || (*bag).role.bag.sweep.returned_at < due {
+                        self.unlist_spare(node, class, class_heap, bag);
+                        self.release_bag(node, Partition::DEFAULT, class, class_heap, bag);
+                    } else {
+                        waiting = true;
+                    }
+                    bag = next;
                 }
             }
             if waiting {
@@ -272,7 +289,7 @@ impl NodeHeaps {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::arena::tests::test_arena;
     use crate::ds::{next_of, set_next};
@@ -292,7 +309,7 @@ mod tests {
     }
 
     /// Takes `count` objects of `class` from node 0's bags as a vector.
-    fn take(heaps: &NodeHeaps, class: SizeClass, count: usize) -> Vec<*mut u8> {
+    pub(in crate::node) fn take(heaps: &NodeHeaps, class: SizeClass, count: usize) -> Vec<*mut u8> {
         let batch = heaps
             .take_from_bags(NodeId(0), Partition::DEFAULT, class, count)
             .expect("memory");
@@ -307,7 +324,7 @@ mod tests {
     }
 
     /// Gives `objects` back to their bags as one chain.
-    fn give_back(heaps: &NodeHeaps, class: SizeClass, objects: &[*mut u8]) {
+    pub(in crate::node) fn give_back(heaps: &NodeHeaps, class: SizeClass, objects: &[*mut u8]) {
         let mut chain = null_mut();
         for &object in objects {
             // SAFETY: we own the object; link it into our chain.

@@ -93,6 +93,15 @@ pub const OPTIONS: &[OptionSpec] = &[
         apply: apply_retain,
     },
     OptionSpec {
+        name: "NODALLOC_SPARES",
+        default: "64M",
+        meaning: "bytes of empty bags each node keeps for its size classes' next bags (a \
+                  program whose threads free objects in bulk and allocate them again takes no \
+                  new spans); given back once quiet for an upkeep period, or when another \
+                  class needs a new bag; 0: every bag that falls empty goes back at once",
+        apply: apply_spares,
+    },
+    OptionSpec {
         name: "NODALLOC_LIMIT",
         default: "0",
         meaning: "hard limit on committed heap bytes (e.g. 512M); past it allocation fails \
@@ -329,6 +338,7 @@ pub struct Options {
     pub commit_on_demand: Option<bool>,
     pub decommit_delay_ns: u64,
     pub retain_bytes: u64,
+    pub spare_bytes: u64,
     pub limit_bytes: u64,
     pub stats_at_exit: bool,
     /// `NODALLOC_PROFILE`, `NODALLOC_PROFILE_RATE` and `NODALLOC_PROFILE_OUT` (empty: none).
@@ -398,6 +408,7 @@ impl Default for Options {
             commit_on_demand: None,
             decommit_delay_ns: 100_000_000,
             retain_bytes: 8 << 20,
+            spare_bytes: 64 << 20,
             limit_bytes: 0,
             stats_at_exit: false,
             profile: false,
@@ -600,6 +611,11 @@ fn apply_decommit_delay(options: &mut Options, value: &[u8]) -> Result<(), &'sta
 
 fn apply_retain(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
     options.retain_bytes = parse_size(value).ok_or("a size such as 8M")?;
+    Ok(())
+}
+
+fn apply_spares(options: &mut Options, value: &[u8]) -> Result<(), &'static str> {
+    options.spare_bytes = parse_size(value).ok_or("a size such as 64M")?;
     Ok(())
 }
 
@@ -873,6 +889,7 @@ mod tests {
             250_000_000
         );
         assert_eq!(set("NODALLOC_RETAIN", b"1G").retain_bytes, 1 << 30);
+        assert_eq!(set("NODALLOC_SPARES", b"0").spare_bytes, 0);
         assert_eq!(set("NODALLOC_LIMIT", b"512M").limit_bytes, 512 << 20);
         assert!(set("NODALLOC_STATS", b"yes").stats_at_exit);
         assert!(set("NODALLOC_SECURE", b" true ").secure);

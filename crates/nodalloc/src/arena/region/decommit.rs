@@ -257,13 +257,17 @@ impl Stretch {
     }
 }
 
-/// Decommit policy, from the options (`NODALLOC_DECOMMIT_DELAY`, `NODALLOC_RETAIN`).
+/// Decommit policy, from the options (`NODALLOC_DECOMMIT_DELAY`, `NODALLOC_RETAIN`,
+/// `NODALLOC_SPARES`).
 #[derive(Clone, Copy, Debug)]
 pub struct DecommitPolicy {
     /// How long a dirty span may wait before it is decommitted.
     pub delay_ns: u64,
     /// Dirty bytes per pool that stay committed whatever their age (see [`decommit_now`]).
     pub retain_bytes: usize,
+    /// Bytes of empty bags each node's size classes may keep for their next bags, before
+    /// the region sees them (`NodeHeaps::keeps_as_spare`).
+    pub spare_bytes: usize,
 }
 
 /// Free committed (dirty) bytes beyond the retained budget may wait out the decommit delay only
@@ -284,6 +288,7 @@ mod tests {
         let policy = |retain_bytes| DecommitPolicy {
             delay_ns: 10 * MS,
             retain_bytes,
+            spare_bytes: 0,
         };
         /// retain, dirty, active, recent free, recent peak, age, now?, why
         type Row = (usize, usize, usize, usize, usize, u64, bool, &'static str);

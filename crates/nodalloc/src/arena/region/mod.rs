@@ -364,6 +364,7 @@ impl Region {
                     DecommitPolicy {
                         delay_ns: 0,
                         retain_bytes: 0,
+                        spare_bytes: 0,
                     },
                     Purge::All,
                 );

@@ -1,0 +1,90 @@
+//! Tests of the spares: empty bags a class keeps for its next bags (`bags.rs`,
+//! `keeps_as_spare`), given back by the sweep, a purge, or another class's new bag.
+
+use super::sweep::tests::{give_back, take};
+use super::*;
+use crate::arena::tests::test_arena_spares;
+use crate::size_class::class_of;
+
+/// Node 0's spare bytes, and the bags `class` has there (spares included).
+fn spares_and_bags(heaps: &NodeHeaps, class: SizeClass) -> (usize, usize) {
+    (
+        heaps.node(NodeId(0)).spare_bytes.load(Ordering::Relaxed),
+        heaps.class(NodeId(0), class).bags.load(Ordering::Relaxed),
+    )
+}
+
+/// A bag that falls empty stays with its class, and the class's next new bag is that one: the
+/// same objects, and no trip to the region (its span lock untaken).
+#[test]
+fn a_bag_that_falls_empty_is_the_next_bag_of_its_class_without_the_region() {
+    let heaps = NodeHeaps::create(test_arena_spares(1, 1 << 20)).unwrap();
+    let class = class_of(16 << 10, 8).unwrap();
+    assert!(class.capacity() > 1);
+    let objects = take(heaps, class, class.capacity());
+    give_back(heaps, class, &objects);
+    assert_eq!(spares_and_bags(heaps, class), (class.bag_bytes(), 1));
+    let span_locks = heaps.arena.usage(0).span_locks;
+    let mut again = take(heaps, class, class.capacity());
+    assert_eq!(heaps.arena.usage(0).span_locks, span_locks);
+    again.sort();
+    let mut objects = objects;
+    objects.sort();
+    assert_eq!(again, objects);
+    assert_eq!(spares_and_bags(heaps, class), (0, 1));
+    give_back(heaps, class, &again);
+}
+
+/// A node keeps no more spare bytes than its budget: past it, a bag that falls empty goes back
+/// to the region as it did without spares.
+#[test]
+fn spares_stay_within_the_nodes_budget() {
+    let class = class_of(16 << 10, 8).unwrap();
+    let heaps = NodeHeaps::create(test_arena_spares(1, class.bag_bytes())).unwrap();
+    let objects = take(heaps, class, 3 * class.capacity());
+    give_back(heaps, class, &objects);
+    assert_eq!(spares_and_bags(heaps, class), (class.bag_bytes(), 1));
+}
+
+/// The sweep gives back the spares that stayed quiet for a whole upkeep period (not younger
+/// ones), and a purge every spare.
+#[test]
+fn quiet_spares_go_back_at_the_sweep_and_every_spare_at_a_purge() {
+    let heaps = NodeHeaps::create(test_arena_spares(1, 8 << 20)).unwrap();
+    let class = class_of(16 << 10, 8).unwrap();
+    let stamp = heaps
+        .node(NodeId(0))
+        .next_upkeep
+        .load(Ordering::Relaxed)
+        .max(1);
+    let objects = take(heaps, class, class.capacity());
+    give_back(heaps, class, &objects);
+    assert_eq!(spares_and_bags(heaps, class), (class.bag_bytes(), 1));
+    // A pass due at the stamp the return wrote: the spare is not yet quiet for a period.
+    heaps.sweep_node(NodeId(0), stamp, false);
+    assert_eq!(spares_and_bags(heaps, class), (class.bag_bytes(), 1));
+    heaps.sweep_node(NodeId(0), stamp + 1, false);
+    assert_eq!(spares_and_bags(heaps, class), (0, 0));
+
+    let objects = take(heaps, class, class.capacity());
+    give_back(heaps, class, &objects);
+    assert_eq!(spares_and_bags(heaps, class), (class.bag_bytes(), 1));
+    heaps.flush_all();
+    assert_eq!(spares_and_bags(heaps, class), (0, 0));
+}
+
+/// A class that needs a new bag first gives other classes' spares back to the region, so a
+/// program that moves from one size to another finds their spans there.
+#[test]
+fn another_class_needing_a_new_bag_gives_the_spares_back_first() {
+    let heaps = NodeHeaps::create(test_arena_spares(1, 8 << 20)).unwrap();
+    let first = class_of(16 << 10, 8).unwrap();
+    let second = class_of(12 << 10, 8).unwrap();
+    assert_ne!(first, second);
+    let objects = take(heaps, first, first.capacity());
+    give_back(heaps, first, &objects);
+    assert_eq!(spares_and_bags(heaps, first), (first.bag_bytes(), 1));
+    let other = take(heaps, second, 1);
+    assert_eq!(spares_and_bags(heaps, first), (0, 0));
+    give_back(heaps, second, &other);
+}
