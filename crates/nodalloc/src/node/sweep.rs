@@ -18,6 +18,9 @@
 //! upkeep pass, so a bag under churn is not emptied and refaulted on every pass. `purge`
 //! sweeps every bag. Secure mode, which carves in a random order, does not sweep.
 //!
+//! The sweep also gives back the spans of the classes' spares (empty bags kept for a class's
+//! next new bag, `bags.rs`) that have been quiet as long, and `purge` every spare.
+//!
 //! Layer: part of the node heap; calls `arena`.
 
 use super::{NodeHeaps, NodeId, Partition};
