@@ -742,7 +742,8 @@ impl NodeHeaps {
     /// back once it has been quiet for an upkeep pass, and a purge at once. Only the default
     /// partition's bags outside secure mode, of more than one object (a bag of one object is
     /// the object's span: see `held_at_free`), whose pages did not move to another node, up to
-    /// the policy's `spare_bytes` a node (`NODALLOC_SPARES`).
+    /// the policy's `spare_bytes` a node (`NODALLOC_SPARES`); none while a commit limit is set
+    /// (`NODALLOC_LIMIT`, a tier's), where a free must make room for any allocation at once.
     ///
     /// # Safety
     /// The class lock of (`node`, `part`, `class`) is held, and `bag` is one of its bags, on no
@@ -756,6 +757,8 @@ impl NodeHeaps {
     ) -> bool {
         if part != Partition::DEFAULT
             || self.arena.is_secure()
+            || self.arena.budget().limit() != 0
+            || self.arena.tier_limited()
             || class.capacity() == 1
             // SAFETY: forwarded contract: the lock is held, so the bag is ours.
             || unsafe { (*bag).role.bag.moved }

@@ -88,3 +88,15 @@ fn another_class_needing_a_new_bag_gives_the_spares_back_first() {
     assert_eq!(spares_and_bags(heaps, first), (0, 0));
     give_back(heaps, second, &other);
 }
+
+/// Under a commit limit a bag that falls empty goes back at once: the memory a free gives back
+/// must be there for any allocation, a large block or another class's bag.
+#[test]
+fn no_spares_are_kept_under_a_commit_limit() {
+    let heaps = NodeHeaps::create(test_arena_spares(1, 8 << 20)).unwrap();
+    heaps.set_limit(48 << 20);
+    let class = class_of(16 << 10, 8).unwrap();
+    let objects = take(heaps, class, class.capacity());
+    give_back(heaps, class, &objects);
+    assert_eq!(spares_and_bags(heaps, class), (0, 0));
+}

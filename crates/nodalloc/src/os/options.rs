@@ -98,7 +98,8 @@ pub const OPTIONS: &[OptionSpec] = &[
         meaning: "bytes of empty bags each node keeps for its size classes' next bags (a \
                   program whose threads free objects in bulk and allocate them again takes no \
                   new spans); given back once quiet for an upkeep period, or when another \
-                  class needs a new bag; 0: every bag that falls empty goes back at once",
+                  class needs a new bag; none under a commit limit; 0: every bag that falls \
+                  empty goes back at once",
         apply: apply_spares,
     },
     OptionSpec {
