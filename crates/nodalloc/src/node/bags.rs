@@ -739,7 +739,7 @@ impl NodeHeaps {
     /// came back in bulk: two threads sharing one CPU in the C suite's xthread took 100 span
     /// locks per 1 000 allocations (the region's free list, its decommit, a new bag's page-map
     /// tags and marks). A spare is the class's next new bag, as it is; the sweep gives its span
-    /// back once it has been quiet for an upkeep pass, and a purge at once. Only the default
+    /// back at the next upkeep pass, and a purge at once. Only the default
     /// partition's bags outside secure mode, of more than one object (a bag of one object is
     /// the object's span: see `held_at_free`), whose pages did not move to another node, up to
     /// the policy's `spare_bytes` a node (`NODALLOC_SPARES`); none while a commit limit is set

@@ -46,8 +46,8 @@ fn spares_stay_within_the_nodes_budget() {
     assert_eq!(spares_and_bags(heaps, class), (class.bag_bytes(), 1));
 }
 
-/// The sweep gives back the spares that stayed quiet for a whole upkeep period (not younger
-/// ones), and a purge every spare.
+/// The sweep gives back the spares emptied before its pass fell due (not younger ones), and a
+/// purge every spare.
 #[test]
 fn quiet_spares_go_back_at_the_sweep_and_every_spare_at_a_purge() {
     let heaps = NodeHeaps::create(test_arena_spares(1, 8 << 20)).unwrap();
@@ -60,10 +60,11 @@ fn quiet_spares_go_back_at_the_sweep_and_every_spare_at_a_purge() {
     let objects = take(heaps, class, class.capacity());
     give_back(heaps, class, &objects);
     assert_eq!(spares_and_bags(heaps, class), (class.bag_bytes(), 1));
-    // A pass due at the stamp the return wrote: the spare is not yet quiet for a period.
-    heaps.sweep_node(NodeId(0), stamp, false);
+    // A pass due before the stamp the return wrote (the node's next pass then): the spare is
+    // younger than the pass.
+    heaps.sweep_node(NodeId(0), stamp - 1, false);
     assert_eq!(spares_and_bags(heaps, class), (class.bag_bytes(), 1));
-    heaps.sweep_node(NodeId(0), stamp + 1, false);
+    heaps.sweep_node(NodeId(0), stamp, false);
     assert_eq!(spares_and_bags(heaps, class), (0, 0));
 
     let objects = take(heaps, class, class.capacity());

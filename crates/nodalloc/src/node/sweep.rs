@@ -19,7 +19,7 @@
 //! sweeps every bag. Secure mode, which carves in a random order, does not sweep.
 //!
 //! The sweep also gives back the spans of the classes' spares (empty bags kept for a class's
-//! next new bag, `bags.rs`) that have been quiet as long, and `purge` every spare.
+//! next new bag, `bags.rs`) emptied before the pass fell due, and `purge` every spare.
 //!
 //! Layer: part of the node heap; calls `arena`.
 
@@ -119,15 +119,16 @@ impl NodeHeaps {
                     bag = (*bag).next;
                 }
             }
-            // Spares quiet since the pass before, or all of them when forced, give their spans
-            // back.
+            // Spares untouched since the pass before (emptied before this pass fell due), or all
+            // of them when forced, give their spans back: one pass sooner than a bag's free
+            // pages, since the region still holds a spare's span for its decommit delay.
             // SAFETY: the class lock is held; the spares are bags of this class heap, on no
             // other list and with no object out.
             unsafe {
                 let mut bag = *class_heap.spares.get();
                 while !bag.is_null() {
                     let next = (*bag).next;
-                    if force || (*bag).role.bag.sweep.returned_at < due {
+                    if force || (*bag).role.bag.sweep.returned_at <= due {
                         self.unlist_spare(node, class, class_heap, bag);
                         self.release_bag(node, Partition::DEFAULT, class, class_heap, bag);
                     } else {

@@ -97,7 +97,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         default: "64M",
         meaning: "bytes of empty bags each node keeps for its size classes' next bags (a \
                   program whose threads free objects in bulk and allocate them again takes no \
-                  new spans); given back once quiet for an upkeep period, or when another \
+                  new spans); given back at the next upkeep pass, or when another \
                   class needs a new bag; none under a commit limit; 0: every bag that falls \
                   empty goes back at once",
         apply: apply_spares,
