@@ -94,7 +94,7 @@ pub const OPTIONS: &[OptionSpec] = &[
     },
     OptionSpec {
         name: "NODALLOC_SPARES",
-        default: "64M",
+        default: "0",
         meaning: "bytes of empty bags each node keeps for its size classes' next bags (a \
                   program whose threads free objects in bulk and allocate them again takes no \
                   new spans); given back at the next upkeep pass, or when another \
@@ -409,7 +409,7 @@ impl Default for Options {
             commit_on_demand: None,
             decommit_delay_ns: 100_000_000,
             retain_bytes: 8 << 20,
-            spare_bytes: 64 << 20,
+            spare_bytes: 0,
             limit_bytes: 0,
             stats_at_exit: false,
             profile: false,
@@ -890,7 +890,7 @@ mod tests {
             250_000_000
         );
         assert_eq!(set("NODALLOC_RETAIN", b"1G").retain_bytes, 1 << 30);
-        assert_eq!(set("NODALLOC_SPARES", b"0").spare_bytes, 0);
+        assert_eq!(set("NODALLOC_SPARES", b"64M").spare_bytes, 64 << 20);
         assert_eq!(set("NODALLOC_LIMIT", b"512M").limit_bytes, 512 << 20);
         assert!(set("NODALLOC_STATS", b"yes").stats_at_exit);
         assert!(set("NODALLOC_SECURE", b" true ").secure);
