@@ -247,8 +247,9 @@ impl FreeList {
         self.count -= 1;
         if object == self.nth {
             // The pop of `nth` (armed: exactly `behind` objects lie behind it, so the count is
-            // now `behind`) disarms the marker until a push reaches `rest` again. Unarmed, `nth` is null. In
-            // line: a call would cost the C face's `malloc` a saved register and a frame.
+            // now `behind`) disarms the marker until a push reaches `rest` again. Unarmed,
+            // `nth` is null. In line: a call would cost the C face's `malloc` a saved register
+            // and a frame.
             debug_assert_eq!(self.count, self.behind);
             self.unarm();
         }
