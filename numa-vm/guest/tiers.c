@@ -570,15 +570,17 @@ void child_near_limit(const char *argument) {
 #define AUTO_REQUESTS 4096
 #define AUTO_WAIT_S 40.0
 #define AUTO_REFUSED_WAIT_S 3.0
+/* How long the child forked while bags move lives on after its checks (a busy machine's child
+ * may live that long by itself). */
+#define AUTO_CHILD_LINGER_US 1500000
 
 #define AUTO_SAMPLES 512
-/* The share of the cold cache's pages that must reach the far node. Not all of them do: with
- * the dense pool on transparent huge pages (the guest's THP mode is madvise), 8-11 % of the
- * cache's pages stay near (cold phases of 88.6 % and 90.4 % measured on 2026-11-29, in the
- * builds before and after that day's changes alike; 99.3 % with NODALLOC_THP=off). The bar sits
- * below that plateau, so the test judges the tiering, not where the kernel's migration of
- * huge-page chunks shared with the other site's bags happens to stop. */
-#define AUTO_COLD_FAR_PERCENT 85
+/* The share of the cold cache's pages that must reach the far node. The kernel moves no page
+ * a forked child still shares (mbind without MPOL_MF_MOVE_ALL), silently: nodalloc asks where
+ * each moved bag's pages went and tries the bags left part done again once the child is gone.
+ * Before it did, the child forked below left 8-23 % of the cache near for good (a plateau of
+ * 77-91 %, by how long the child lived). */
+#define AUTO_COLD_FAR_PERCENT 98
 
 struct auto_state {
     double wait_s;            /* how long each phase may wait for its placement */
@@ -619,16 +621,19 @@ static void auto_count(char *const *blocks, int count, size_t size, int far_os, 
 }
 
 /* From nodalloc's statistics: the maintenance thread's passes and CPU ms, the bags automatic
- * tiering moved far and back near (-1 for what is absent). */
-static void auto_figures(long *passes, long *cpu_ms, long *moved_far, long *moved_near) {
+ * tiering moved far and back near, and its moves the kernel left part done (-1 for what is
+ * absent). */
+static void auto_figures(long *passes, long *cpu_ms, long *moved_far, long *moved_near,
+                         long *partly) {
     const char *text = nodalloc_stats_text();
-    *passes = *cpu_ms = *moved_far = *moved_near = -1;
+    *passes = *cpu_ms = *moved_far = *moved_near = *partly = -1;
     const char *line = strstr(text, "maintenance thread: ");
     if (line)
         sscanf(line, "maintenance thread: %ld passes, %ld ms of CPU", passes, cpu_ms);
     line = strstr(text, "bags moved far ");
     if (line)
-        sscanf(line, "bags moved far %ld, back near %ld", moved_far, moved_near);
+        sscanf(line, "bags moved far %ld, back near %ld, %ld move", moved_far, moved_near,
+               partly);
 }
 
 /* Records one sample of the placement `ms` after the cache was built. */
@@ -698,6 +703,9 @@ static void *auto_cache_thread(void *argument) {
                     wrong += cache[i][AUTO_ENTRY - 1] != (char)i;
                 void *p = malloc(AUTO_ENTRY);
                 free(p);
+                /* The child lives on a while (as a busy machine's child may): the kernel
+                 * moves no page it shares, so those bags wait for a later pass. */
+                usleep(AUTO_CHILD_LINGER_US);
                 _exit(wrong == 0 && p ? 0 : 1);
             }
             int status = 0;
@@ -792,8 +800,8 @@ void child_auto_tiering(const char *argument) {
     start_workers(&w[1], 1, auto_request_thread);
     start_workers(&w[0], 1, auto_cache_thread);
     join_workers(w, 2);
-    long passes, cpu_ms, moved_far, moved_near;
-    auto_figures(&passes, &cpu_ms, &moved_far, &moved_near);
+    long passes, cpu_ms, moved_far, moved_near, partly;
+    auto_figures(&passes, &cpu_ms, &moved_far, &moved_near, &partly);
     long *f = w[0].figures;
     int placed = f[1] > 0 && f[0] * 100 >= f[1] * AUTO_COLD_FAR_PERCENT && f[4] > 0 &&
                  f[3] * 100 <= f[4] * 1 && f[6] > 0 && f[5] * 100 <= f[6] * 10;
@@ -815,8 +823,8 @@ void child_auto_tiering(const char *argument) {
     }
     out("RESULT %s %s %s cache_far_when_cold=%s after_s=%ld request_far=%s "
         "cache_far_when_busy_again=%s after_s=%ld wrong_bytes=%ld far_node=node%d "
-        "bags_moved_far=%ld back_near=%ld maintenance_passes=%ld maintenance_cpu_ms=%ld "
-        "forked_while_moving=%ld child_ok=%ld\n",
+        "bags_moved_far=%ld back_near=%ld moves_left_part_done=%ld maintenance_passes=%ld "
+        "maintenance_cpu_ms=%ld forked_while_moving=%ld child_ok=%ld\n",
         test, allocator, verdict(met), cold, f[2], requests, back, f[7], f[8], state.far_os,
-        moved_far, moved_near, passes, cpu_ms, f[10], f[9]);
+        moved_far, moved_near, partly, passes, cpu_ms, f[10], f[9]);
 }

@@ -496,6 +496,11 @@ node_summed_fields! {
             pub bags_moved_far: u64 = 0,
             /// Bags automatic tiering moved back near so far.
             pub bags_moved_near: u64 = 0,
+            /// Moves (and retries) of automatic tiering that the kernel left part done: it
+            /// does not move a page a forked child still shares, nor one busy at that moment.
+            pub bag_moves_partly: u64 = 0,
+            /// Bags whose move was left part done, waiting for another try.
+            pub bags_awaiting_retry: usize = 0,
             /// Bytes of live objects on far nodes ([`NodeStats::far`]): part of `allocated`.
             pub far_allocated: usize = 0,
             /// Bytes committed on far nodes: part of `committed`.
@@ -724,7 +729,11 @@ impl Stats {
                 .decimal(self.bags_moved_far)
                 .str(", back near ")
                 .decimal(self.bags_moved_near)
-                .str("\n");
+                .str(", ")
+                .decimal(self.bag_moves_partly)
+                .str(" move(s) left part done, ")
+                .decimal(self.bags_awaiting_retry as u64)
+                .str(" bag(s) awaiting a retry\n");
         }
         w.write_to(fd);
         for partition in self.top_partitions() {

@@ -43,6 +43,17 @@ use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use pagemap::PageMap;
 use region::{ChunkNode, CommitBudget, DecommitPolicy, Region, SpanUse, CHUNK_UNITS};
 
+/// What [`Arena::move_bag`] did.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum BagMove {
+    /// Every resident page is on the node asked for (or nothing is bound here).
+    Done,
+    /// The kernel moved some pages and left others where they were: worth another try later.
+    Partly,
+    /// The kernel refused the move (`mbind` failed): nothing more is tried.
+    Refused,
+}
+
 /// Where a bag is, as [`Arena::bag_at`] finds it from an address inside it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BagAt {
@@ -588,22 +599,27 @@ impl Arena {
     /// Moves the pages of the bag of `bytes` at `address` to `to` (a node index): `mbind` with
     /// `MPOL_MF_MOVE`, then the region's own policy back (so the range merges again with its
     /// neighbours and pages faulted later follow the region), its chunks kept off huge pages (a
-    /// collapse would gather the pages on one node again). True when the pages moved, or on a
-    /// topology where nothing is bound (one node, simulated nodes), where only the caller's
-    /// record changes.
-    pub fn move_bag(&self, address: usize, bytes: usize, to: usize) -> bool {
+    /// collapse would gather the pages on one node again). Then it asks where the pages are:
+    /// the kernel leaves some where they were without saying so (a page a forked child still
+    /// shares, a page busy at that moment), and the caller tries those again later. On a
+    /// topology where nothing is bound (one node, simulated nodes) only the caller's record
+    /// changes.
+    pub fn move_bag(&self, address: usize, bytes: usize, to: usize) -> BagMove {
         if self.node_count < 2 || self.topology.is_simulated() {
-            return true;
+            return BagMove::Done;
         }
         let os_id = self.topology.node(to).os_id;
         if os::move_memory(address as *mut u8, bytes, os_id).is_err() {
             self.restore_region_policy(address, bytes);
-            return false;
+            return BagMove::Refused;
         }
         self.restore_region_policy(address, bytes);
         self.pool_of(address)
             .keep_range_off_huge_pages(address, bytes);
-        true
+        match os::pages_off_node(address as *mut u8, bytes, os_id) {
+            Ok(0) | Err(_) => BagMove::Done,
+            Ok(_) => BagMove::Partly,
+        }
     }
 
     /// Gives whole free pages inside a span still in use back to the OS.

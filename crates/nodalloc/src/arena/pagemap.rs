@@ -191,6 +191,7 @@ impl Role {
                 seed: 0,
                 zeroed,
                 moved: false,
+                unsettled: false,
                 partition: 0,
             },
         }
@@ -238,6 +239,10 @@ pub struct BagState {
     /// Objects free in the bag: its set free bits ([`FreeBits`]), `carved - live` less the
     /// objects of released granules.
     pub listed: u16,
+    /// Automatic tiering's last move of it was left part done by the kernel (some pages stayed
+    /// where they were): it is tried again (`node/tiering.rs`). Written under its class lock;
+    /// here, before `sweep`'s alignment, the descriptor stays 64 bytes.
+    pub unsettled: bool,
     /// What the sweep knows of it.
     pub sweep: BagSweep,
     /// Secure mode: the key of its random carving order.

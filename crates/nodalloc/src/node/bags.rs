@@ -761,7 +761,7 @@ impl NodeHeaps {
             || self.arena.tier_limited()
             || class.capacity() == 1
             // SAFETY: forwarded contract: the lock is held, so the bag is ours.
-            || unsafe { (*bag).role.bag.moved }
+            || unsafe { (*bag).role.bag.moved || (*bag).role.bag.unsettled }
         {
             return false;
         }
@@ -847,9 +847,9 @@ impl NodeHeaps {
                 info.reclaimed.fetch_add(1, Ordering::Relaxed);
             }
             self.forget_released(node, class, bag);
-            if (*bag).role.bag.moved {
-                // Its pages are on the far node: given back now, so the span never serves
-                // another bag from there.
+            if (*bag).role.bag.moved || (*bag).role.bag.unsettled {
+                // Its pages are on the far node (or some are, after a move back left part
+                // done): given back now, so the span never serves another bag from there.
                 self.arena
                     .release_in_use(start, (*bag).units << crate::size_class::UNIT_SHIFT);
             }

@@ -277,6 +277,7 @@ impl NodeHeaps {
         stats.partitions = self.partitions.count;
         stats.tiering = self.tiering_on();
         (stats.bags_moved_far, stats.bags_moved_near) = self.bags_moved();
+        (stats.bag_moves_partly, stats.bags_awaiting_retry) = self.moves_partly();
         for part in 0..self.partitions.count {
             let part = Partition(part as u16);
             let Some(info) = self.partition_info(part) else {

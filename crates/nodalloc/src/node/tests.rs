@@ -955,6 +955,94 @@ fn automatic_tiering_cools_quiet_partitions_moves_their_full_bags_and_warms_busy
     );
 }
 
+/// A move the kernel leaves part done (a page a forked child still shares) is tried again on
+/// the next pass; while retries complete nothing they wait twice as long each round; a bag
+/// that went back to its region leaves the list.
+#[test]
+fn automatic_tiering_tries_again_the_moves_the_kernel_left_part_done() {
+    let arena = crate::arena::tests::tiered_test_arena();
+    let heaps = NodeHeaps::create_with(arena, 8).unwrap();
+    let tiering = &heaps.partitions.tiering;
+    let ms = 1_000_000u64;
+    assert!(heaps.set_tiering(1000 * ms));
+    let cache = Partition(5);
+    let class = class_of(64, 8).unwrap();
+    let capacity = class.capacity();
+    let bags: Vec<Batch> = (0..3)
+        .map(|_| {
+            heaps
+                .take_from_bags(NodeId(0), cache, class, capacity)
+                .unwrap()
+        })
+        .collect();
+    assert!(bags.iter().all(|bag| bag.count == capacity));
+    heaps.note_activity(cache);
+    let mut now = 1_000 * ms;
+    heaps.tiering_pass(now);
+    let mut pass = || {
+        now += 100 * ms;
+        heaps.tiering_pass(now);
+    };
+    // Two of the three moves far are left part done: both wait, and the next pass completes
+    // them.
+    tiering.play_partly.store(2, Ordering::Relaxed);
+    while !heaps.is_cold(cache) {
+        pass();
+    }
+    assert_eq!(heaps.bags_moved(), (3, 0));
+    assert_eq!(heaps.moves_partly(), (2, 2));
+    pass();
+    assert_eq!(heaps.moves_partly(), (2, 0), "retried and completed");
+    for bag in &bags {
+        assert_eq!(heaps.placed_node(NodeId(0), bag.head as usize), NodeId(2));
+    }
+    // Busy again, every move back near left part done, and every retry too (a child that
+    // lives on): 40 passes try each bag in 6 rounds (waits of 1, 2, 4, 8 and 16 passes), not
+    // in 40.
+    tiering.play_partly.store(usize::MAX, Ordering::Relaxed);
+    for _ in 0..20 {
+        heaps.note_activity(cache);
+    }
+    pass();
+    assert!(!heaps.is_cold(cache));
+    assert_eq!(heaps.bags_moved(), (3, 3));
+    assert_eq!(heaps.moves_partly(), (5, 3));
+    for _ in 0..40 {
+        for _ in 0..20 {
+            heaps.note_activity(cache);
+        }
+        pass();
+    }
+    let (tries, waiting) = heaps.moves_partly();
+    assert_eq!(waiting, 3);
+    assert_eq!(tries - 5, 6 * 3, "retries back off while none completes");
+    // The child exits: the retries complete within the longest wait.
+    tiering.play_partly.store(0, Ordering::Relaxed);
+    for _ in 0..=tiering::MAX_RETRY_WAIT {
+        for _ in 0..20 {
+            heaps.note_activity(cache);
+        }
+        pass();
+    }
+    assert_eq!(heaps.moves_partly(), (tries, 0));
+    // A bag that leaves before its retry leaves the list: one move far left part done, then
+    // every object comes back (the bags go home).
+    tiering.play_partly.store(1, Ordering::Relaxed);
+    while !heaps.is_cold(cache) {
+        pass();
+    }
+    assert_eq!(heaps.moves_partly().1, 1);
+    tiering.retry_in.store(0, Ordering::Relaxed);
+    for bag in &bags {
+        // Each chain was handed out whole above and holds nothing the test uses.
+        heaps
+            .return_to_bags(NodeId(0), class, bag.head, false)
+            .unwrap();
+    }
+    pass();
+    assert_eq!(heaps.moves_partly(), (tries + 1, 0));
+}
+
 /// The objects of a batch, in its order; asserts its count and that its tail is its last.
 pub(in crate::node) fn batch_objects(batch: &Batch) -> Vec<*mut u8> {
     let mut objects = Vec::new();

@@ -28,6 +28,8 @@
 
 use super::bags::is_full;
 use super::*;
+use crate::arena::{BagAt, BagMove};
+use core::sync::atomic::{AtomicU32, AtomicUsize};
 
 /// A partition is busy in a pass whose activity reaches this many operations a second (a
 /// refill or a return moves a batch of objects).
@@ -36,6 +38,11 @@ pub const BUSY_OPS_PER_SECOND: u64 = 64;
 /// The most bags one pass moves, both ways together: a pass stays short (a move is two
 /// `mbind` calls and the copy of a bag's pages), and what is left waits for the next pass.
 const MOVES_PER_PASS: usize = 2048;
+
+/// The most passes between two rounds of retries. A round that completes no move waits twice
+/// as long as the one before: pages a long-lived child shares stay put until it exits or
+/// writes them, and each try costs three system calls a bag.
+pub(super) const MAX_RETRY_WAIT: u32 = 64;
 
 /// Automatic tiering's state in an instance.
 pub(super) struct Tiering {
@@ -48,6 +55,18 @@ pub(super) struct Tiering {
     moved_near: AtomicU64,
     /// The kernel refused a move: no more are tried (a warning said why).
     refused: AtomicBool,
+    /// Passes to wait before the next retry of the moves left part done, and the wait a
+    /// fruitless round of retries sets.
+    pub(super) retry_in: AtomicU32,
+    retry_wait: AtomicU32,
+    /// Bags left part done at the end of the last pass (`BagState::unsettled`).
+    unsettled: AtomicUsize,
+    /// Moves (first tries and retries) that the kernel left part done, so far.
+    moved_partly: AtomicU64,
+    /// Tests: the next this many moves report [`BagMove::Partly`] (a single-node test machine
+    /// moves nothing, so the kernel's partial moves are played here).
+    #[cfg(test)]
+    pub(super) play_partly: AtomicUsize,
 }
 
 impl Tiering {
@@ -59,6 +78,12 @@ impl Tiering {
             moved_far: AtomicU64::new(0),
             moved_near: AtomicU64::new(0),
             refused: AtomicBool::new(false),
+            retry_in: AtomicU32::new(0),
+            retry_wait: AtomicU32::new(0),
+            unsettled: AtomicUsize::new(0),
+            moved_partly: AtomicU64::new(0),
+            #[cfg(test)]
+            play_partly: AtomicUsize::new(0),
         }
     }
 }
@@ -122,6 +147,16 @@ impl NodeHeaps {
         )
     }
 
+    /// Moves the kernel left part done so far (each try counts), and the bags still waiting for
+    /// a retry after the last pass.
+    pub(crate) fn moves_partly(&self) -> (u64, usize) {
+        let tiering = &self.partitions.tiering;
+        (
+            tiering.moved_partly.load(Ordering::Relaxed),
+            tiering.unsettled.load(Ordering::Relaxed),
+        )
+    }
+
     /// One pass of automatic tiering at `now` (monotonic ns), from the maintenance thread:
     /// each used partition's temperature from its activity since the last pass, then the
     /// moves its bags need.
@@ -166,15 +201,21 @@ impl NodeHeaps {
     }
 
     /// Moves the bags whose place differs from their partition's temperature, up to
-    /// [`MOVES_PER_PASS`]: full bags of cold partitions to their node's far node, moved bags
-    /// of hot partitions back.
+    /// [`MOVES_PER_PASS`]: full bags of cold partitions to their node's far node, moved bags of
+    /// hot partitions back, and (when their wait is over) the bags whose last move the kernel
+    /// left part done, again.
     fn move_bags(&self) {
         let tiering = &self.partitions.tiering;
         if tiering.refused.load(Ordering::Relaxed) {
             return;
         }
-        let map = self.arena.map();
         let mut budget = MOVES_PER_PASS;
+        let wait = tiering.retry_in.load(Ordering::Relaxed);
+        let retrying = wait == 0;
+        if !retrying {
+            tiering.retry_in.store(wait - 1, Ordering::Relaxed);
+        }
+        let (mut retried, mut completed, mut unsettled) = (0usize, 0usize, 0usize);
         // A bag stays charged to its region's tier: under a tier's limit, one moved far would
         // hold far memory the far limit does not count (and near memory the near limit still
         // does). So with a limit set, bags only come back; cold partitions still refill far.
@@ -184,65 +225,139 @@ impl NodeHeaps {
                 continue;
             };
             self.arena.for_each_bag(node.index(), |bag| {
-                if budget == 0 {
+                let Some((part, moved, left)) = self.peek_bag(bag) else {
                     return;
-                }
-                let meta = map.meta(bag.first);
-                // SAFETY: the tag said `meta` heads a bag. Read without its lock, so volatile:
-                // a peek, checked again under the lock below.
-                let (part, moved) = unsafe {
-                    (
-                        core::ptr::addr_of!((*meta).role.bag.partition).read_volatile(),
-                        core::ptr::addr_of!((*meta).role.bag.moved).read_volatile(),
-                    )
                 };
-                if part == 0 || part as usize >= self.partitions() {
-                    return;
-                }
-                let part = Partition(part);
                 let cold = self.is_cold(part);
-                if cold == moved || (cold && limited) {
+                let first = cold != moved;
+                if (!first && !left) || (cold && limited) {
                     return;
                 }
-                let class_heap = self.class_in(node, part, bag.class);
-                let _guard = class_heap.lock_counted(&self.node(node).ops);
-                // Still the same bag of the same partition, in the same place, and (to go
-                // far) full: its objects are all out, none is handed out from it meanwhile.
-                let tag = map.tag(bag.start);
-                // SAFETY: the class lock of the bag's class heap is held (if the tag still
-                // says it is that class's bag).
-                let current = tag.is_bag()
-                    && tag.offset_units() == 0
-                    && tag.class() == bag.class
-                    && unsafe {
-                        (*meta).role.bag.partition == part.0
-                            && (*meta).role.bag.moved == moved
-                            && (!cold || is_full(meta, bag.class.capacity() as u16))
-                    };
-                if !current {
+                if budget == 0 || tiering.refused.load(Ordering::Relaxed) || !(first || retrying) {
+                    unsettled += left as usize;
                     return;
                 }
                 let to = if cold { far } else { node.index() };
-                if !self.arena.move_bag(bag.start, bag.class.bag_bytes(), to) {
-                    tiering.refused.store(true, Ordering::Relaxed);
-                    budget = 0;
-                    os::warn(|w| {
-                        w.str("the kernel refused to move pages (mbind MPOL_MF_MOVE); ")
-                            .str("automatic tiering places new bags only");
-                    });
+                let Some(result) = self.move_one(node, part, bag, to, cold, first) else {
                     return;
-                }
-                // SAFETY: the class lock is held and the bag is this class heap's.
-                unsafe { (*meta).role.bag.moved = cold };
-                let counter = if cold {
-                    &tiering.moved_far
-                } else {
-                    &tiering.moved_near
                 };
-                counter.fetch_add(1, Ordering::Relaxed);
                 budget -= 1;
+                unsettled += (result == BagMove::Partly) as usize;
+                if !first {
+                    retried += 1;
+                    completed += (result == BagMove::Done) as usize;
+                } else if result != BagMove::Refused {
+                    let counter = if cold {
+                        &tiering.moved_far
+                    } else {
+                        &tiering.moved_near
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
             });
         }
+        tiering.unsettled.store(unsettled, Ordering::Relaxed);
+        if retrying {
+            // A round that completes no retry waits twice as long as the one before.
+            let next = if retried > 0 && completed == 0 {
+                (tiering.retry_wait.load(Ordering::Relaxed) * 2).clamp(1, MAX_RETRY_WAIT)
+            } else {
+                0
+            };
+            tiering.retry_wait.store(next, Ordering::Relaxed);
+            tiering.retry_in.store(next, Ordering::Relaxed);
+        }
+    }
+
+    /// The partition, `moved` and `unsettled` marks of `bag`, read without its lock (so
+    /// volatile: a peek, checked again under the lock); `None` for a bag of no partition.
+    fn peek_bag(&self, bag: BagAt) -> Option<(Partition, bool, bool)> {
+        let meta = self.arena.map().meta(bag.first);
+        // SAFETY: the caller found `meta` heading a bag; the fields are plain bytes, any value
+        // is checked below and again under the lock.
+        let (part, moved, unsettled) = unsafe {
+            (
+                core::ptr::addr_of!((*meta).role.bag.partition).read_volatile(),
+                core::ptr::addr_of!((*meta).role.bag.moved).read_volatile(),
+                core::ptr::addr_of!((*meta).role.bag.unsettled).read_volatile(),
+            )
+        };
+        if part == 0 || part as usize >= self.partitions() {
+            return None;
+        }
+        Some((Partition(part), moved, unsettled))
+    }
+
+    /// Moves `bag` of `node`'s region, a bag of `part`, to node `to` (far when `far`, else
+    /// home) under its class lock, when it is still that partition's bag and, on a `first`
+    /// try, marked the other way and (to go far) full: its objects are all out, none is handed
+    /// out from it meanwhile; on a retry, marked this way and left part done. Marks it moved
+    /// (or not) by where most of it went, and unsettled when the kernel left some of its pages;
+    /// a refusal stops automatic tiering's moves, with a warning. `None` when the bag was no
+    /// longer what the caller saw.
+    fn move_one(
+        &self,
+        node: NodeId,
+        part: Partition,
+        bag: BagAt,
+        to: usize,
+        far: bool,
+        first: bool,
+    ) -> Option<BagMove> {
+        let tiering = &self.partitions.tiering;
+        let map = self.arena.map();
+        let meta = map.meta(bag.first);
+        let class_heap = self.class_in(node, part, bag.class);
+        let _guard = class_heap.lock_counted(&self.node(node).ops);
+        let tag = map.tag(bag.start);
+        // SAFETY: the class lock of the bag's class heap is held (if the tag still says it is
+        // that class's bag).
+        let current = tag.is_bag()
+            && tag.offset_units() == 0
+            && tag.class() == bag.class
+            && unsafe {
+                let state = &(*meta).role.bag;
+                state.partition == part.0
+                    && if first {
+                        state.moved != far && (!far || is_full(meta, bag.class.capacity() as u16))
+                    } else {
+                        state.moved == far && state.unsettled
+                    }
+            };
+        if !current {
+            return None;
+        }
+        let result = self.arena.move_bag(bag.start, bag.class.bag_bytes(), to);
+        #[cfg(test)]
+        let result = match result {
+            BagMove::Done
+                if tiering
+                    .play_partly
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                    .is_ok() =>
+            {
+                BagMove::Partly
+            }
+            other => other,
+        };
+        if result == BagMove::Refused {
+            tiering.refused.store(true, Ordering::Relaxed);
+            os::warn(|w| {
+                w.str("the kernel refused to move pages (mbind MPOL_MF_MOVE); ")
+                    .str("automatic tiering places new bags only");
+            });
+            return Some(result);
+        }
+        let partly = result == BagMove::Partly;
+        if partly {
+            tiering.moved_partly.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: the class lock is held and the bag is this class heap's.
+        unsafe {
+            (*meta).role.bag.moved = far;
+            (*meta).role.bag.unsettled = partly;
+        }
+        Some(result)
     }
 
     /// The node whose memory holds the small object at `address` of `origin`'s region: the

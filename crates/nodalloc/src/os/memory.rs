@@ -223,6 +223,52 @@ pub fn move_memory(address: *mut u8, size: usize, node: usize) -> Result<(), i32
     bind_with_flags(address, size, MPOL_BIND, &[node], MPOL_MF_MOVE)
 }
 
+/// Resident pages of a range that are not on `node` (the kernel's number), by `move_pages(2)`
+/// asked for each page's node only. The kernel leaves some pages where they are when asked to
+/// move them, silently: a page a forked child still shares (without `MPOL_MF_MOVE_ALL`), a page
+/// busy at that moment. Pages never touched are not counted. `Err` with the errno when the
+/// kernel does not answer (then nothing is known).
+pub fn pages_off_node(address: *mut u8, size: usize, node: usize) -> Result<usize, i32> {
+    /// Pages asked per call: the arrays live on the caller's stack.
+    const CHUNK: usize = 64;
+    let mut pages = [core::ptr::null_mut::<libc::c_void>(); CHUNK];
+    let mut status = [0 as libc::c_int; CHUNK];
+    let first = address as usize & !(super::PAGE_SIZE - 1);
+    let end = address as usize + size;
+    let mut off = 0;
+    let mut page = first;
+    while page < end {
+        let mut count = 0;
+        while count < CHUNK && page < end {
+            pages[count] = page as *mut libc::c_void;
+            count += 1;
+            page += super::PAGE_SIZE;
+        }
+        // SAFETY: `pages` and `status` hold `count` entries; a null node list asks only where
+        // each page is (nothing moves); pid 0 is this process.
+        let result = unsafe {
+            libc::syscall(
+                libc::SYS_move_pages,
+                0 as libc::c_int,
+                count as libc::c_ulong,
+                pages.as_mut_ptr(),
+                core::ptr::null::<libc::c_int>(),
+                status.as_mut_ptr(),
+                0 as libc::c_int,
+            )
+        };
+        if result != 0 {
+            return Err(errno());
+        }
+        // A page's node, or a negative errno (-ENOENT: not resident).
+        off += status[..count]
+            .iter()
+            .filter(|&&at| at >= 0 && at as usize != node)
+            .count();
+    }
+    Ok(off)
+}
+
 /// `mbind(2)`'s flag that moves pages already resident to the policy's nodes.
 const MPOL_MF_MOVE: libc::c_ulong = 1 << 1;
 
