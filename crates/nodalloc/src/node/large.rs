@@ -30,10 +30,12 @@ impl NodeHeaps {
         if units > self.arena.largest_span() >> UNIT_SHIFT || align_units > units.max(1) << 20 {
             return null_mut();
         }
-        match self
-            .arena
-            .alloc_span(node.index(), units, align_units, SpanUse::Large)
-        {
+        let span = || {
+            self.arena
+                .alloc_span(node.index(), units, align_units, SpanUse::Large)
+        };
+        // Refused: the classes' spares go back first (they never make an allocation fail).
+        match span().or_else(|| self.give_back_spares().then(span).flatten()) {
             Some((address, from)) => {
                 if secure {
                     // SAFETY: the span was just handed to us, whole and without a guard. A

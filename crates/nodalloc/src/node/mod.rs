@@ -49,6 +49,7 @@ mod partition;
 mod prepare;
 mod runs;
 mod shards;
+mod spares;
 mod stats;
 mod suspect;
 mod sweep;

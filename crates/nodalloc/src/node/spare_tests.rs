@@ -1,4 +1,4 @@
-//! Tests of the spares: empty bags a class keeps for its next bags (`bags.rs`,
+//! Tests of the spares: empty bags a class keeps for its next bags (`spares.rs`,
 //! `keeps_as_spare`), given back by the sweep, a purge, or another class's new bag.
 
 use super::sweep::tests::{give_back, take};
@@ -100,4 +100,49 @@ fn no_spares_are_kept_under_a_commit_limit() {
     let objects = take(heaps, class, class.capacity());
     give_back(heaps, class, &objects);
     assert_eq!(spares_and_bags(heaps, class), (0, 0));
+}
+
+/// Spares never make an allocation fail: with the region full of them, a large block the
+/// region refuses gets their spans back; so does another class that fills the region.
+#[test]
+fn a_region_full_of_spares_gives_them_back_before_refusing() {
+    let heaps = NodeHeaps::create(test_arena_spares(1, usize::MAX)).unwrap();
+    let class = class_of(16 << 10, 8).unwrap();
+    // Every bag the region can hold, taken a bag at a time, then all given back: spares.
+    let mut objects = Vec::new();
+    while let Some(batch) =
+        heaps.take_from_bags(NodeId(0), Partition::DEFAULT, class, class.capacity())
+    {
+        let mut object = batch.head;
+        while !object.is_null() {
+            objects.push(object);
+            // SAFETY: walking a batch the test holds.
+            object = unsafe { crate::ds::next_of(object) };
+        }
+    }
+    let bags = heaps.class(NodeId(0), class).bags.load(Ordering::Relaxed);
+    assert!(bags > 8, "the region held {bags} bags");
+    give_back(heaps, class, &objects);
+    assert_eq!(
+        heaps.node(NodeId(0)).spare_bytes.load(Ordering::Relaxed),
+        bags * class.bag_bytes(),
+        "every bag is a spare"
+    );
+    let large = heaps.alloc_large(NodeId(0), 4 << 20, 8);
+    assert!(!large.is_null(), "the spares went back for a large block");
+    assert_eq!(heaps.node(NodeId(0)).spare_bytes.load(Ordering::Relaxed), 0);
+    heaps.free_large(large as usize);
+    // Spares again, then another class's bags fill the region: its new bags take them back.
+    let objects = take(heaps, class, bags * class.capacity() / 2);
+    give_back(heaps, class, &objects);
+    assert!(heaps.node(NodeId(0)).spare_bytes.load(Ordering::Relaxed) > 0);
+    let other = class_of(1 << 10, 8).unwrap();
+    let mut taken = 0;
+    while let Some(batch) =
+        heaps.take_from_bags(NodeId(0), Partition::DEFAULT, other, other.capacity())
+    {
+        taken += batch.count;
+    }
+    assert_eq!(heaps.node(NodeId(0)).spare_bytes.load(Ordering::Relaxed), 0);
+    assert!(taken * other.size() > bags * class.bag_bytes() / 2);
 }

@@ -23,7 +23,7 @@
 //!
 //! Layer: part of the node heap; calls `arena`.
 
-use super::{NodeHeaps, NodeId, Partition};
+use super::{NodeHeaps, NodeId};
 use crate::arena::pagemap::UnitMeta;
 use crate::os::PAGE_SIZE;
 use crate::size_class::SizeClass;
@@ -122,21 +122,8 @@ impl NodeHeaps {
             // Spares untouched since the pass before (emptied before this pass fell due), or all
             // of them when forced, give their spans back: one pass sooner than a bag's free
             // pages, since the region still holds a spare's span for its decommit delay.
-            // SAFETY: the class lock is held; the spares are bags of this class heap, on no
-            // other list and with no object out.
-            unsafe {
-                let mut bag = *class_heap.spares.get();
-                while !bag.is_null() {
-                    let next = (*bag).next;
-                    if force || (*bag).role.bag.sweep.returned_at <= due {
-                        self.unlist_spare(node, class, class_heap, bag);
-                        self.release_bag(node, Partition::DEFAULT, class, class_heap, bag);
-                    } else {
-                        waiting = true;
-                    }
-                    bag = next;
-                }
-            }
+            // SAFETY: the class lock is held.
+            waiting |= unsafe { self.release_spares(node, class, class_heap, due, force) };
             if waiting {
                 class_heap.to_sweep.store(true, Ordering::Relaxed);
             }
