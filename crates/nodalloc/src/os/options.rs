@@ -94,12 +94,12 @@ pub const OPTIONS: &[OptionSpec] = &[
     },
     OptionSpec {
         name: "NODALLOC_SPARES",
-        default: "0",
+        default: "64M",
         meaning: "bytes of empty bags each node keeps for its size classes' next bags (a \
                   program whose threads free objects in bulk and allocate them again takes no \
-                  new spans); given back at the next upkeep pass, or when another \
-                  class needs a new bag; none under a commit limit; 0: every bag that falls \
-                  empty goes back at once",
+                  new spans); given back at the next upkeep pass, when another class needs a \
+                  new bag, and before any allocation would fail for want of their space; none \
+                  under a commit limit; 0: every bag that falls empty goes back at once",
         apply: apply_spares,
     },
     OptionSpec {
@@ -409,7 +409,7 @@ impl Default for Options {
             commit_on_demand: None,
             decommit_delay_ns: 100_000_000,
             retain_bytes: 8 << 20,
-            spare_bytes: 0,
+            spare_bytes: 64 << 20,
             limit_bytes: 0,
             stats_at_exit: false,
             profile: false,
@@ -890,7 +890,8 @@ mod tests {
             250_000_000
         );
         assert_eq!(set("NODALLOC_RETAIN", b"1G").retain_bytes, 1 << 30);
-        assert_eq!(set("NODALLOC_SPARES", b"64M").spare_bytes, 64 << 20);
+        assert_eq!(set("NODALLOC_SPARES", b"16M").spare_bytes, 16 << 20);
+        assert_eq!(set("NODALLOC_SPARES", b"0").spare_bytes, 0);
         assert_eq!(set("NODALLOC_LIMIT", b"512M").limit_bytes, 512 << 20);
         assert!(set("NODALLOC_STATS", b"yes").stats_at_exit);
         assert!(set("NODALLOC_SECURE", b" true ").secure);
