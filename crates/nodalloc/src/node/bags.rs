@@ -2,6 +2,7 @@
 //! the ring in front of them, the remote-free inbox, and the doubly linked partial-bag list
 //! (every touch of a bag descriptor happens under its class lock).
 
+use super::spares::keep_spare;
 use super::*;
 
 /// The word written into the second word of each object not yet handed out (0: none): into
@@ -688,8 +689,7 @@ impl NodeHeaps {
                 unlink(full, bag);
             }
             if self.keeps_as_spare(node, part, class, bag) {
-                push_front(&mut *class_heap.spares.get(), bag);
-                class_heap.spare_count.fetch_add(1, Ordering::Relaxed);
+                keep_spare(class_heap, bag);
                 return true;
             }
             self.release_bag(node, part, class, class_heap, bag);

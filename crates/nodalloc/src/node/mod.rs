@@ -146,9 +146,12 @@ pub struct ClassHeap {
     /// Bags with a free or uncarved object, linked through their descriptors (class lock).
     partial: UnsafeCell<*mut UnitMeta>,
     /// Empty bags kept for the class's next new bag instead of a span from the region
-    /// (`bags.rs`, `keeps_as_spare`), linked through their descriptors (class lock); the
+    /// (`spares.rs`), newest first, linked through their descriptors (class lock); the
     /// sweep gives their spans back once they have been quiet for an upkeep pass.
     spares: UnsafeCell<*mut UnitMeta>,
+    /// The oldest of `spares`, its last (class lock): a reclaim gives it back without walking
+    /// the list.
+    oldest_spare: UnsafeCell<*mut UnitMeta>,
     /// How many bags `spares` holds (written under the class lock; counted in `bags` too).
     spare_count: AtomicUsize,
     /// Objects handed to (and returned by) programs, as published by thread heaps.

@@ -90,6 +90,30 @@ fn another_class_needing_a_new_bag_gives_the_spares_back_first() {
     give_back(heaps, second, &other);
 }
 
+/// The reclaim gives back the oldest spare first (the list's last, found without a walk); the
+/// newer spare stays and is its class's next bag.
+#[test]
+fn the_oldest_spare_goes_back_first() {
+    let heaps = NodeHeaps::create(test_arena_spares(1, 8 << 20)).unwrap();
+    let first = class_of(16 << 10, 8).unwrap();
+    let second = class_of(12 << 10, 8).unwrap();
+    assert!(second.bag_bytes() <= first.bag_bytes());
+    let older = take(heaps, first, first.capacity());
+    let newer = take(heaps, first, first.capacity());
+    give_back(heaps, first, &older);
+    give_back(heaps, first, &newer);
+    assert_eq!(spares_and_bags(heaps, first), (2 * first.bag_bytes(), 2));
+    let other = take(heaps, second, 1);
+    assert_eq!(spares_and_bags(heaps, first), (first.bag_bytes(), 1));
+    let mut again = take(heaps, first, first.capacity());
+    again.sort();
+    let mut newer = newer;
+    newer.sort();
+    assert_eq!(again, newer, "the newer spare stayed");
+    give_back(heaps, first, &again);
+    give_back(heaps, second, &other);
+}
+
 /// Under a commit limit a bag that falls empty goes back at once: the memory a free gives back
 /// must be there for any allocation, a large block or another class's bag.
 #[test]

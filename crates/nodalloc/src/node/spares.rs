@@ -7,8 +7,25 @@
 //! (`give_back_spares`, before the refusal reaches the program): memory a spare holds never
 //! makes an allocation fail.
 
-use super::bags::unlink;
+use super::bags::{push_front, unlink};
 use super::*;
+
+/// Puts `bag`, empty and on no list, at the front of the class heap's spares.
+///
+/// # Safety
+/// The class lock of `class_heap` is held, and `bag` is one of its bags that
+/// [`NodeHeaps::keeps_as_spare`] let it keep (counted in its node's spare bytes).
+pub(super) unsafe fn keep_spare(class_heap: &ClassHeap, bag: *mut UnitMeta) {
+    // SAFETY: forwarded contract: the list and the bag are ours under the lock.
+    unsafe {
+        let oldest = &mut *class_heap.oldest_spare.get();
+        if oldest.is_null() {
+            *oldest = bag;
+        }
+        push_front(&mut *class_heap.spares.get(), bag);
+    }
+    class_heap.spare_count.fetch_add(1, Ordering::Relaxed);
+}
 
 impl NodeHeaps {
     /// True when an empty bag of (`part`, `class`) on `node`, just taken off its list, is kept
@@ -67,15 +84,14 @@ impl NodeHeaps {
     ) -> *mut UnitMeta {
         // SAFETY: forwarded contract: the list is ours under the lock.
         unsafe {
-            let spares = &mut *class_heap.spares.get();
-            let mut bag = *spares;
-            if bag.is_null() {
-                return bag;
+            let bag = if oldest {
+                *class_heap.oldest_spare.get()
+            } else {
+                *class_heap.spares.get()
+            };
+            if !bag.is_null() {
+                self.unlist_spare(node, class, class_heap, bag);
             }
-            while oldest && !(*bag).next.is_null() {
-                bag = (*bag).next;
-            }
-            self.unlist_spare(node, class, class_heap, bag);
             bag
         }
     }
@@ -94,6 +110,10 @@ impl NodeHeaps {
     ) {
         // SAFETY: forwarded contract.
         unsafe {
+            let oldest = &mut *class_heap.oldest_spare.get();
+            if *oldest == bag {
+                *oldest = (*bag).prev;
+            }
             unlink(&mut *class_heap.spares.get(), bag);
             class_heap.spare_count.fetch_sub(1, Ordering::Relaxed);
         }
