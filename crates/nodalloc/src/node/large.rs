@@ -34,7 +34,7 @@ impl NodeHeaps {
             self.arena
                 .alloc_span(node.index(), units, align_units, SpanUse::Large)
         };
-        // Refused: the classes' spares go back first (they never make an allocation fail).
+        // Refused: the classes' spares go back first (they never make a large block fail).
         match span().or_else(|| self.give_back_spares().then(span).flatten()) {
             Some((address, from)) => {
                 if secure {

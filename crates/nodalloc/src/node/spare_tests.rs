@@ -126,7 +126,7 @@ fn no_spares_are_kept_under_a_commit_limit() {
     assert_eq!(spares_and_bags(heaps, class), (0, 0));
 }
 
-/// Spares never make an allocation fail: with the region full of them, a large block the
+/// Spares never make a large block fail: with the region full of them, a large block the
 /// region refuses gets their spans back; so does another class that fills the region.
 #[test]
 fn a_region_full_of_spares_gives_them_back_before_refusing() {

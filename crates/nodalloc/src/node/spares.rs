@@ -3,9 +3,10 @@
 //! handful of objects each gave a span back and carved a new one every few batches whenever
 //! another thread's frees came back in bulk; a spare is the class's next new bag, as it is.
 //! Spares go back to the region at the sweep's next pass (`sweep.rs`), at any purge, when
-//! another class needs a new span (`reclaim_spares`), and whenever a region refuses a span
-//! (`give_back_spares`, before the refusal reaches the program): memory a spare holds never
-//! makes an allocation fail.
+//! another class needs a new span (`reclaim_spares`), and when the regions refuse a large
+//! block's span (`give_back_spares`, before the refusal reaches the program). A class's new bag
+//! takes its own spares first and reclaims at least a bag's bytes of the others'; a bag the
+//! region refuses after that reclaim is not tried again (spans freed apart may not merge).
 
 use super::bags::{push_front, unlink};
 use super::*;
