@@ -165,7 +165,17 @@ impl NodeHeaps {
                 let span = if part.is_owned() {
                     self.owned_bag_span(part, class)
                 } else {
-                    arena.alloc_span_on(node.index(), class.bag_units(), 1, SpanUse::Bag(class))
+                    let span_of_region = || {
+                        arena.alloc_span_on(node.index(), class.bag_units(), 1, SpanUse::Bag(class))
+                    };
+                    // The reclaim above gave back a bag's bytes of spares, whose spans may lie
+                    // apart: refused, every other class's spare goes back (those whose lock is
+                    // free) and the region is asked once more.
+                    span_of_region().or_else(|| {
+                        (self.reclaim_spares(node, class, usize::MAX) != 0)
+                            .then(span_of_region)
+                            .flatten()
+                    })
                 };
                 let Some(address) = span else {
                     break;

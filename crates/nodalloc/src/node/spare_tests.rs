@@ -170,3 +170,48 @@ fn a_region_full_of_spares_gives_them_back_before_refusing() {
     assert_eq!(heaps.node(NodeId(0)).spare_bytes.load(Ordering::Relaxed), 0);
     assert!(taken * other.size() > bags * class.bag_bytes() / 2);
 }
+
+/// A new bag the region refuses after its class's reclaim (a bag's bytes of other classes'
+/// spares, whose spans lay apart) reclaims every other spare and is tried once more: spares
+/// never make a small allocation fail either.
+#[test]
+fn a_new_bag_refused_after_the_reclaim_gets_every_spare_back() {
+    let heaps = NodeHeaps::create(test_arena_spares(1, usize::MAX)).unwrap();
+    let classes = (0..NUM_CLASSES).map(|index| SizeClass(index as u8));
+    let small = (classes.clone())
+        .min_by_key(|class| (class.bag_units(), usize::MAX - class.size()))
+        .unwrap();
+    let big = classes.max_by_key(|class| class.bag_units()).unwrap();
+    assert!(big.bag_units() >= 2 * small.bag_units());
+    // Every bag of `small` the region can hold, its objects grouped by bag.
+    let mut bags: std::collections::BTreeMap<usize, Vec<*mut u8>> = Default::default();
+    while let Some(batch) =
+        heaps.take_from_bags(NodeId(0), Partition::DEFAULT, small, small.capacity())
+    {
+        let mut object = batch.head;
+        while !object.is_null() {
+            bags.entry(object as usize / small.bag_bytes())
+                .or_default()
+                .push(object);
+            // SAFETY: walking a batch the test holds.
+            object = unsafe { crate::ds::next_of(object) };
+        }
+    }
+    assert!(bags.len() > 2 * big.bag_units() / small.bag_units());
+    // Every other bag falls empty first: the oldest spares, none beside another.
+    let (first, second): (Vec<_>, Vec<_>) =
+        bags.values().enumerate().partition(|(i, _)| i % 2 == 0);
+    for (_, objects) in first.into_iter().chain(second) {
+        give_back(heaps, small, objects);
+    }
+    assert_eq!(
+        heaps.node(NodeId(0)).spare_bytes.load(Ordering::Relaxed),
+        bags.len() * small.bag_bytes(),
+        "every bag is a spare"
+    );
+    let batch = heaps.take_from_bags(NodeId(0), Partition::DEFAULT, big, 1);
+    let batch = batch.expect("a bag of the big class over the spares' spans");
+    assert_eq!(batch.count, 1);
+    assert_eq!(heaps.class(NodeId(0), big).bags.load(Ordering::Relaxed), 1);
+    give_back(heaps, big, &[batch.head]);
+}

@@ -6,7 +6,8 @@
 //! another class needs a new span (`reclaim_spares`), and when the regions refuse a large
 //! block's span (`give_back_spares`, before the refusal reaches the program). A class's new bag
 //! takes its own spares first and reclaims at least a bag's bytes of the others'; a bag the
-//! region refuses after that reclaim is not tried again (spans freed apart may not merge).
+//! region refuses after that reclaim (spans freed apart may not merge) reclaims every other
+//! class's spare whose lock is free and is tried once more.
 
 use super::bags::{push_front, unlink};
 use super::*;
@@ -127,7 +128,8 @@ impl NodeHeaps {
     /// until `bytes` have gone or none is left: called before `class` takes a new span, so a
     /// program that freed one class's objects and moves on to another finds the spans in the
     /// region. The caller holds `class`'s lock, so a class whose lock is busy is skipped.
-    pub(super) fn reclaim_spares(&self, node: NodeId, class: SizeClass, bytes: usize) {
+    /// Returns the bytes given back.
+    pub(super) fn reclaim_spares(&self, node: NodeId, class: SizeClass, bytes: usize) -> usize {
         let mut reclaimed = 0;
         for index in 0..NUM_CLASSES {
             let other = SizeClass(index as u8);
@@ -153,9 +155,10 @@ impl NodeHeaps {
                 reclaimed += other.bag_bytes();
             }
             if reclaimed >= bytes {
-                return;
+                break;
             }
         }
+        reclaimed
     }
 
     /// Gives every spare of `node`'s `class_heap` (of `class`) that fell empty before `due`

@@ -98,8 +98,9 @@ pub const OPTIONS: &[OptionSpec] = &[
         meaning: "bytes of empty bags each node keeps for its size classes' next bags (a \
                   program whose threads free objects in bulk and allocate them again takes no \
                   new spans); given back at the next upkeep pass, when another class needs a \
-                  new bag, and before a large block would fail for want of their space; none \
-                  under a commit limit; 0: every bag that falls empty goes back at once",
+                  new bag, and before a large block or a new bag would fail for want of their \
+                  space; none under a commit limit; 0: every bag that falls empty goes back at \
+                  once",
         apply: apply_spares,
     },
     OptionSpec {
