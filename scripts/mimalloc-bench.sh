@@ -17,7 +17,11 @@
 # ALLOCATORS names it (a change against the build before it, in the same rounds).
 # ALLOCATORS: which of nodalloc, nodalloc-base, mimalloc, tcmalloc, jemalloc, glibc (default:
 # nodalloc, mimalloc, tcmalloc). Programs: larsonN larsonN-sized alloc-testN rptestN glibc-thread
-# xmalloc-testN cache-scratchN mstressN test-stress (the default), cfrac espresso malloc-large.
+# xmalloc-testN cache-scratchN mstressN test-stress (the default), and the single-threaded and
+# other programs of the suite that build from its checkout: cfrac espresso barnes cache-thrash1
+# cache-thrashN cache-scratch1 glibc-simple malloc-large mleak10 mleak100. `all` names every one
+# (the suite less what bench.sh downloads: redis, lean, lua, gs, rocksdb, sh6bench, sh8bench, z3,
+# and rbstress, which needs ruby).
 # Writes target/mimalloc-bench/runs.tsv (round, program, allocator, figure, peak RSS in KiB) and
 # prints each program's median figure, its ratio to mimalloc's and its peak RSS, then the
 # geometric means.
@@ -41,7 +45,8 @@ cp -r "$checkout/bench" "$out/src"
 sed -i '/sh[68]bench/d' "$out/src/CMakeLists.txt"
 (cd "$out/build" && cmake -DCMAKE_BUILD_TYPE=Release "$out/src" >cmake.log &&
     make -j"$(nproc)" larson larson-sized alloc-test rptest glibc-thread xmalloc-test \
-        cache-scratch mstress cfrac espresso malloc-large >make.log)
+        cache-scratch mstress cfrac espresso malloc-large barnes cache-thrash glibc-simple mleak \
+        >make.log)
 if [ -n "${MIMALLOC_CHECKOUT:-}" ]; then
     cc -O2 -DNDEBUG -DUSE_STD_MALLOC -o "$out/build/test-stress" \
         "$MIMALLOC_CHECKOUT/test/test-stress.c" -lpthread
@@ -62,13 +67,26 @@ command_of() {
     cfrac) echo "./cfrac 17545186520507317056371138836327483792789528" ;;
     espresso) echo "./espresso $out/src/espresso/largest.espresso" ;;
     malloc-large) echo "./malloc-large" ;;
+    barnes) echo "./barnes" ;;
+    cache-thrash1) echo "./cache-thrash 1 1000 1 2000000 $procs" ;;
+    cache-thrashN) echo "./cache-thrash $procs 1000 1 2000000 $procs" ;;
+    cache-scratch1) echo "./cache-scratch 1 1000 1 2000000 $procs" ;;
+    glibc-simple) echo "./glibc-simple" ;;
+    mleak10) echo "./mleak 5" ;;
+    mleak100) echo "./mleak 50" ;;
     *) echo "unknown program $1" >&2; exit 1 ;;
     esac
 }
 
 programs=("$@")
-if [ ${#programs[@]} -eq 0 ]; then
-    programs=(larsonN larsonN-sized alloc-testN rptestN glibc-thread xmalloc-testN cache-scratchN mstressN)
+threaded=(larsonN larsonN-sized alloc-testN rptestN glibc-thread xmalloc-testN cache-scratchN mstressN)
+if [ "${programs[*]}" = all ]; then
+    programs=(cfrac espresso barnes larsonN-sized mstressN rptestN alloc-testN xmalloc-testN
+        cache-scratch1 cache-scratchN glibc-simple glibc-thread larsonN malloc-large mleak10
+        mleak100 cache-thrash1 cache-thrashN)
+    [ -x "$out/build/test-stress" ] && programs+=(test-stress)
+elif [ ${#programs[@]} -eq 0 ]; then
+    programs=("${threaded[@]}")
     [ -x "$out/build/test-stress" ] && programs+=(test-stress)
 fi
 declare -A preload=(
@@ -92,8 +110,10 @@ for round in $(seq "$rounds"); do
             [ -z "$lib" ] || [ -f "$lib" ] || continue
             [ "$allocator" != nodalloc-base ] || [ -n "$lib" ] || continue
             # shellcheck disable=SC2046
+            input=/dev/null
+            [ "$program" != barnes ] || input="$out/src/barnes/input"
             output="$( { /usr/bin/time -f "TIME %e %M" env ${lib:+LD_PRELOAD=$lib} \
-                $(command_of "$program"); } 2>&1 || true)"
+                $(command_of "$program") <"$input"; } 2>&1 || true)"
             read -r _ elapsed rss <<<"$(grep '^TIME' <<<"$output" | tail -1 || true)"
             case $program in
             larson*) figure="$(sed -n 's/.*Throughput = *\([0-9]*\).*/\1/p' <<<"$output" | awk '{ printf "%.4f", 1e9 / $1 }')" ;;
@@ -139,4 +159,18 @@ for allocator in allocators:
     if logs[allocator]:
         print(f"{allocator}: time geomean {math.exp(statistics.mean(logs[allocator])):.3f}, "
               f"peak-RSS geomean {math.exp(statistics.mean(rss_logs[allocator])):.3f} x {base}")
+# The machine's slow spells move whole rounds: a ratio taken within one round (the allocators
+# run back to back) and its median over the rounds is the steadier figure.
+by_round = {(r, p, a): float(f) for r, p, a, f, _ in rows if f != "nan"}
+rounds = sorted({r for r, *_ in rows})
+print(f"\nmedian over the rounds of each round's ratio to {base}")
+for allocator in allocators:
+    ratios = []
+    for program in programs:
+        within = [by_round[r, program, allocator] / by_round[r, program, base] for r in rounds
+                  if (r, program, allocator) in by_round and (r, program, base) in by_round]
+        if within:
+            ratios.append(statistics.median(within))
+    if ratios:
+        print(f"{allocator}: time geomean {math.exp(statistics.mean(map(math.log, ratios))):.3f}")
 PY
