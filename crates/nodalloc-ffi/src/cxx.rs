@@ -267,18 +267,46 @@ macro_rules! delete_operators {
         /// C++'s contract for this operator: `ptr` is null or a live block from `new`.
         #[no_mangle]
         pub unsafe extern "C" fn $name(ptr: *mut c_void, $($arg: $ty),*) {
-            if secure::on() {
+            if !secure::known_off() {
                 // SAFETY: forwarded contract.
-                return unsafe { secure::free(ptr, $kind, $sized) };
+                return unsafe { delete_unless_off(ptr, $kind, $sized, checked_size!($($check)?)) };
             }
             match checked_size!($($check)?) {
                 // SAFETY: forwarded contract.
                 Some(size) => unsafe { free_sized(ptr, size, Kind::New) },
                 // SAFETY: forwarded contract.
-                None => unsafe { crate::free(ptr) },
+                None => unsafe { crate::free_inline(ptr) },
             }
         }
     )*};
+}
+
+/// A `delete` operator before secure mode is decided, or in secure mode: what the operator
+/// does in either (`sized`: the size secure mode checks; `check`: the size checked outside it).
+///
+/// # Safety
+/// C++'s contract for the operator: `ptr` is null or a live block from `new`.
+// `extern "C"` (never called from C: its arguments need no C layout) so that it unwinds into no
+// caller and the operators reach it by a tail jump, with no frame of their own.
+#[allow(improper_ctypes_definitions)]
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn delete_unless_off(
+    ptr: *mut c_void,
+    kind: Kind,
+    sized: Option<usize>,
+    check: Option<usize>,
+) {
+    if secure::on() {
+        // SAFETY: forwarded contract.
+        return unsafe { secure::free(ptr, kind, sized) };
+    }
+    match check {
+        // SAFETY: forwarded contract.
+        Some(size) => unsafe { free_sized(ptr, size, Kind::New) },
+        // SAFETY: forwarded contract.
+        None => unsafe { crate::free_inline(ptr) },
+    }
 }
 
 delete_operators! {

@@ -166,6 +166,17 @@ extern "C" fn malloc_miss(
 /// C's `free`: `ptr` is null or a live block from this allocator.
 #[no_mangle]
 pub unsafe extern "C" fn free(ptr: *mut c_void) {
+    // SAFETY: forwarded contract.
+    unsafe { free_inline(ptr) }
+}
+
+/// `free`'s body, for the entry points that free as it does (the `delete` operators): inlined,
+/// so that they jump to no exported symbol (a call through the GOT).
+///
+/// # Safety
+/// C's `free`: `ptr` is null or a live block from this allocator.
+#[inline(always)]
+pub(crate) unsafe fn free_inline(ptr: *mut c_void) {
     // Null is no block of any home region (which never starts at address 0): the slow path
     // sorts it out, and the fast path has no test of its own for it.
     // SAFETY: the slot holds this thread's heap or the detached one; the caller gives the

@@ -276,6 +276,12 @@ pub struct NodeHeap {
     pub prepared_bytes: AtomicUsize,
     /// Operations on the shared structures, for the statistics.
     pub ops: SharedOps,
+    /// Bit `c` of word `c / 64`: class `c` of the default partition is in use on this node
+    /// (set under the activation lock, before its class lock is first taken; see
+    /// `NodeHeaps::activate`). Only these class heaps are walked, and `fork`'s handlers lock
+    /// only these: each class heap spans a page of its own (its ring), and every lock written
+    /// around a `fork` is a page copied on write in the parent and in the child.
+    used: [AtomicU64; 2],
     classes: [ClassHeap; NUM_CLASSES],
 }
 

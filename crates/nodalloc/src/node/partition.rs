@@ -195,7 +195,13 @@ impl NodeHeaps {
 
     /// Marks the class heap of (`node`, `part`, `class`) in use, before its lock is first taken.
     pub(super) fn activate(&self, node: NodeId, part: Partition, class: SizeClass) {
+        let (word, bit) = (class.index() / 64, 1u64 << (class.index() % 64));
         if part.0 == 0 {
+            let used = &self.node(node).used[word];
+            if used.load(Ordering::Acquire) & bit == 0 {
+                let _guard = self.partitions.activation.lock();
+                used.fetch_or(bit, Ordering::Release);
+            }
             return;
         }
         if part.is_owned() {
@@ -206,7 +212,6 @@ impl NodeHeaps {
             return;
         }
         let heap = self.partition_heap(node, part);
-        let (word, bit) = (class.index() / 64, 1u64 << (class.index() % 64));
         if heap.used[word].load(Ordering::Acquire) & bit != 0 {
             return;
         }
@@ -216,17 +221,16 @@ impl NodeHeaps {
             .fetch_or(1 << (part.index() % 64), Ordering::Release);
     }
 
-    /// Calls `f` with every class heap of `node` that may hold anything: partition 0's, and
-    /// the used ones of active partitions.
+    /// Calls `f` with every class heap of `node` that may hold anything: the used ones of
+    /// partition 0 and of active partitions.
     pub(super) fn for_each_class_heap(
         &self,
         node: NodeId,
         mut f: impl FnMut(Partition, SizeClass, &ClassHeap),
     ) {
-        for class in 0..NUM_CLASSES {
-            let class = SizeClass(class as u8);
-            f(Partition::DEFAULT, class, self.class(node, class));
-        }
+        for_each_used(&self.node(node).used, |class| {
+            f(Partition::DEFAULT, class, self.class(node, class))
+        });
         if self.partitions.count == 0 {
             return;
         }
@@ -322,21 +326,18 @@ impl NodeHeaps {
         mut f: impl FnMut(SizeClass, &ClassHeap),
     ) {
         if part.0 == 0 {
-            for class in 0..NUM_CLASSES {
-                let class = SizeClass(class as u8);
-                f(class, self.class(node, class));
-            }
-            return;
+            return for_each_used(&self.node(node).used, |class| {
+                f(class, self.class(node, class))
+            });
         }
         let heap = self.partition_heap(node, part);
-        for (half, used) in heap.used.iter().enumerate() {
-            let mut used = used.load(Ordering::Acquire);
-            while used != 0 {
-                let class = half * 64 + used.trailing_zeros() as usize;
-                used &= used - 1;
-                f(SizeClass(class as u8), &heap.classes[class]);
-            }
-        }
+        for_each_used(&heap.used, |class| f(class, &heap.classes[class.index()]));
+    }
+
+    /// The classes of the default partition in use on `node` (see `NodeHeap::used`), each
+    /// passed to `f`.
+    pub(super) fn for_each_used_class(&self, node: NodeId, f: impl FnMut(SizeClass)) {
+        for_each_used(&self.node(node).used, f)
     }
 
     /// Takes the activation lock (the first lock of `lock_all`).
@@ -346,6 +347,18 @@ impl NodeHeaps {
 
     pub(super) fn unlock_activation(&self) {
         self.partitions.activation.release();
+    }
+}
+
+/// Calls `f` with each class whose bit `used` sets (bit `c` of word `c / 64`).
+fn for_each_used(used: &[AtomicU64; 2], mut f: impl FnMut(SizeClass)) {
+    for (half, word) in used.iter().enumerate() {
+        let mut bits = word.load(Ordering::Acquire);
+        while bits != 0 {
+            let class = half * 64 + bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            f(SizeClass(class as u8));
+        }
     }
 }
 
@@ -425,6 +438,105 @@ mod tests {
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
 
+    /// Three threads that each take a few objects of a (node, partition, class) that `pick`
+    /// draws from a random word, and give them back, until `stop` is set.
+    fn take_and_release_at_random(
+        heaps: &'static NodeHeaps,
+        stop: &Arc<AtomicBool>,
+        pick: fn(u64) -> (NodeId, Partition, SizeClass),
+    ) -> Vec<std::thread::JoinHandle<()>> {
+        (0..3)
+            .map(|worker| {
+                let stop = Arc::clone(stop);
+                std::thread::spawn(move || {
+                    let mut state = 0x9E37_79B9u64 + worker;
+                    while !stop.load(Ordering::Relaxed) {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        let (node, part, class) = pick(state);
+                        if let Some(batch) = heaps.take_from_bags(node, part, class, 2) {
+                            heaps.release(node, part, class, batch);
+                        }
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// Plays `fork` over and over (at least 300 times, until `done` or 20 s): `lock_all`, then
+    /// `check` with every lock held, then `unlock_all`; then stops and joins `workers`.
+    fn play_forks(
+        heaps: &NodeHeaps,
+        stop: Arc<AtomicBool>,
+        workers: Vec<std::thread::JoinHandle<()>>,
+        done: impl Fn() -> bool,
+        check: impl Fn(),
+    ) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut rounds = 0;
+        while (rounds < 300 || !done()) && std::time::Instant::now() < deadline {
+            heaps.lock_all();
+            check();
+            heaps.unlock_all();
+            rounds += 1;
+            std::thread::sleep(std::time::Duration::from_micros(300));
+        }
+        stop.store(true, Ordering::Relaxed);
+        for worker in workers {
+            worker.join().unwrap();
+        }
+    }
+
+    /// Threads bring classes of the default partition into use while another thread plays
+    /// `fork` over and over: after each `lock_all`, every class heap in use is locked by it,
+    /// and no other one is held by anyone (none was locked before its bit was set).
+    #[test]
+    fn lock_all_holds_every_default_class_lock_in_use_and_no_other_is_held() {
+        let heaps = NodeHeaps::create(test_arena(2, 1 << 30, 0)).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let workers = take_and_release_at_random(heaps, &stop, |state| {
+            let class = SizeClass(((state >> 16) % NUM_CLASSES as u64) as u8);
+            (
+                NodeId((state >> 32) as usize % 2),
+                Partition::DEFAULT,
+                class,
+            )
+        });
+        let used = || -> usize {
+            let mut count = 0;
+            for node in heaps.nodes() {
+                heaps.for_each_used_class(node, |_| count += 1);
+            }
+            count
+        };
+        let all = 2 * NUM_CLASSES;
+        play_forks(
+            heaps,
+            stop,
+            workers,
+            || used() == all,
+            || {
+                for node in heaps.nodes() {
+                    let mut in_use = [false; NUM_CLASSES];
+                    heaps.for_each_used_class(node, |class| in_use[class.index()] = true);
+                    for (index, &in_use) in in_use.iter().enumerate() {
+                        let lock = &heaps.class(node, SizeClass(index as u8)).lock;
+                        match lock.try_lock() {
+                            None => {
+                                assert!(in_use, "class {index} unused but held across lock_all")
+                            }
+                            Some(_guard) => {
+                                assert!(!in_use, "class {index} in use, lock_all missed it")
+                            }
+                        }
+                    }
+                }
+            },
+        );
+        assert_eq!(used(), all, "every class came into use on both nodes");
+    }
+
     /// Threads bring class heaps of new partitions into use while another thread plays `fork`
     /// over and over: every `lock_all` must find every class heap in use locked by itself (none
     /// left to a thread mid-activation), and nothing deadlocks.
@@ -432,25 +544,11 @@ mod tests {
     fn lock_all_holds_every_class_lock_a_thread_could_hold_while_partitions_come_into_use() {
         let heaps = NodeHeaps::create_with(test_arena(2, 1 << 30, 0), 512).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
-        let workers: Vec<_> = (0..3)
-            .map(|worker| {
-                let stop = Arc::clone(&stop);
-                std::thread::spawn(move || {
-                    let mut state = 0x9E37_79B9u64 + worker;
-                    while !stop.load(Ordering::Relaxed) {
-                        state ^= state << 13;
-                        state ^= state >> 7;
-                        state ^= state << 17;
-                        let part = Partition((state % 512) as u16);
-                        let class = SizeClass((state >> 16) as u8 % 24);
-                        let node = NodeId((state >> 32) as usize % 2);
-                        if let Some(batch) = heaps.take_from_bags(node, part, class, 4) {
-                            heaps.release(node, part, class, batch);
-                        }
-                    }
-                })
-            })
-            .collect();
+        let workers = take_and_release_at_random(heaps, &stop, |state| {
+            let part = Partition((state % 512) as u16);
+            let class = SizeClass((state >> 16) as u8 % 24);
+            (NodeId((state >> 32) as usize % 2), part, class)
+        });
         let used = || -> usize {
             heaps
                 .nodes()
@@ -461,26 +559,22 @@ mod tests {
                 })
                 .sum()
         };
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        let mut rounds = 0;
-        while (rounds < 300 || used() < 600) && std::time::Instant::now() < deadline {
-            heaps.lock_all();
-            for node in heaps.nodes() {
-                heaps.for_each_class_heap(node, |_, _, class_heap| {
-                    assert!(
-                        class_heap.lock.try_lock().is_none(),
-                        "a class lock lock_all missed"
-                    );
-                });
-            }
-            heaps.unlock_all();
-            rounds += 1;
-            std::thread::sleep(std::time::Duration::from_micros(300));
-        }
-        stop.store(true, Ordering::Relaxed);
-        for worker in workers {
-            worker.join().unwrap();
-        }
+        play_forks(
+            heaps,
+            stop,
+            workers,
+            || used() >= 600,
+            || {
+                for node in heaps.nodes() {
+                    heaps.for_each_class_heap(node, |_, _, class_heap| {
+                        assert!(
+                            class_heap.lock.try_lock().is_none(),
+                            "a class lock lock_all missed"
+                        );
+                    });
+                }
+            },
+        );
         assert!(used() >= 600, "only {} class heaps came into use", used());
     }
 }

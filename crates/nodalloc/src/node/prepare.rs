@@ -65,13 +65,13 @@ impl NodeHeaps {
             // Free memory still committed in the pool of big objects: a bag a thread starts
             // from it faults nothing in, so there is nothing to prepare it for.
             let dirty = self.arena.pool(node.index(), Pool::Sparse).dirty_bytes();
-            for index in 0..NUM_CLASSES {
-                let class = SizeClass(index as u8);
-                if class.size() <= DENSE_OBJECT_MAX {
-                    continue;
+            // A class no thread took a bag of yet has started none, so nothing is prepared
+            // for it (and its lock stays untaken: see `NodeHeap::used`).
+            self.for_each_used_class(node, |class| {
+                if class.size() > DENSE_OBJECT_MAX {
+                    wanted |= self.prepare_class(node, class, now, dirty);
                 }
-                wanted |= self.prepare_class(node, class, now, dirty);
-            }
+            });
         }
         wanted
     }
@@ -196,12 +196,14 @@ impl NodeHeaps {
     /// them was ever out).
     pub(super) fn recover_prepared_after_fork(&self) {
         for node in self.nodes() {
-            for index in 0..NUM_CLASSES {
-                let class = SizeClass(index as u8);
-                if class.size() <= DENSE_OBJECT_MAX {
-                    continue;
-                }
+            self.for_each_used_class(node, |class| {
                 let class_heap = self.class(node, class);
+                // SAFETY: the child has one thread, this one, and the maintenance thread that
+                // wrote `preparing` is gone: the read races with nothing. Reading first keeps
+                // the lock (on a page of its own) unwritten, so uncopied, when nothing is due.
+                if class.size() <= DENSE_OBJECT_MAX || unsafe { *class_heap.preparing.get() } == 0 {
+                    return;
+                }
                 let _guard = class_heap.lock_counted(&self.node(node).ops);
                 // SAFETY: the class lock is held.
                 let start = core::mem::take(unsafe { &mut *class_heap.preparing.get() });
@@ -209,7 +211,7 @@ impl NodeHeaps {
                     // SAFETY: a bag span of `class` whose objects were never handed out.
                     unsafe { self.arena.free_span(start, class.bag_units()) };
                 }
-            }
+            });
         }
     }
 
@@ -442,6 +444,8 @@ mod tests {
     fn a_bag_a_fork_left_half_prepared_goes_back_to_its_pool() {
         let heaps = NodeHeaps::create(test_arena(1, 64 << 20, 0)).unwrap();
         let class = class_of(30_000, 8).unwrap();
+        // The maintenance thread prepares bags of classes in use only.
+        heaps.activate(NodeId(0), Partition::DEFAULT, class);
         let class_heap = heaps.class(NodeId(0), class);
         let start = heaps
             .arena
