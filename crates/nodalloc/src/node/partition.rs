@@ -66,6 +66,8 @@ pub(super) struct PartitionHeap {
     /// Bit `c` of word `c / 64`: class `c` is in use (set under the activation lock).
     used: [AtomicU64; 2],
     classes: [ClassHeap; NUM_CLASSES],
+    /// The class heaps' transfer rings, by class.
+    rings: [RingShard; NUM_CLASSES],
 }
 
 const _: () = assert!(NUM_CLASSES <= 128);
@@ -183,6 +185,17 @@ impl NodeHeaps {
 
     /// The class heap of (`node`, `part`, `class`).
     #[inline]
+    /// The transfer ring (shard 0) of the class heap of (`node`, `part`, `class`).
+    pub(super) fn ring_in(&self, node: NodeId, part: Partition, class: SizeClass) -> &RingShard {
+        if part.0 == 0 {
+            return &self.node(node).rings[class.index()];
+        }
+        if part.is_owned() {
+            return self.owned_ring(part, class);
+        }
+        &self.partition_heap(node, part).rings[class.index()]
+    }
+
     pub(crate) fn class_in(&self, node: NodeId, part: Partition, class: SizeClass) -> &ClassHeap {
         if part.0 == 0 {
             return self.class(node, class);

@@ -231,7 +231,7 @@ impl NodeHeaps {
         shard: usize,
     ) -> &RingShard {
         if shard == 0 || part != Partition::DEFAULT {
-            return &self.class_in(node, part, class).ring;
+            return self.ring_in(node, part, class);
         }
         debug_assert!(shard < self.shards);
         let index = (node.index() * (self.shards - 1) + shard - 1) * NUM_CLASSES + class.index();

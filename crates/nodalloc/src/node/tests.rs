@@ -495,18 +495,31 @@ fn a_ring_holds_no_more_than_its_byte_budget_whatever_the_batch_sizes() {
                 ..batch
             },
         );
-        let in_ring = class_heap.ring.in_ring.load(Ordering::Relaxed);
+        let in_ring = heaps
+            .ring_in(NodeId(0), Partition::DEFAULT, class)
+            .in_ring
+            .load(Ordering::Relaxed);
         assert!(
             in_ring <= bound,
             "{in_ring} objects in a ring bounded by {bound}"
         );
     }
     assert!(
-        class_heap.ring.in_ring.load(Ordering::Relaxed) > 0,
+        heaps
+            .ring_in(NodeId(0), Partition::DEFAULT, class)
+            .in_ring
+            .load(Ordering::Relaxed)
+            > 0,
         "the ring took nothing"
     );
     heaps.flush_all();
-    assert_eq!(class_heap.ring.in_ring.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        heaps
+            .ring_in(NodeId(0), Partition::DEFAULT, class)
+            .in_ring
+            .load(Ordering::Relaxed),
+        0
+    );
     assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 0);
 }
 
@@ -530,7 +543,12 @@ fn a_rings_budget_follows_a_flow_from_freeing_to_allocating_threads() {
     let (base, max) = (ring_objects(class), ring_objects_max(class));
     assert!(max >= 4 * base, "{base} .. {max}");
     let class_heap = heaps.class(NodeId(0), class);
-    let in_ring = || class_heap.ring.in_ring.load(Ordering::Relaxed);
+    let in_ring = || {
+        heaps
+            .ring_in(NodeId(0), Partition::DEFAULT, class)
+            .in_ring
+            .load(Ordering::Relaxed)
+    };
     let release = |count: usize| release_from_bags(heaps, class, count);
     let step = class.batch();
     // Only frees: the ring fills to its base budget and stays there.
@@ -542,27 +560,50 @@ fn a_rings_budget_follows_a_flow_from_freeing_to_allocating_threads() {
         "{}",
         in_ring()
     );
-    assert_eq!(class_heap.ring.budget(class), base);
+    assert_eq!(
+        heaps
+            .ring_in(NodeId(0), Partition::DEFAULT, class)
+            .budget(class),
+        base
+    );
     // A taker: each refusal after a pop doubles the budget, and the refused batch goes in.
     let mut budgets = vec![base];
     for _ in 0..16 {
         let taken = heaps
             .ring_refill(NodeId(0), Partition::DEFAULT, class)
             .unwrap();
-        while in_ring() + step <= class_heap.ring.budget(class).min(RING_SLOTS * step) {
+        while in_ring() + step
+            <= heaps
+                .ring_in(NodeId(0), Partition::DEFAULT, class)
+                .budget(class)
+                .min(RING_SLOTS * step)
+        {
             release(step);
         }
         let before = in_ring();
         release(step);
-        assert!(in_ring() <= class_heap.ring.budget(class));
-        if class_heap.ring.budget(class) > *budgets.last().unwrap() {
+        assert!(
+            in_ring()
+                <= heaps
+                    .ring_in(NodeId(0), Partition::DEFAULT, class)
+                    .budget(class)
+        );
+        if heaps
+            .ring_in(NodeId(0), Partition::DEFAULT, class)
+            .budget(class)
+            > *budgets.last().unwrap()
+        {
             // (Unless the ring's slots are what refused it.)
             assert!(
                 in_ring() == before + step || before + step > RING_SLOTS * step,
                 "the refused batch was not offered again: {before} -> {}",
                 in_ring()
             );
-            budgets.push(class_heap.ring.budget(class));
+            budgets.push(
+                heaps
+                    .ring_in(NodeId(0), Partition::DEFAULT, class)
+                    .budget(class),
+            );
         }
         // SAFETY: the popped batch's objects are ours, of `class`, from node 0.
         if let Err((object, misuse)) = heaps.return_to_bags(NodeId(0), class, taken.head, false) {
@@ -573,18 +614,30 @@ fn a_rings_budget_follows_a_flow_from_freeing_to_allocating_threads() {
     assert!(budgets.windows(2).all(|w| w[1] == (2 * w[0]).min(max)));
     assert!(*budgets.last().unwrap() <= max);
     // The flow stops: each upkeep pass without a refusal halves the budget, down to the base.
-    let grown = class_heap.ring.budget(class);
+    let grown = heaps
+        .ring_in(NodeId(0), Partition::DEFAULT, class)
+        .budget(class);
     let period = upkeep_period(heaps.arena.decommit.delay_ns);
     let mut now = heaps.node(NodeId(0)).next_upkeep.load(Ordering::Relaxed) + 1;
     let mut passes = 0;
-    while class_heap.ring.budget(class) > base {
+    while heaps
+        .ring_in(NodeId(0), Partition::DEFAULT, class)
+        .budget(class)
+        > base
+    {
         heaps.upkeep(NodeId(0), now);
         now += period + 1;
         passes += 1;
         assert!(passes <= 8, "the budget did not decay");
     }
     assert!(passes >= 1 && grown > base);
-    assert_eq!(class_heap.ring.budget.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        heaps
+            .ring_in(NodeId(0), Partition::DEFAULT, class)
+            .budget
+            .load(Ordering::Relaxed),
+        0
+    );
     heaps.flush_all();
     assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 0);
 }
@@ -606,13 +659,13 @@ fn the_rings_of_a_node_grow_together_within_the_nodes_budget() {
         classes
             .iter()
             .map(|&class| {
-                let ring = &heaps.class(node, class).ring;
+                let ring = heaps.ring_in(node, Partition::DEFAULT, class);
                 (ring.budget(class) - ring_objects(class)) * class.size()
             })
             .sum::<usize>()
     };
     for &class in &classes {
-        let ring = &heaps.class(node, class).ring;
+        let ring = heaps.ring_in(node, Partition::DEFAULT, class);
         let step = class.batch();
         let release = || release_from_bags(heaps, class, step);
         for _ in 0..12 {
@@ -632,11 +685,11 @@ fn the_rings_of_a_node_grow_together_within_the_nodes_budget() {
     }
     let first = classes[0];
     assert_eq!(
-        heaps.class(node, first).ring.budget(first),
+        heaps.ring_in(node, Partition::DEFAULT, first).budget(first),
         ring_objects_max(first)
     );
     let last = *classes.last().unwrap();
-    assert!(heaps.class(node, last).ring.budget(last) < ring_objects_max(last));
+    assert!(heaps.ring_in(node, Partition::DEFAULT, last).budget(last) < ring_objects_max(last));
     assert!(grown.load(Ordering::Relaxed) > NODE_RING_GROWN_BYTES / 2);
     let period = upkeep_period(heaps.arena.decommit.delay_ns);
     let mut now = heaps.node(node).next_upkeep.load(Ordering::Relaxed) + 1;
@@ -659,9 +712,15 @@ fn a_release_that_reads_a_wrapped_ring_count_keeps_its_batch() {
     let batch = heaps
         .take_from_bags(NodeId(0), Partition::DEFAULT, class, class.batch())
         .unwrap();
-    class_heap.ring.in_ring.store(usize::MAX, Ordering::Relaxed);
+    heaps
+        .ring_in(NodeId(0), Partition::DEFAULT, class)
+        .in_ring
+        .store(usize::MAX, Ordering::Relaxed);
     heaps.release(NodeId(0), Partition::DEFAULT, class, batch);
-    class_heap.ring.in_ring.fetch_add(1, Ordering::Relaxed);
+    heaps
+        .ring_in(NodeId(0), Partition::DEFAULT, class)
+        .in_ring
+        .fetch_add(1, Ordering::Relaxed);
     heaps.flush_all();
     assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 0);
 }

@@ -321,9 +321,26 @@ fn bind_with_flags(
 /// The calling thread's memory policy (`get_mempolicy(2)`): its mode and node mask, e.g.
 /// `MPOL_BIND` with the nodes `numactl --membind` allowed.
 pub fn task_memory_policy(mask: &mut [u64; cpuset::MAX_NODE_WORDS]) -> Option<libc::c_int> {
+    get_mempolicy(mask, 0)
+}
+
+/// The nodes the calling thread's cpuset lets it allocate on (`get_mempolicy(2)` with
+/// `MPOL_F_MEMS_ALLOWED`: what `/proc/self/status` shows as `Mems_allowed`, without reading a
+/// file). False when the kernel refuses the call.
+pub fn allowed_memory_nodes(mask: &mut [u64; cpuset::MAX_NODE_WORDS]) -> bool {
+    const MPOL_F_MEMS_ALLOWED: libc::c_ulong = 1 << 2;
+    get_mempolicy(mask, MPOL_F_MEMS_ALLOWED).is_some()
+}
+
+/// `get_mempolicy(2)` with no address and `flags`: the mode, and the node mask in `mask`.
+fn get_mempolicy(
+    mask: &mut [u64; cpuset::MAX_NODE_WORDS],
+    flags: libc::c_ulong,
+) -> Option<libc::c_int> {
     let mut mode: libc::c_int = 0;
     // SAFETY: the kernel writes the mode and at most `maxnode` bits into `mask`, which holds
-    // MAX_NODE_WORDS words; a null address with no flags asks for the task policy.
+    // MAX_NODE_WORDS words; a null address asks for the task policy (or, with
+    // `MPOL_F_MEMS_ALLOWED`, the cpuset's nodes).
     let result = unsafe {
         libc::syscall(
             libc::SYS_get_mempolicy,
@@ -331,12 +348,22 @@ pub fn task_memory_policy(mask: &mut [u64; cpuset::MAX_NODE_WORDS]) -> Option<li
             mask.as_mut_ptr(),
             (cpuset::MAX_NODE_WORDS * 64) as libc::c_ulong,
             0usize,
-            0 as libc::c_ulong,
+            flags,
         )
     };
-    if result == 0 {
-        Some(mode)
-    } else {
-        None
+    (result == 0).then_some(mode)
+}
+
+/// RAM and swap, and RAM alone, in bytes (`sysinfo(2)`: `/proc/meminfo`'s `MemTotal` and
+/// `SwapTotal` without reading a file); `None` when the kernel refuses the call.
+pub fn memory_sizes() -> Option<(u64, u64)> {
+    // SAFETY: an all-zero `sysinfo` is a valid value for the kernel to overwrite.
+    let mut info: libc::sysinfo = unsafe { core::mem::zeroed() };
+    // SAFETY: the kernel writes one `struct sysinfo` into `info`.
+    if unsafe { libc::sysinfo(&mut info) } != 0 {
+        return None;
     }
+    let unit = u64::from(info.mem_unit.max(1));
+    let ram = info.totalram as u64 * unit;
+    Some((ram + info.totalswap as u64 * unit, ram))
 }

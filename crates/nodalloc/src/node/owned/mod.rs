@@ -166,6 +166,8 @@ struct OwnedRecord {
     /// at its limit whose front lists stay empty refuses without looking at them.
     fronted: AtomicBool,
     classes: [ClassHeap; NUM_CLASSES],
+    /// The class heaps' transfer rings, by class.
+    rings: [RingShard; NUM_CLASSES],
 }
 
 /// The owned table: a word per slot (generation and state), then the records, in one
@@ -415,6 +417,11 @@ impl NodeHeaps {
     /// The class heap of `class` of heap `part`.
     pub(super) fn owned_class(&self, part: Partition, class: SizeClass) -> &ClassHeap {
         &self.owned.record(part.owned_index()).classes[class.index()]
+    }
+
+    /// The transfer ring of heap `part`'s class heap of `class`.
+    pub(super) fn owned_ring(&self, part: Partition, class: SizeClass) -> &RingShard {
+        &self.owned.record(part.owned_index()).rings[class.index()]
     }
 
     /// The record of heap `part` (for `partition_info`).

@@ -364,6 +364,9 @@ fn meminfo_field(text: &[u8], key: &[u8]) -> Option<u64> {
 }
 
 fn read_memory_total() -> u64 {
+    if let Some((total, _)) = super::memory_sizes() {
+        return total;
+    }
     let mut buffer = [0u8; 4096];
     let Some(text) = read_file(c"/proc/meminfo", &mut buffer) else {
         return 0;
@@ -508,5 +511,35 @@ mod tests {
             ),
             Some(&b"0-1"[..])
         );
+    }
+
+    /// The system calls that replace two file reads at start give what the files say: the
+    /// cpuset's nodes (`Mems_allowed_list` of `/proc/self/status`), and RAM plus swap
+    /// (`MemTotal` and `SwapTotal` of `/proc/meminfo`, which the kernel rounds to KiB).
+    #[test]
+    fn the_system_calls_read_what_the_proc_files_show() {
+        let mut mask = [0u64; crate::os::cpuset::MAX_NODE_WORDS];
+        assert!(crate::os::allowed_memory_nodes(&mut mask));
+        let mut buffer = [0u8; 4096];
+        let status = read_file(c"/proc/self/status", &mut buffer).expect("/proc/self/status");
+        let list = status_field(status, b"Mems_allowed_list:").expect("Mems_allowed_list");
+        let mut from_file = [0u64; crate::os::cpuset::MAX_NODE_WORDS];
+        for_each_in_list(list, |id| from_file[id / 64] |= 1 << (id % 64));
+        assert_eq!(mask, from_file);
+        assert_ne!(mask[0] & 1, 0, "no node in the cpuset");
+
+        let (total, ram) = crate::os::memory_sizes().expect("sysinfo");
+        let mut buffer = [0u8; 4096];
+        let meminfo = read_file(c"/proc/meminfo", &mut buffer).expect("/proc/meminfo");
+        let kib = |key: &[u8]| {
+            let value = status_field(meminfo, key).expect("a meminfo field");
+            let end = value
+                .iter()
+                .position(|b| !b.is_ascii_digit())
+                .unwrap_or(value.len());
+            parse_decimal(&value[..end]).expect("a number") as u64 * 1024
+        };
+        assert_eq!(ram / 1024 * 1024, kib(b"MemTotal:"));
+        assert_eq!(total / 1024 * 1024, kib(b"MemTotal:") + kib(b"SwapTotal:"));
     }
 }

@@ -35,15 +35,25 @@ impl Topology {
             None => with_memory[..].fill(true),
         }
         let mut allowed = [true; MAX_NODES * 4];
-        let mut status = [0u8; 4096];
-        if let Some(text) = read_file(c"/proc/self/status", &mut status) {
-            if let Some(list) = status_field(text, b"Mems_allowed_list:") {
-                allowed.fill(false);
-                for_each_in_list(list, |id| {
-                    if id < allowed.len() {
-                        allowed[id] = true;
-                    }
-                });
+        // The cpuset's nodes: one system call, or `/proc/self/status` if the kernel refuses it
+        // (a file read costs a fresh process tens of microseconds).
+        let mut allowed_mask = [0u64; crate::os::cpuset::MAX_NODE_WORDS];
+        if crate::os::allowed_memory_nodes(&mut allowed_mask) {
+            for (id, allowed_id) in allowed.iter_mut().enumerate() {
+                *allowed_id =
+                    id < allowed_mask.len() * 64 && allowed_mask[id / 64] & (1 << (id % 64)) != 0;
+            }
+        } else {
+            let mut status = [0u8; 4096];
+            if let Some(text) = read_file(c"/proc/self/status", &mut status) {
+                if let Some(list) = status_field(text, b"Mems_allowed_list:") {
+                    allowed.fill(false);
+                    for_each_in_list(list, |id| {
+                        if id < allowed.len() {
+                            allowed[id] = true;
+                        }
+                    });
+                }
             }
         }
         // A strict task policy (`numactl --membind`) narrows the usable nodes further.
@@ -66,6 +76,15 @@ impl Topology {
                 cpus: CpuSet::new(),
                 memory_bytes: 0,
             };
+            if online_count == 1 {
+                // The machine's one node: every CPU the process may use and all the RAM, with
+                // none of the node's files read (each costs a fresh process microseconds).
+                node.cpus = self.process_cpus;
+                node.memory_bytes = crate::os::memory_sizes().map_or(0, |(_, ram)| ram);
+                self.nodes[count] = node;
+                count += 1;
+                continue;
+            }
             let path = PathBuffer::numbered(b"/sys/devices/system/node/node", id, b"/cpulist");
             if let Some(text) = read_file(path.as_cstr(), &mut buffer) {
                 if let Some(set) = CpuSet::parse_list(text) {
@@ -83,8 +102,9 @@ impl Topology {
             return false;
         }
         self.node_count = count;
-        // Distances: row `nodeN/distance` lists one value per online node, in online order.
-        for i in 0..count {
+        // Distances: row `nodeN/distance` lists one value per online node, in online order (the
+        // one node of a one-node machine is at 10 from itself, as `reset` left it).
+        for i in (0..count).filter(|_| online_count > 1) {
             let path = PathBuffer::numbered(
                 b"/sys/devices/system/node/node",
                 self.nodes[i].os_id,
