@@ -23,8 +23,9 @@ pub fn remember_startup_mappings() {
     if RECORDED.swap(true, Ordering::AcqRel) {
         return;
     }
-    let mut buffer = [0u8; 16384];
-    let Some(text) = nodalloc_core::raw::read_file(c"/proc/self/maps", &mut buffer) else {
+    // Uncleared: a process's first allocation writes only the pages its map's text reaches.
+    let mut buffer = [core::mem::MaybeUninit::<u8>::uninit(); 16384];
+    let Some(text) = nodalloc_core::raw::read_file_uninit(c"/proc/self/maps", &mut buffer) else {
         return;
     };
     let mut count = 0;

@@ -17,7 +17,8 @@ pub use crate::node::{BlockAt, NodeId, OwnedId, OwnedRefusal, OwnedStats, Partit
 pub use crate::os::cpuset::CpuSet;
 pub use crate::os::options::{parse_size, switch_in_env};
 pub use crate::os::{
-    copy_unchecked, fill_unchecked, mapping_of, mix, process_secret, read_file, thread_affinity,
+    copy_unchecked, fill_unchecked, mapping_of, mix, process_secret, read_file, read_file_uninit,
+    thread_affinity,
 };
 pub use crate::size_class::{class_of_malloc, ClassSlot, SizeClass};
 pub use crate::thread::{Caller, MallocMiss, Screen, ThreadHeap};

@@ -55,7 +55,7 @@ pub(super) fn create() -> Option<&'static NodeHeaps> {
     // SAFETY: a fresh zeroed mapping of the right size, ours alone; all-zero bytes are a valid
     // Topology (integers, bools, `None`, and enums whose first variant is 0).
     let topology = unsafe { &mut *scratch };
-    topology.detect_into(options.simulate_nodes);
+    topology.detect_for_heap(options.simulate_nodes);
     if options.tiers_far.is_some() {
         topology.choose_far_nodes(options.tiers_far);
     }

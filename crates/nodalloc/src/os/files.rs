@@ -5,6 +5,18 @@ use super::*;
 
 /// Reads a whole small file into `buffer`, returning the bytes read. No allocation.
 pub fn read_file<'a>(path: &CStr, buffer: &'a mut [u8]) -> Option<&'a [u8]> {
+    // SAFETY: initialised bytes are valid `MaybeUninit` bytes, and the function writes only
+    // initialised bytes into them.
+    let buffer = unsafe { &mut *(buffer as *mut [u8] as *mut [core::mem::MaybeUninit<u8>]) };
+    read_file_uninit(path, buffer)
+}
+
+/// [`read_file`] into a buffer nobody cleared: a big buffer costs only the pages the file's
+/// bytes reach (and no `memset`), for a file that may be long but usually is short.
+pub fn read_file_uninit<'a>(
+    path: &CStr,
+    buffer: &'a mut [core::mem::MaybeUninit<u8>],
+) -> Option<&'a [u8]> {
     // SAFETY: `path` is NUL-terminated; flags ask for a read-only descriptor.
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd < 0 {
@@ -33,7 +45,8 @@ pub fn read_file<'a>(path: &CStr, buffer: &'a mut [u8]) -> Option<&'a [u8]> {
     }
     // SAFETY: `fd` is the descriptor we opened above.
     unsafe { libc::close(fd) };
-    Some(&buffer[..filled])
+    // SAFETY: the kernel wrote the first `filled` bytes.
+    Some(unsafe { &*(&buffer[..filled] as *const [core::mem::MaybeUninit<u8>] as *const [u8]) })
 }
 
 /// Calls `entry` with the name of every entry of the directory at `path` (`.` and `..` left

@@ -123,6 +123,24 @@ impl Topology {
     /// the stack of whichever thread happens to allocate first. `simulate` > 0 asks for a
     /// simulated topology.
     pub fn detect_into(&mut self, simulate: usize) {
+        self.detect_nodes(simulate);
+        self.read_tiers();
+    }
+
+    /// [`Self::detect_into`] for a heap starting in a process: the kernel's tiers and
+    /// interleave weights are not read on a machine of one node, which has nothing to tier or
+    /// interleave with (each file costs a fresh process microseconds; the heap's topology
+    /// then shows its node with no kernel tier).
+    pub fn detect_for_heap(&mut self, simulate: usize) {
+        self.detect_nodes(simulate);
+        if self.node_count > 1 || self.simulated {
+            self.read_tiers();
+        } else {
+            self.choose_far_nodes(None);
+        }
+    }
+
+    fn detect_nodes(&mut self, simulate: usize) {
         let mut cpus = CpuSet::new();
         if !thread_affinity(&mut cpus) || cpus.is_empty() {
             cpus.insert(0);
@@ -139,7 +157,6 @@ impl Topology {
             self.collapse_to_one_node(&cpus);
         }
         self.fit_address_space(&cpus);
-        self.read_tiers();
     }
 
     /// Makes `self` one node holding `cpus`, keeping the kernel modes already read.

@@ -409,6 +409,34 @@ mod tests {
         }
     }
 
+    /// A heap's start reads the same nodes as `detect_into`, and the kernel's tiers only where
+    /// there are several nodes (simulated ones included).
+    #[test]
+    fn a_heap_reads_the_tiers_of_several_nodes_only() {
+        for simulate in [0, 3] {
+            let mut full = Box::new(Topology::single(CpuSet::new()));
+            full.detect_into(simulate);
+            let mut quick = Box::new(Topology::single(CpuSet::new()));
+            quick.detect_for_heap(simulate);
+            assert_eq!(quick.node_count(), full.node_count());
+            for node in 0..full.node_count() {
+                assert_eq!(quick.node(node).cpus, full.node(node).cpus, "node {node}");
+                assert_eq!(
+                    quick.far_node_of(node),
+                    full.far_node_of(node),
+                    "node {node}"
+                );
+                let expected = if full.node_count() > 1 {
+                    full.kernel_tier_of(node)
+                } else {
+                    None
+                };
+                assert_eq!(quick.kernel_tier_of(node), expected, "node {node}");
+            }
+            assert_eq!(quick.tier_source(), full.tier_source());
+        }
+    }
+
     #[test]
     fn the_kernels_tiers_are_read_where_it_has_them() {
         let mut topology = Box::new(Topology::single(CpuSet::new()));
