@@ -454,7 +454,7 @@ fn the_reservation_past_each_frontier_is_inaccessible() {
     assert_eq!(a, sparse.start());
     // SAFETY: the span was handed out and is ours.
     unsafe { (a as *mut u8).write_bytes(0x11, 3 * UNIT) };
-    // The frontier moved by a fence step (two units) past the span, no further; what lies
+    // The frontier moved by a fence step (eight units) past the span, no further; what lies
     // before the pool (the dense pool's untouched tail) is closed too.
     let fence = a + region::FENCE_STEP
         .max(3 * UNIT)
@@ -467,7 +467,8 @@ fn the_reservation_past_each_frontier_is_inaccessible() {
     assert!(sparse.grow(arena.map(), a, 3, 100));
     // SAFETY: the grown span is ours.
     unsafe { (a as *mut u8).add(99 * UNIT).write_bytes(0x22, UNIT) };
-    assert!(!readable(a + 100 * UNIT));
+    let grown_fence = a + (100 * UNIT).next_multiple_of(region::FENCE_STEP);
+    assert!(readable(grown_fence - 1) && !readable(grown_fence));
     // Past the pool's first bytes the frontier moves by whole chunks (each can be a huge page).
     let past = region::FINE_FRONTIER / UNIT;
     let (b, _) = arena.alloc_span(0, past, 1, SpanUse::Large).unwrap();

@@ -61,8 +61,10 @@ const NUM_BUCKETS: usize = 128;
 
 /// The frontier's step within a pool's first [`FINE_FRONTIER`] bytes (see
 /// [`Region::frontier_for`]). Those bytes are never advised onto huge pages (the arena's small
-/// page head), so opening them piecemeal costs no huge page.
-pub const FENCE_STEP: usize = 2 * UNIT;
+/// page head), so opening them piecemeal costs no huge page. Each step is an `mprotect`: 256 KiB
+/// keeps a wild access a megabyte past a young heap's blocks faulting, at one `mprotect` for
+/// several classes' first bags (64 KiB cost a small process one for nearly every class).
+pub const FENCE_STEP: usize = 8 * UNIT;
 pub const FINE_FRONTIER: usize = 4 * CHUNK_BYTES;
 
 /// Chunks of one fullness level the filler looks into before trying the next level down.
