@@ -271,14 +271,25 @@ macro_rules! delete_operators {
                 // SAFETY: forwarded contract.
                 return unsafe { delete_unless_off(ptr, $kind, $sized, checked_size!($($check)?)) };
             }
-            match checked_size!($($check)?) {
-                // SAFETY: forwarded contract.
-                Some(size) => unsafe { free_sized(ptr, size, Kind::New) },
-                // SAFETY: forwarded contract.
-                None => unsafe { crate::free_inline(ptr) },
-            }
+            // SAFETY: forwarded contract.
+            unsafe { delete_outside_secure_mode(ptr, checked_size!($($check)?)) }
         }
     )*};
+}
+
+/// What a `delete` operator does outside secure mode: a sized one (`check`) checks the size
+/// against the block's class (see [`free_sized`]), the others free as `free` does.
+///
+/// # Safety
+/// C++'s contract for the operator: `ptr` is null or a live block from `new`.
+#[inline(always)]
+unsafe fn delete_outside_secure_mode(ptr: *mut c_void, check: Option<usize>) {
+    match check {
+        // SAFETY: forwarded contract.
+        Some(size) => unsafe { free_sized(ptr, size, Kind::New) },
+        // SAFETY: forwarded contract.
+        None => unsafe { crate::free_inline(ptr) },
+    }
 }
 
 /// A `delete` operator before secure mode is decided, or in secure mode: what the operator
@@ -301,12 +312,8 @@ unsafe extern "C" fn delete_unless_off(
         // SAFETY: forwarded contract.
         return unsafe { secure::free(ptr, kind, sized) };
     }
-    match check {
-        // SAFETY: forwarded contract.
-        Some(size) => unsafe { free_sized(ptr, size, Kind::New) },
-        // SAFETY: forwarded contract.
-        None => unsafe { crate::free_inline(ptr) },
-    }
+    // SAFETY: forwarded contract.
+    unsafe { delete_outside_secure_mode(ptr, check) }
 }
 
 delete_operators! {

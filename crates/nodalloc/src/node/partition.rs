@@ -183,8 +183,6 @@ impl NodeHeaps {
         }
     }
 
-    /// The class heap of (`node`, `part`, `class`).
-    #[inline]
     /// The transfer ring (shard 0) of the class heap of (`node`, `part`, `class`).
     pub(super) fn ring_in(&self, node: NodeId, part: Partition, class: SizeClass) -> &RingShard {
         if part.0 == 0 {
@@ -196,6 +194,8 @@ impl NodeHeaps {
         &self.partition_heap(node, part).rings[class.index()]
     }
 
+    /// The class heap of (`node`, `part`, `class`).
+    #[inline]
     pub(crate) fn class_in(&self, node: NodeId, part: Partition, class: SizeClass) -> &ClassHeap {
         if part.0 == 0 {
             return self.class(node, class);
@@ -468,7 +468,7 @@ mod tests {
                         state ^= state >> 7;
                         state ^= state << 17;
                         let (node, part, class) = pick(state);
-                        if let Some(batch) = heaps.take_from_bags(node, part, class, 2) {
+                        if let Some(batch) = heaps.take_from_bags(node, part, class, 4) {
                             heaps.release(node, part, class, batch);
                         }
                     }

@@ -467,6 +467,7 @@ fn a_ring_holds_no_more_than_its_byte_budget_whatever_the_batch_sizes() {
     let class = class_of(8192, 8).unwrap();
     let bound = ring_objects(class);
     let class_heap = heaps.class(NodeId(0), class);
+    let ring = heaps.ring_in(NodeId(0), Partition::DEFAULT, class);
     for count in [
         1,
         class.batch(),
@@ -495,31 +496,18 @@ fn a_ring_holds_no_more_than_its_byte_budget_whatever_the_batch_sizes() {
                 ..batch
             },
         );
-        let in_ring = heaps
-            .ring_in(NodeId(0), Partition::DEFAULT, class)
-            .in_ring
-            .load(Ordering::Relaxed);
+        let in_ring = ring.in_ring.load(Ordering::Relaxed);
         assert!(
             in_ring <= bound,
             "{in_ring} objects in a ring bounded by {bound}"
         );
     }
     assert!(
-        heaps
-            .ring_in(NodeId(0), Partition::DEFAULT, class)
-            .in_ring
-            .load(Ordering::Relaxed)
-            > 0,
+        ring.in_ring.load(Ordering::Relaxed) > 0,
         "the ring took nothing"
     );
     heaps.flush_all();
-    assert_eq!(
-        heaps
-            .ring_in(NodeId(0), Partition::DEFAULT, class)
-            .in_ring
-            .load(Ordering::Relaxed),
-        0
-    );
+    assert_eq!(ring.in_ring.load(Ordering::Relaxed), 0);
     assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 0);
 }
 
@@ -543,12 +531,8 @@ fn a_rings_budget_follows_a_flow_from_freeing_to_allocating_threads() {
     let (base, max) = (ring_objects(class), ring_objects_max(class));
     assert!(max >= 4 * base, "{base} .. {max}");
     let class_heap = heaps.class(NodeId(0), class);
-    let in_ring = || {
-        heaps
-            .ring_in(NodeId(0), Partition::DEFAULT, class)
-            .in_ring
-            .load(Ordering::Relaxed)
-    };
+    let ring = heaps.ring_in(NodeId(0), Partition::DEFAULT, class);
+    let in_ring = || ring.in_ring.load(Ordering::Relaxed);
     let release = |count: usize| release_from_bags(heaps, class, count);
     let step = class.batch();
     // Only frees: the ring fills to its base budget and stays there.
@@ -560,50 +544,27 @@ fn a_rings_budget_follows_a_flow_from_freeing_to_allocating_threads() {
         "{}",
         in_ring()
     );
-    assert_eq!(
-        heaps
-            .ring_in(NodeId(0), Partition::DEFAULT, class)
-            .budget(class),
-        base
-    );
+    assert_eq!(ring.budget(class), base);
     // A taker: each refusal after a pop doubles the budget, and the refused batch goes in.
     let mut budgets = vec![base];
     for _ in 0..16 {
         let taken = heaps
             .ring_refill(NodeId(0), Partition::DEFAULT, class)
             .unwrap();
-        while in_ring() + step
-            <= heaps
-                .ring_in(NodeId(0), Partition::DEFAULT, class)
-                .budget(class)
-                .min(RING_SLOTS * step)
-        {
+        while in_ring() + step <= ring.budget(class).min(RING_SLOTS * step) {
             release(step);
         }
         let before = in_ring();
         release(step);
-        assert!(
-            in_ring()
-                <= heaps
-                    .ring_in(NodeId(0), Partition::DEFAULT, class)
-                    .budget(class)
-        );
-        if heaps
-            .ring_in(NodeId(0), Partition::DEFAULT, class)
-            .budget(class)
-            > *budgets.last().unwrap()
-        {
+        assert!(in_ring() <= ring.budget(class));
+        if ring.budget(class) > *budgets.last().unwrap() {
             // (Unless the ring's slots are what refused it.)
             assert!(
                 in_ring() == before + step || before + step > RING_SLOTS * step,
                 "the refused batch was not offered again: {before} -> {}",
                 in_ring()
             );
-            budgets.push(
-                heaps
-                    .ring_in(NodeId(0), Partition::DEFAULT, class)
-                    .budget(class),
-            );
+            budgets.push(ring.budget(class));
         }
         // SAFETY: the popped batch's objects are ours, of `class`, from node 0.
         if let Err((object, misuse)) = heaps.return_to_bags(NodeId(0), class, taken.head, false) {
@@ -614,30 +575,18 @@ fn a_rings_budget_follows_a_flow_from_freeing_to_allocating_threads() {
     assert!(budgets.windows(2).all(|w| w[1] == (2 * w[0]).min(max)));
     assert!(*budgets.last().unwrap() <= max);
     // The flow stops: each upkeep pass without a refusal halves the budget, down to the base.
-    let grown = heaps
-        .ring_in(NodeId(0), Partition::DEFAULT, class)
-        .budget(class);
+    let grown = ring.budget(class);
     let period = upkeep_period(heaps.arena.decommit.delay_ns);
     let mut now = heaps.node(NodeId(0)).next_upkeep.load(Ordering::Relaxed) + 1;
     let mut passes = 0;
-    while heaps
-        .ring_in(NodeId(0), Partition::DEFAULT, class)
-        .budget(class)
-        > base
-    {
+    while ring.budget(class) > base {
         heaps.upkeep(NodeId(0), now);
         now += period + 1;
         passes += 1;
         assert!(passes <= 8, "the budget did not decay");
     }
     assert!(passes >= 1 && grown > base);
-    assert_eq!(
-        heaps
-            .ring_in(NodeId(0), Partition::DEFAULT, class)
-            .budget
-            .load(Ordering::Relaxed),
-        0
-    );
+    assert_eq!(ring.budget.load(Ordering::Relaxed), 0);
     heaps.flush_all();
     assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 0);
 }
@@ -709,18 +658,13 @@ fn a_release_that_reads_a_wrapped_ring_count_keeps_its_batch() {
     let heaps = NodeHeaps::create(test_arena(1, 64 << 20, 0)).unwrap();
     let class = class_of(64, 8).unwrap();
     let class_heap = heaps.class(NodeId(0), class);
+    let ring = heaps.ring_in(NodeId(0), Partition::DEFAULT, class);
     let batch = heaps
         .take_from_bags(NodeId(0), Partition::DEFAULT, class, class.batch())
         .unwrap();
-    heaps
-        .ring_in(NodeId(0), Partition::DEFAULT, class)
-        .in_ring
-        .store(usize::MAX, Ordering::Relaxed);
+    ring.in_ring.store(usize::MAX, Ordering::Relaxed);
     heaps.release(NodeId(0), Partition::DEFAULT, class, batch);
-    heaps
-        .ring_in(NodeId(0), Partition::DEFAULT, class)
-        .in_ring
-        .fetch_add(1, Ordering::Relaxed);
+    ring.in_ring.fetch_add(1, Ordering::Relaxed);
     heaps.flush_all();
     assert_eq!(class_heap.out_of_bags.load(Ordering::Relaxed), 0);
 }

@@ -40,8 +40,7 @@ impl Topology {
         let mut allowed_mask = [0u64; crate::os::cpuset::MAX_NODE_WORDS];
         if crate::os::allowed_memory_nodes(&mut allowed_mask) {
             for (id, allowed_id) in allowed.iter_mut().enumerate() {
-                *allowed_id =
-                    id < allowed_mask.len() * 64 && allowed_mask[id / 64] & (1 << (id % 64)) != 0;
+                *allowed_id = in_node_mask(&allowed_mask, id);
             }
         } else {
             let mut status = [0u8; 4096];
@@ -60,7 +59,7 @@ impl Topology {
         let mut policy_mask = [0u64; crate::os::cpuset::MAX_NODE_WORDS];
         if crate::os::task_memory_policy(&mut policy_mask) == Some(crate::os::MPOL_BIND) {
             for (id, allowed_id) in allowed.iter_mut().enumerate() {
-                if id >= policy_mask.len() * 64 || policy_mask[id / 64] & (1 << (id % 64)) == 0 {
+                if !in_node_mask(&policy_mask, id) {
                     *allowed_id = false;
                 }
             }
@@ -140,4 +139,10 @@ impl Topology {
         }
         true
     }
+}
+
+/// True when node `id` is in `mask` (a `get_mempolicy(2)` node mask, bit `id % 64` of word
+/// `id / 64`).
+fn in_node_mask(mask: &[u64; crate::os::cpuset::MAX_NODE_WORDS], id: usize) -> bool {
+    id < mask.len() * 64 && mask[id / 64] & (1 << (id % 64)) != 0
 }
