@@ -174,6 +174,9 @@ fn topology_shows_the_far_nodes_and_each_nodes_far_node() {
     assert!(text(&result.stdout).contains("\nmemory tiers: one tier, no far memory"));
 }
 
+/// Linux's "text file busy": a program file some process still holds open for writing.
+const ETXTBSY: i32 = 26;
+
 #[test]
 fn run_without_a_library_names_every_place_it_looked() {
     // A copy of the binary in a directory with no libnodalloc.so beside it or in ../lib.
@@ -190,7 +193,18 @@ fn run_without_a_library_names_every_place_it_looked() {
         );
     }
 
-    let result = output(nodalloc_command(&copy).args(["run", "--", "true"]));
+    // The copy's descriptor, open for writing while it was made, lives on briefly in children
+    // that other tests fork meanwhile (until they exec): running it then fails with ETXTBSY.
+    let mut attempts = 0;
+    let result = loop {
+        match nodalloc_command(&copy).args(["run", "--", "true"]).output() {
+            Err(error) if error.raw_os_error() == Some(ETXTBSY) && attempts < 100 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            result => break result.unwrap_or_else(|error| panic!("cannot run the copy: {error}")),
+        }
+    };
     let _ = std::fs::remove_dir_all(&dir);
     let stderr = text(&result.stderr);
     assert_eq!(result.status.code(), Some(125), "stderr: {stderr}");

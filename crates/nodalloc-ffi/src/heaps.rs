@@ -4,7 +4,7 @@
 //! `free` (or `realloc`, which keeps a block in its heap).
 
 use crate::callsite::entry_stub;
-use crate::plain::{handed_out, set_errno, MALLOC_ALIGN};
+use crate::plain::{handed_out, heap_or_create, set_errno, MALLOC_ALIGN};
 use core::ffi::{c_char, c_int, c_void};
 use core::ptr::null_mut;
 use nodalloc_core::raw::{self, Caller, OwnedId, OwnedRefusal, Pointer, NAME_BYTES};
@@ -53,6 +53,12 @@ fn id_of(handle: *mut c_void) -> OwnedId {
     OwnedId::from_parts((bits & 0xffff) as u16, (bits >> 16) as u32)
 }
 
+/// The calling thread's home node: its heap's, which is created (binding the thread) on the
+/// thread's first call; node 0 once the thread's heap has retired at its exit.
+fn thread_node() -> usize {
+    heap_or_create().map_or(0, |heap| heap.node().index())
+}
+
 /// Creates a heap; `options` may be NULL for the defaults. NULL with errno EINVAL for a node
 /// that does not exist or a limit below 32 KiB, EAGAIN when 1024 heaps are alive, ENOMEM when
 /// memory runs out.
@@ -80,15 +86,15 @@ pub unsafe extern "C" fn nodalloc_heap_new(options: *const HeapOptions) -> *mut 
         }
     }
     let node = match node {
-        -1 => None,
+        -1 => thread_node(),
         // NODALLOC_HEAP_NODE_FAR: the far node of the calling thread's node (near without far
         // memory).
-        -2 => Some(nodalloc_core::far_node().unwrap_or_else(nodalloc_core::current_node)),
+        -2 => raw::far_node(heap_or_create().as_deref()).unwrap_or_else(thread_node),
         n if n < 0 || n as usize >= raw::node_count() => {
             set_errno(libc::EINVAL);
             return null_mut();
         }
-        n => Some(n as usize),
+        n => n as usize,
     };
     match raw::heap_new(node, limit, &name_bytes[..len]) {
         Ok(id) => handle_of(id),

@@ -235,7 +235,7 @@ unsafe extern "C" fn free_general(ptr: *mut u8) {
         // A first-class heap's block goes back to its heap (secure mode's layer never saw
         // it: the core's checks apply).
         // SAFETY: forwarded contract.
-        return unsafe { raw::free_any(ptr) };
+        return unsafe { raw::free_owned(ptr) };
     }
     if secure::on() {
         // SAFETY: forwarded contract.

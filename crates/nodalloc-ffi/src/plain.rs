@@ -187,7 +187,7 @@ pub(crate) unsafe fn free_core(ptr: *mut u8) {
         },
         Ok(Pointer::Large { .. }) => raw::free_large(heap_or_create(), ptr),
         // SAFETY: a live block of a heap, which the caller gives up.
-        Ok(Pointer::Owned { .. }) => unsafe { raw::free_any(ptr) },
+        Ok(Pointer::Owned { .. }) => unsafe { raw::free_owned(ptr) },
         Err(misuse) => raw::report_misuse(ptr, misuse),
     }
 }

@@ -113,7 +113,7 @@ pub fn forget_sample(ptr: *const u8) {
 }
 
 /// True when `ptr` lies in the memory of first-class heaps: a heap's block (or a misuse),
-/// which [`free_any`] gives back to its heap.
+/// which [`free_owned`] gives back to its heap.
 pub fn is_owned(ptr: *const u8) -> bool {
     Instance::existing().is_some_and(|instance| instance.owned().is_owned(ptr as usize))
 }
@@ -142,6 +142,21 @@ pub unsafe fn free_any(ptr: *mut u8) {
         }
         Ok(Pointer::Foreign) => report_misuse(ptr, PointerMisuse::InvalidPointer),
         Err(misuse) => report_misuse(ptr, misuse),
+    }
+}
+
+/// Frees a block [`is_owned`] placed in the memory of first-class heaps back to its heap, or
+/// aborts naming a pointer that is no block there. The C face's path for such blocks: unlike
+/// [`free_any`], it never reaches the crate face's thread heap, so a library that links this
+/// and not `free_any` keeps that heap's initial image out of its TLS block (which glibc copies
+/// into every thread the program creates).
+///
+/// # Safety
+/// `ptr` is a live block of a first-class heap that the caller gives up.
+pub unsafe fn free_owned(ptr: *mut u8) {
+    match Instance::existing() {
+        Some(instance) => instance.free_owned(ptr),
+        None => report_misuse(ptr, PointerMisuse::InvalidPointer),
     }
 }
 
@@ -285,11 +300,11 @@ pub fn start_background(create: PthreadCreate) -> bool {
     Instance::get().is_some() && instance::background::start(create)
 }
 
-/// Creates a first-class heap (see [`crate::Heap`]) on `node` (`None`: the calling thread's),
-/// with a limit of `limit` bytes (0: none) and the name `name`.
-pub fn heap_new(node: Option<usize>, limit: usize, name: &[u8]) -> Result<OwnedId, OwnedRefusal> {
+/// Creates a first-class heap (see [`crate::Heap`]) on `node`, with a limit of `limit` bytes
+/// (0: none) and the name `name`. The face names the node: the calling thread's is the one its
+/// own thread heap was bound to.
+pub fn heap_new(node: usize, limit: usize, name: &[u8]) -> Result<OwnedId, OwnedRefusal> {
     let instance = Instance::get().ok_or(OwnedRefusal::NoMemory)?;
-    let node = node.unwrap_or_else(crate::current_node);
     instance.owned().owned_create(NodeId(node), limit, name)
 }
 

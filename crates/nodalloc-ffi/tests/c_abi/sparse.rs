@@ -164,6 +164,42 @@ fn a_small_program_pays_little_for_loading_nodalloc() {
     );
 }
 
+/// The most bytes of thread-local storage the library may declare. glibc gives every thread a
+/// copy of it (and the main thread one at start), the initial image copied in as the thread is
+/// created: the crate face's thread heap (16 KiB) in there cost each thread four pages.
+const TLS_BYTES_MAX: u64 = 1024;
+
+/// The file and memory sizes of a shared object's `PT_TLS` segment (zeros when it has none).
+fn tls_segment(library: &Path) -> (u64, u64) {
+    let elf = std::fs::read(library).unwrap();
+    let half = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap());
+    let word = |at: usize| u64::from_le_bytes(elf[at..at + 8].try_into().unwrap());
+    assert_eq!(
+        &elf[..5],
+        b"\x7fELF\x02",
+        "not a 64-bit ELF file: {library:?}"
+    );
+    let (table, entry_size, entries) = (word(0x20) as usize, half(0x36) as usize, half(0x38));
+    const PT_TLS: u32 = 7;
+    (0..usize::from(entries))
+        .map(|index| table + index * entry_size)
+        .find(|&header| u32::from_le_bytes(elf[header..header + 4].try_into().unwrap()) == PT_TLS)
+        .map_or((0, 0), |header| (word(header + 0x20), word(header + 0x28)))
+}
+
+/// The library's thread-local storage is a few words (the thread's heap pointer, secure mode's
+/// and the call-site walk's state), not a thread heap: nothing the library links refers to the
+/// crate face's thread-local heap.
+#[test]
+fn every_thread_gets_only_a_few_words_of_the_librarys_thread_local_storage() {
+    let (file_bytes, memory_bytes) = tls_segment(&library());
+    assert!(
+        memory_bytes <= TLS_BYTES_MAX,
+        "the library's TLS segment holds {memory_bytes} bytes ({file_bytes} initialised), \
+         which every thread copies; bound {TLS_BYTES_MAX}"
+    );
+}
+
 /// The most pages a fork may cost with nodalloc (child and parent together, per fork) beyond
 /// what the same program costs under glibc: the fork handlers take and release only the locks
 /// of the size classes in use, each on a page of its own. Measured 15 more (33 against 18 in a
