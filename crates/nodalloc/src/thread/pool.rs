@@ -32,7 +32,7 @@ static POOL: Pool = Pool(UnsafeCell::new(PoolState {
 }));
 static POOL_LOCK: SpinLock = SpinLock::new();
 
-/// Heaps mapped at once when the pool is empty (a 7.9 KiB heap each).
+/// Heaps mapped at once when the pool is empty (a heap is about 16 KiB).
 const HEAPS_PER_MAPPING: usize = 16;
 
 /// A fresh heap that attaches through `attach_hook` on its first slow path. `None` if no

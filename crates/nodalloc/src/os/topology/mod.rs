@@ -559,4 +559,35 @@ mod tests {
         assert_eq!(ram / 1024 * 1024, kib(b"MemTotal:"));
         assert_eq!(total / 1024 * 1024, kib(b"MemTotal:") + kib(b"SwapTotal:"));
     }
+
+    /// The one-node probe (a one-bit mask for `get_mempolicy`) says one node exactly where the
+    /// kernel's possible nodes are one; and the kernel refuses a mask shorter than its node
+    /// count, which the probe relies on (here: a mask of no bits at all).
+    #[test]
+    fn the_one_node_probe_agrees_with_the_possible_nodes() {
+        let mut buffer = [0u8; 4096];
+        let possible = read_file(c"/sys/devices/system/node/possible", &mut buffer)
+            .expect("/sys/devices/system/node/possible");
+        let mut count = 0;
+        for_each_in_list(possible, |_| count += 1);
+        assert_eq!(
+            crate::os::single_possible_node(),
+            count == 1,
+            "possible nodes: {:?}",
+            core::str::from_utf8(possible)
+        );
+        let (mut mode, mut mask) = (0 as libc::c_int, 0u64);
+        // SAFETY: a zero-bit mask: the kernel writes at most the mode.
+        let refused = unsafe {
+            libc::syscall(
+                libc::SYS_get_mempolicy,
+                &mut mode as *mut libc::c_int,
+                &mut mask as *mut u64,
+                0 as libc::c_ulong,
+                0usize,
+                0 as libc::c_ulong,
+            )
+        };
+        assert_eq!(refused, -1, "a mask of no bits was accepted");
+    }
 }

@@ -9,30 +9,36 @@ impl Topology {
         let mut buffer = [0u8; 4096];
         let mut online = [0u16; MAX_NODES * 4];
         let mut online_count = 0;
-        let Some(text) = read_file(c"/sys/devices/system/node/online", &mut buffer) else {
-            return false;
-        };
-        if for_each_in_list(text, |id| {
-            if online_count < online.len() {
-                online[online_count] = id as u16;
-                online_count += 1;
-            }
-        })
-        .is_none()
-        {
-            return false;
-        }
         let mut with_memory = [false; MAX_NODES * 4];
-        let memory_list = read_file(c"/sys/devices/system/node/has_memory", &mut buffer);
-        match memory_list {
-            Some(text) => {
-                for_each_in_list(text, |id| {
-                    if id < with_memory.len() {
-                        with_memory[id] = true;
-                    }
-                });
+        if crate::os::single_possible_node() {
+            // Node 0 is the only node the kernel can have: online, and it holds the memory.
+            online_count = 1;
+            with_memory[0] = true;
+        } else {
+            let Some(text) = read_file(c"/sys/devices/system/node/online", &mut buffer) else {
+                return false;
+            };
+            if for_each_in_list(text, |id| {
+                if online_count < online.len() {
+                    online[online_count] = id as u16;
+                    online_count += 1;
+                }
+            })
+            .is_none()
+            {
+                return false;
             }
-            None => with_memory[..].fill(true),
+            let memory_list = read_file(c"/sys/devices/system/node/has_memory", &mut buffer);
+            match memory_list {
+                Some(text) => {
+                    for_each_in_list(text, |id| {
+                        if id < with_memory.len() {
+                            with_memory[id] = true;
+                        }
+                    });
+                }
+                None => with_memory[..].fill(true),
+            }
         }
         let mut allowed = [true; MAX_NODES * 4];
         // The cpuset's nodes: one system call, or `/proc/self/status` if the kernel refuses it
