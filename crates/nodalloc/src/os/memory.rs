@@ -321,7 +321,7 @@ fn bind_with_flags(
 /// The calling thread's memory policy (`get_mempolicy(2)`): its mode and node mask, e.g.
 /// `MPOL_BIND` with the nodes `numactl --membind` allowed.
 pub fn task_memory_policy(mask: &mut [u64; cpuset::MAX_NODE_WORDS]) -> Option<libc::c_int> {
-    get_mempolicy(mask, 0)
+    get_mempolicy(mask, cpuset::MAX_NODE_WORDS * 64, 0)
 }
 
 /// The nodes the calling thread's cpuset lets it allocate on (`get_mempolicy(2)` with
@@ -329,47 +329,40 @@ pub fn task_memory_policy(mask: &mut [u64; cpuset::MAX_NODE_WORDS]) -> Option<li
 /// file). False when the kernel refuses the call.
 pub fn allowed_memory_nodes(mask: &mut [u64; cpuset::MAX_NODE_WORDS]) -> bool {
     const MPOL_F_MEMS_ALLOWED: libc::c_ulong = 1 << 2;
-    get_mempolicy(mask, MPOL_F_MEMS_ALLOWED).is_some()
+    get_mempolicy(mask, cpuset::MAX_NODE_WORDS * 64, MPOL_F_MEMS_ALLOWED).is_some()
 }
 
 /// True when the kernel knows at most one possible NUMA node (`nr_node_ids`): it refuses
-/// `get_mempolicy(2)` a node mask of fewer bits than that, so a mask of one bit is accepted on
-/// such a machine only (a kernel that checks against its compile-time maximum refuses it
-/// everywhere: false, the safe answer). A one-node machine then needs none of the files of
-/// `/sys/devices/system/node`, which cost a fresh process tens of microseconds.
+/// `get_mempolicy(2)` a node mask of fewer bits than that ([`accepts_node_mask_of`]), so a mask
+/// of one bit is accepted on such a machine only (a kernel that checks against its
+/// compile-time maximum refuses it everywhere: false, the safe answer). A one-node machine then
+/// needs none of the files of `/sys/devices/system/node`, which cost a fresh process tens of
+/// microseconds.
 pub fn single_possible_node() -> bool {
-    let mut mode: libc::c_int = 0;
-    let mut mask = 0u64;
-    // SAFETY: a one-bit mask: the kernel writes the mode and at most one word into `mask`; a
-    // null address asks for the task policy.
-    let result = unsafe {
-        libc::syscall(
-            libc::SYS_get_mempolicy,
-            &mut mode as *mut libc::c_int,
-            &mut mask as *mut u64,
-            1 as libc::c_ulong,
-            0usize,
-            0 as libc::c_ulong,
-        )
-    };
-    result == 0
+    accepts_node_mask_of(1)
 }
 
-/// `get_mempolicy(2)` with no address and `flags`: the mode, and the node mask in `mask`.
-fn get_mempolicy(
-    mask: &mut [u64; cpuset::MAX_NODE_WORDS],
-    flags: libc::c_ulong,
-) -> Option<libc::c_int> {
+/// True when the kernel accepts a `get_mempolicy(2)` node mask of `bits` bits (at most 64) for
+/// the task policy: it refuses one shorter than its count of possible nodes.
+pub fn accepts_node_mask_of(bits: usize) -> bool {
+    let mut mask = [0u64; 1];
+    get_mempolicy(&mut mask, bits.min(64), 0).is_some()
+}
+
+/// `get_mempolicy(2)` with no address and `flags`, offering a node mask of `bits` bits (at most
+/// `mask`'s): the mode, and the node mask in `mask`.
+fn get_mempolicy(mask: &mut [u64], bits: usize, flags: libc::c_ulong) -> Option<libc::c_int> {
+    let bits = bits.min(mask.len() * 64);
     let mut mode: libc::c_int = 0;
-    // SAFETY: the kernel writes the mode and at most `maxnode` bits into `mask`, which holds
-    // MAX_NODE_WORDS words; a null address asks for the task policy (or, with
-    // `MPOL_F_MEMS_ALLOWED`, the cpuset's nodes).
+    // SAFETY: the kernel writes the mode and at most `bits` bits into `mask`, which holds that
+    // many; a null address asks for the task policy (or, with `MPOL_F_MEMS_ALLOWED`, the
+    // cpuset's nodes).
     let result = unsafe {
         libc::syscall(
             libc::SYS_get_mempolicy,
             &mut mode as *mut libc::c_int,
             mask.as_mut_ptr(),
-            (cpuset::MAX_NODE_WORDS * 64) as libc::c_ulong,
+            bits as libc::c_ulong,
             0usize,
             flags,
         )
