@@ -326,6 +326,48 @@ fn new_bags_go_to_the_fullest_chunk_with_room() {
     assert_eq!(dense.frontier_word().load(Ordering::Relaxed), frontier);
 }
 
+/// A large block that came into a dense pool (its sparse pool full) does not make its chunk
+/// look full to the filler: new small bags go to the chunks of small bags, not into the gap
+/// beside the block, where they would stay behind as islands once it is freed and cut the
+/// freed chunk in pieces.
+#[test]
+fn new_bags_go_beside_bags_not_beside_a_large_block_in_a_dense_pool() {
+    let arena = test_arena(1, 64 << 20, usize::MAX);
+    let map = arena.map();
+    let dense = arena.pool(0, Pool::Dense);
+    let usage = SpanUse::Bag(crate::size_class::class_of(64, 8).unwrap());
+    let chunk = CHUNK_UNITS * UNIT;
+    // Chunk A: bags. Chunk B: a block of all but three units (the frontier's step leaves
+    // those free after it).
+    let bags: Vec<usize> = (0..CHUNK_UNITS)
+        .map(|_| dense.alloc(map, 1, 1, usage).unwrap())
+        .collect();
+    let a = bags[0];
+    let block = dense
+        .alloc(map, CHUNK_UNITS - 3, 1, SpanUse::Large)
+        .unwrap();
+    assert_eq!(block, a + chunk, "the block opens chunk B");
+    // Four holes in A: A keeps 60 units of bags, B 61 of the block.
+    for unit in [1, 3, 5, 7] {
+        dense.free(map, bags[unit], 1, arena.decommit, false);
+    }
+    for _ in 0..4 {
+        let bag = dense.alloc(map, 1, 1, usage).unwrap();
+        assert!(
+            (a..a + chunk).contains(&bag),
+            "a bag at {bag:#x}, beside the block"
+        );
+    }
+    // Chunk B holds the block alone, so once it is freed nothing stays behind there.
+    for unit in CHUNK_UNITS - 3..CHUNK_UNITS {
+        let kind = map.tag(block + unit * UNIT).kind();
+        assert!(
+            !matches!(kind, Kind::Bag | Kind::BagBody),
+            "unit {unit}: {kind:?}"
+        );
+    }
+}
+
 #[test]
 fn the_filler_never_takes_a_tag_left_inside_a_merged_span_for_a_head() {
     // Retain 0, delay 0: every free is decommitted at once and merges with clean

@@ -2,13 +2,24 @@
 //! one of 65 lists by its count of units in use, and a new bag goes to a free span in the
 //! fullest chunk that has one, so a node's small objects occupy as few 2 MiB pages as possible
 //! and the chunks that empty are the ones left alone. All under the span lock.
+//!
+//! Only the pool's own spans count and are placed this way: bags of the classes it is for
+//! ([`Region::fills`]). Large blocks and bags of bigger classes come into a dense pool when
+//! the sparse one is full (a small region under `RLIMIT_AS`), and live and die on another
+//! rhythm. Counted, they made a chunk that held one look full, new small bags went into the
+//! gaps beside it, and once it was freed those bags stayed behind as islands that cut the
+//! freed memory into pieces: under `RLIMIT_AS=256M`, 30 MiB free in a 64 MiB dense pool had
+//! no span of 4 MiB, with a small bag in nearly every chunk (docs/JOURNAL.md, "Twenty-fifth
+//! round").
 
 use super::*;
 
 impl Region {
     /// The filler's choice (dense pools, unaligned requests up to half a chunk): a free span
     /// headed in the fullest chunk that has one of at least `units`, carved from its start.
-    /// `None` when the pool has no filler or it found nothing (the best-fit search follows).
+    /// Chunks with none of the pool's own bags (level 0: empty, or holding only spans that
+    /// came in from elsewhere) are left to the best-fit search. `None` when the pool has no
+    /// filler or it found nothing (the best-fit search follows).
     pub(super) fn take_fullest(
         &self,
         state: &mut PoolState,
@@ -19,8 +30,9 @@ impl Region {
         if self.chunk_nodes.is_null() || align_units != 1 || units > CHUNK_UNITS / 2 {
             return None;
         }
-        // Full chunks (level CHUNK_UNITS) have no room; the rest from the fullest down.
-        let mut levels = state.fullness_nonempty & ((1u128 << CHUNK_UNITS) - 1);
+        // Full chunks (level CHUNK_UNITS) have no room; the rest from the fullest down to
+        // level 1.
+        let mut levels = state.fullness_nonempty & ((1u128 << CHUNK_UNITS) - 2);
         while levels != 0 {
             let level = 127 - levels.leading_zeros() as usize;
             levels &= !(1u128 << level);
@@ -137,14 +149,22 @@ impl Region {
         )
     }
 
+    /// True for the spans the filler places and counts: bags of the classes a dense pool is
+    /// for.
+    pub(super) fn fills(usage: SpanUse) -> bool {
+        crate::arena::Pool::for_use(usage) == crate::arena::Pool::Dense
+    }
+
     /// Adds (or removes) `units` in-use units starting at `address` to the filler's counts of
-    /// the chunks they lie in, moving each chunk to the list of its new count.
+    /// the chunks they lie in, moving each chunk to the list of its new count; a span that is
+    /// not `counted` ([`Region::fills`]) only moves the scan's start past it.
     pub(super) fn count_used(
         &self,
         state: &mut PoolState,
         address: usize,
         units: usize,
         add: bool,
+        counted: bool,
     ) {
         if self.chunk_nodes.is_null() {
             return;
@@ -158,8 +178,9 @@ impl Region {
             self.unlink_chunk(state, chunk);
             // SAFETY: the span lock is held and the chunk is below the frontier.
             let node = unsafe { &mut *self.chunk_nodes.add(chunk) };
+            let counted_here = if counted { here } else { 0 };
             if add {
-                node.used += here;
+                node.used += counted_here;
                 // A span handed out over the scan's start: no free span starts inside it, and
                 // its end is a span boundary (or the chunk's end).
                 let end_unit = start_unit + here;
@@ -167,7 +188,7 @@ impl Region {
                     node.scan_from = end_unit;
                 }
             } else {
-                node.used -= here;
+                node.used -= counted_here;
             }
             debug_assert!(node.used as usize <= CHUNK_UNITS);
             self.link_chunk(state, chunk);

@@ -338,8 +338,10 @@ impl Region {
         let _guard = self.lock_span();
         // SAFETY: the span lock is held.
         let state = unsafe { &mut *self.state.get() };
-        let (address, zeroed) = self
-            .take_fullest(state, map, units, align_units)
+        let fills = Self::fills(usage);
+        let (address, zeroed) = fills
+            .then(|| self.take_fullest(state, map, units, align_units))
+            .flatten()
             .or_else(|| self.take_free(state, map, units, align_units))
             .inspect(|&(_, zeroed)| {
                 if zeroed {
@@ -380,7 +382,7 @@ impl Region {
         }
         state.handouts += 1;
         self.tag_in_use(map, address, units, usage);
-        self.count_used(state, address, units, true);
+        self.count_used(state, address, units, true, fills);
         let meta = map.meta(map.unit_of(address));
         // SAFETY: the span lock is held and the span is ours (just tagged): its head takes its
         // new role whole, so nothing of the free span's state is read in the new role's sense.
@@ -438,10 +440,11 @@ impl Region {
         let head = map.tag(address);
         let one_block = head.kind() == Kind::Large
             || (head.kind() == Kind::Bag && head.class().capacity() == 1);
+        let counted = head.kind() == Kind::Bag && Self::fills(SpanUse::Bag(head.class()));
         for unit in first..first + units {
             map.set_tag(unit, Tag::UNUSED);
         }
-        self.count_used(state, address, units, false);
+        self.count_used(state, address, units, false, counted);
         if now.saturating_sub(state.recent_free_at) >= decommit.delay_ns {
             state.recent_free = 0;
         }

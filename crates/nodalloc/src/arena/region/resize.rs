@@ -87,7 +87,7 @@ impl Region {
         }
         // SAFETY: the span lock is held; `address` heads a large span we own.
         unsafe { (*map.meta(first)).units = new_units };
-        self.count_used(state, next, extra, true);
+        self.count_used(state, next, extra, true, false);
         self.add_active(state, extra);
         state.handouts += 1;
         if retaken != 0 {
