@@ -280,7 +280,7 @@ unsafe fn realloc_into(id: OwnedId, old: *mut u8, size: usize) -> *mut c_void {
                 same_heap && !large && size <= bytes && size > bytes / 2,
             )
         }
-        Ok(Pointer::Small { class, .. }) => (class.size(), false),
+        Ok(Pointer::Small { class, .. }) => (class.usable(), false),
         Ok(Pointer::Large { bytes }) => (bytes, false),
         Ok(Pointer::Foreign) => raw::report_misuse(old, raw::PointerMisuse::InvalidPointer),
         Err(misuse) => raw::report_misuse(old, misuse),

@@ -201,7 +201,7 @@ pub(crate) fn usable(ptr: *mut u8) -> Option<usize> {
 /// than an object of a size class; `None` for a block from before nodalloc started.
 pub(crate) fn usable_and_size_kind(ptr: *mut u8) -> Option<(usize, bool)> {
     match raw::classify(ptr) {
-        Ok(Pointer::Small { class, .. }) => Some((class.size(), false)),
+        Ok(Pointer::Small { class, .. }) => Some((class.usable(), false)),
         Ok(Pointer::Large { bytes }) => Some((bytes, true)),
         Ok(Pointer::Owned { bytes, large }) => Some((bytes, large)),
         Ok(Pointer::Foreign) => None,

@@ -274,6 +274,12 @@ pub fn report_corruption(what: &str, ptr: *const u8) -> ! {
     })
 }
 
+/// True when the environment turns the C library's bound on copies on
+/// (`NODALLOC_CHECK_COPIES=1`), read without starting the allocator.
+pub fn copy_checks_requested() -> bool {
+    crate::os::options::copy_checks_from_env()
+}
+
 /// True when secure mode is on: the environment's choice, read without starting the allocator
 /// (which reads the same variable when it starts).
 pub fn secure_requested() -> bool {
@@ -286,6 +292,15 @@ pub fn secure_requested() -> bool {
 /// For checks of a write's bounds (secure mode's `memcpy`).
 pub fn block_containing(ptr: *const u8) -> Option<BlockAt> {
     Instance::existing()?.block_containing(ptr as usize)
+}
+
+/// The start of the object that a write of `n` bytes at `dst` runs out of, when `dst` lies in
+/// an object of a size class and the write goes past the object's usable bytes; `None`
+/// otherwise (outside the heap, large blocks, before the allocator started). No call, a range
+/// test outside the heap: the C library's `memcpy` asks it on every call when bounded.
+#[inline(always)]
+pub fn copy_overrun(dst: *const u8, n: usize) -> Option<*mut u8> {
+    crate::node::copies::overrun_object(dst as usize, n).map(|start| start as *mut u8)
 }
 
 /// The object just before the small object at `ptr` in its bag; `None` for the first object of

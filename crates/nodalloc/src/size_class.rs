@@ -62,6 +62,25 @@ impl SizeClass {
         CLASS_SIZES[self.index()] as usize
     }
 
+    /// Bytes of an object the program may use: its size, but a page for the 4 KiB class,
+    /// whose last line only spaces its objects apart (see the module's head).
+    #[inline(always)]
+    pub fn usable(self) -> usize {
+        // SAFETY: a SizeClass is always below NUM_CLASSES, the table's length.
+        unsafe { CLASS_SPANS.get_unchecked(self.index()) }.usable as usize
+    }
+
+    /// The offset of `offset` (from the bag start, below 2^32) in the object holding it:
+    /// `offset % size`, by two multiplies with the class's magic instead of a division
+    /// (Lemire, Kaser and Kurz's direct remainder: `((offset * m mod 2^64) * size) >> 64`).
+    #[inline(always)]
+    pub fn offset_in_object(self, offset: usize) -> usize {
+        // SAFETY: a SizeClass is always below NUM_CLASSES, the table's length.
+        let span = unsafe { CLASS_SPANS.get_unchecked(self.index()) };
+        let fraction = (offset as u64).wrapping_mul(span.magic);
+        ((fraction as u128 * span.size as u128) >> 64) as usize
+    }
+
     /// 32 KiB units per bag.
     pub fn bag_units(self) -> usize {
         BAG_UNITS[self.index()] as usize
@@ -243,6 +262,35 @@ pub const MAX_CAPACITY: usize = {
 };
 
 /// [`SizeClass::start_magic`] of every class.
+/// A class's magic, size and usable bytes side by side, for the lookups that need all three
+/// (`node/copies.rs`, on every `memcpy` into the heap): one table, one line per four classes.
+struct ClassSpan {
+    magic: u64,
+    size: u32,
+    usable: u32,
+}
+
+static CLASS_SPANS: [ClassSpan; NUM_CLASSES] = {
+    let mut table = [const {
+        ClassSpan {
+            magic: 0,
+            size: 0,
+            usable: 0,
+        }
+    }; NUM_CLASSES];
+    let mut i = 0;
+    while i < NUM_CLASSES {
+        let size = class_size_of(i);
+        table[i] = ClassSpan {
+            magic: u64::MAX / size as u64 + 1,
+            size: size as u32,
+            usable: if size == PAGE_LINE { 4096 } else { size as u32 },
+        };
+        i += 1;
+    }
+    table
+};
+
 static START_MAGIC: [u64; NUM_CLASSES] = {
     let mut table = [0u64; NUM_CLASSES];
     let mut i = 0;
@@ -569,13 +617,56 @@ mod tests {
                     assert!(!class.is_object_start(multiple + 8));
                 }
             }
-            let mut x = 0x9E37_79B9u32;
-            for _ in 0..20_000 {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                let offset = x as usize;
+            for offset in random_offsets(0x9E37_79B9) {
                 assert_eq!(class.is_object_start(offset), offset % size == 0);
+            }
+        }
+    }
+
+    /// 20 000 offsets spread over the whole range below 2^32 (xorshift from `seed`).
+    fn random_offsets(seed: u32) -> impl Iterator<Item = usize> {
+        let mut x = seed;
+        (0..20_000).map(move |_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as usize
+        })
+    }
+
+    #[test]
+    fn offsets_in_objects_are_the_remainders_by_the_class_size() {
+        for i in 0..NUM_CLASSES {
+            let class = SizeClass(i as u8);
+            let size = class.size();
+            for offset in 0..class.bag_bytes() + size {
+                assert_eq!(
+                    class.offset_in_object(offset),
+                    offset % size,
+                    "class {size} offset {offset}"
+                );
+            }
+            for offset in random_offsets(0x2545_F491) {
+                assert_eq!(
+                    class.offset_in_object(offset),
+                    offset % size,
+                    "class {size}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_class_but_the_4_kib_one_may_use_its_whole_size() {
+        for i in 0..NUM_CLASSES {
+            let class = SizeClass(i as u8);
+            if class.size() == PAGE_LINE {
+                // The spacing line is no request's: a request of more than a page goes on.
+                assert_eq!(class.usable(), 4096);
+                assert_eq!(class_of_malloc(4096), Some(class));
+                assert!(class_of_malloc(4097).unwrap().size() > PAGE_LINE);
+            } else {
+                assert_eq!(class.usable(), class.size(), "class {}", class.size());
             }
         }
     }

@@ -9,9 +9,14 @@
  * bad call: memcpy-past (one byte past a 100-byte block), memmove-past, memset-past,
  * memcpy-before (a copy starting 16 bytes before a 4 KiB block), memcpy-freed (into a freed
  * block), memcpy-large-past (one byte past a 300 KiB block), memcpy-heap-past (4 KiB into a
- * first-class heap's 100-byte block); reaching the end is a failure (exit 1).
+ * first-class heap's 100-byte block), and the public suite's overflows, which default mode's
+ * bound catches too: memcpy-slot-past, memmove-slot-past and memset-slot-past (32 bytes past an
+ * 8-byte block, into its neighbour), memcpy-page-past (32 bytes past a 4 KiB block, into the
+ * line that spaces its class's objects); reaching the end is a failure (exit 1).
  */
 #include "check.h"
+
+#include <malloc.h>
 
 #define MIB ((size_t)1024 * 1024)
 
@@ -63,6 +68,15 @@ static int correct(void) {
         copy(block + n, source, 0);
         copy(block, source, 0);
         set(block + n, 0, 0);
+        /* Up to what malloc_usable_size allows (default mode's bound is the class's usable
+         * bytes; secure mode's the size asked for, which it reports). */
+        size_t usable = malloc_usable_size(block);
+        CHECK(usable >= n, "malloc_usable_size(%zu-byte block) = %zu", n, usable);
+        if (usable <= sizeof source) {
+            copy(block, source, usable);
+            set(block, 0x12, usable);
+            check_bytes(block, usable, 0x12, "memset to the usable end");
+        }
         copied += n;
         free(block);
     }
@@ -140,6 +154,23 @@ int main(int argc, char **argv) {
         } else {
             set(block, 0x41, opaque_size(101));
         }
+    } else if (strcmp(mode, "memcpy-slot-past") == 0 || strcmp(mode, "memmove-slot-past") == 0 ||
+               strcmp(mode, "memset-slot-past") == 0) {
+        unsigned char *block = malloc(opaque_size(8));
+        CHECK(block != NULL, "malloc(8) failed");
+        announce(block);
+        if (mode[3] == 'c') {
+            copy(block, source, opaque_size(8 + 32));
+        } else if (mode[3] == 'm') {
+            move(block, source, opaque_size(8 + 32));
+        } else {
+            set(block, 0x41, opaque_size(8 + 32));
+        }
+    } else if (strcmp(mode, "memcpy-page-past") == 0) {
+        unsigned char *block = malloc(opaque_size(4096));
+        CHECK(block != NULL, "malloc(4096) failed");
+        announce(block);
+        copy(block, source, opaque_size(4096 + 32));
     } else if (strcmp(mode, "memcpy-before") == 0) {
         /* A block with a neighbour's slot before it in its bag (not the first of a bag, whose
          * preceding page may be unmapped: a fault, not this check). */

@@ -42,6 +42,7 @@ use core::ptr::null_mut;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 mod bags;
+pub(crate) mod copies;
 mod front;
 mod large;
 mod owned;
@@ -359,7 +360,9 @@ impl NodeHeaps {
         partitions: usize,
         ring_shards: usize,
     ) -> Option<&'static NodeHeaps> {
-        NodeHeaps::create_sharded(Arena::create(topology, config)?, partitions, ring_shards)
+        let arena = Arena::create(topology, config)?;
+        copies::publish(arena.map());
+        NodeHeaps::create_sharded(arena, partitions, ring_shards)
     }
 
     /// The machine as the arena saw it.
