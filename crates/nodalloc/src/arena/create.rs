@@ -14,6 +14,7 @@ impl Arena {
                 .region_bytes
                 .max(1 << MIN_REGION_SHIFT)
                 .leading_zeros();
+        let wanted = shift;
         if let Some(limit) = topology.address_space_limit() {
             // Leave half the address-space limit to the program (stacks, code, other mappings).
             // Metadata takes 1/256 of the heap's size, plus 1/64 for secure mode's bitmap; it
@@ -28,7 +29,8 @@ impl Arena {
             }
         }
         loop {
-            if let Some(arena) = Self::try_create(topology, config, shift) {
+            let merged = shift < wanted && 1usize << shift < MERGE_BELOW;
+            if let Some(arena) = Self::try_create(topology, config, shift, merged) {
                 return Some(arena);
             }
             if shift == MIN_REGION_SHIFT {
@@ -38,10 +40,13 @@ impl Arena {
         }
     }
 
+    /// [`Self::create`] at `1 << shift` bytes a region, its dense and sparse pools one when
+    /// `merged` (see [`Arena::is_merged`]).
     pub(super) fn try_create(
         topology: &Topology,
         config: &ArenaConfig,
         shift: u32,
+        merged: bool,
     ) -> Option<&'static Arena> {
         let nodes = topology.node_count();
         let region = 1usize << shift;
@@ -51,7 +56,7 @@ impl Arena {
         // The pools, then each pool's chunk bitmap (sized for the largest pool), then each
         // dense pool's filler records.
         let eighth = region / 8;
-        let pool_bytes = |pool: Pool| pool.eighths().1 * eighth;
+        let pool_bytes = |pool: Pool| pool.eighths(merged).1 * eighth;
         let dense_bytes = pool_bytes(Pool::Dense);
         let pools = POOLS_PER_NODE * nodes;
         let chunk_words = Region::chunk_words(dense_bytes);
@@ -122,12 +127,13 @@ impl Arena {
         for node in 0..nodes {
             let region_start = base as usize + node * region;
             for pool in [Pool::Dense, Pool::Sparse, Pool::Owned] {
-                let advice = if pool == Pool::Dense {
+                // A merged pool holds what a sparse one would: base pages, as there.
+                let advice = if pool == Pool::Dense && !merged {
                     huge
                 } else {
                     Some(sparse_advice)
                 };
-                let start = region_start + pool.eighths().0 * eighth;
+                let start = region_start + pool.eighths(merged).0 * eighth;
                 advise_pool(start, pool_bytes(pool), advice);
             }
         }
@@ -145,6 +151,7 @@ impl Arena {
             core::ptr::addr_of_mut!((*arena).base).write(base as usize);
             core::ptr::addr_of_mut!((*arena).end).write(base as usize + total);
             core::ptr::addr_of_mut!((*arena).region_shift).write(shift);
+            core::ptr::addr_of_mut!((*arena).merged).write(merged);
             core::ptr::addr_of_mut!((*arena).node_count).write(nodes);
             core::ptr::addr_of_mut!((*arena).map).write(map);
             core::ptr::addr_of_mut!((*arena).pools).write(regions);
@@ -169,12 +176,12 @@ impl Arena {
             for index in 0..pools {
                 let node = index / POOLS_PER_NODE;
                 let pool = [Pool::Dense, Pool::Sparse, Pool::Owned][index % POOLS_PER_NODE];
-                let start = base as usize + node * region + pool.eighths().0 * eighth;
+                let start = base as usize + node * region + pool.eighths(merged).0 * eighth;
                 let budget = core::ptr::addr_of!((*arena).budget);
                 let tier_budget =
                     core::ptr::addr_of!((*arena).tier_budgets[topology.is_far(node) as usize]);
                 let dense = pool == Pool::Dense;
-                let huge = if dense {
+                let huge = if dense && !merged {
                     huge_pages_possible
                 } else {
                     sparse_huge

@@ -95,17 +95,34 @@ pub enum Pool {
 /// Pools per node region.
 pub const POOLS_PER_NODE: usize = 3;
 
-/// The pool of each eighth of a region.
-const POOL_OF_EIGHTH: [Pool; 8] = [
-    Pool::Dense,
-    Pool::Dense,
-    Pool::Dense,
-    Pool::Dense,
-    Pool::Sparse,
-    Pool::Sparse,
-    Pool::Sparse,
-    Pool::Owned,
+/// The pool of each eighth of a region: split (the default), then merged (see
+/// [`Arena::is_merged`]).
+const POOL_OF_EIGHTH: [[Pool; 8]; 2] = [
+    [
+        Pool::Dense,
+        Pool::Dense,
+        Pool::Dense,
+        Pool::Dense,
+        Pool::Sparse,
+        Pool::Sparse,
+        Pool::Sparse,
+        Pool::Owned,
+    ],
+    [
+        Pool::Dense,
+        Pool::Dense,
+        Pool::Dense,
+        Pool::Dense,
+        Pool::Dense,
+        Pool::Dense,
+        Pool::Dense,
+        Pool::Owned,
+    ],
 ];
+
+/// A region shrunk below this many bytes to fit the address space (`RLIMIT_AS`, the kernel's
+/// refusals) merges its dense and sparse pools (see [`Arena::is_merged`]).
+pub const MERGE_BELOW: usize = 4 << 30;
 
 impl Pool {
     /// The shared pool that serves spans of `usage`.
@@ -124,12 +141,15 @@ impl Pool {
         }
     }
 
-    /// Where the pool starts in its region, in eighths, and how many eighths it spans.
-    pub const fn eighths(self) -> (usize, usize) {
-        match self {
-            Pool::Dense => (0, 4),
-            Pool::Sparse => (4, 3),
-            Pool::Owned => (7, 1),
+    /// Where the pool starts in its region, in eighths, and how many eighths it spans; in a
+    /// merged region the dense pool spans the first seven and the sparse pool none.
+    pub const fn eighths(self, merged: bool) -> (usize, usize) {
+        match (self, merged) {
+            (Pool::Dense, false) => (0, 4),
+            (Pool::Sparse, false) => (4, 3),
+            (Pool::Dense, true) => (0, 7),
+            (Pool::Sparse, true) => (7, 0),
+            (Pool::Owned, _) => (7, 1),
         }
     }
 }
@@ -165,6 +185,8 @@ pub struct Arena {
     base: usize,
     end: usize,
     region_shift: u32,
+    /// The region's dense and sparse pools are one (see [`Arena::is_merged`]).
+    merged: bool,
     node_count: usize,
     map: PageMap,
     /// Three pools per node: node `n`'s dense pool at index `3n`, its sparse pool at `3n + 1`,
@@ -280,12 +302,25 @@ impl Arena {
 
     /// Bytes of `pool` in each region.
     pub fn pool_bytes(&self, pool: Pool) -> usize {
-        pool.eighths().1 << (self.region_shift - 3)
+        pool.eighths(self.merged).1 << (self.region_shift - 3)
     }
 
-    /// The largest span the shared pools can hand out (the sparse pool's size).
+    /// True when each region's dense pool also serves what the sparse pool would, which then
+    /// has no room: a region shrunk below [`MERGE_BELOW`] to fit the address space. There a
+    /// fixed split fails a program whose memory is mostly of one kind (under `RLIMIT_AS=256M`,
+    /// a workload of large blocks filled its 48 MiB sparse pool while the 64 MiB dense pool
+    /// stood nearly empty, and its free spans, spread among small bags, held no 4 MiB hole).
+    /// Merged, small bags still go beside small bags (the dense pool's filler) and everything
+    /// else takes the best fit, over seven eighths of the region; the pool stays on base pages
+    /// unless `NODALLOC_THP=on`, as a sparse pool does.
+    pub fn is_merged(&self) -> bool {
+        self.merged
+    }
+
+    /// The largest span the shared pools can hand out (the larger pool's size).
     pub fn largest_span(&self) -> usize {
         self.pool_bytes(Pool::Sparse)
+            .max(self.pool_bytes(Pool::Dense))
     }
 
     /// Bytes at the start of each region that its shared pools cover (the dense and sparse
@@ -378,7 +413,7 @@ impl Arena {
     #[inline]
     pub fn pool_kind_of(&self, address: usize) -> Pool {
         os::invariant(self.contains(address), "a pool looked up outside the arena");
-        POOL_OF_EIGHTH[((address - self.base) >> (self.region_shift - 3)) & 7]
+        POOL_OF_EIGHTH[self.merged as usize][((address - self.base) >> (self.region_shift - 3)) & 7]
     }
 
     /// True when `address` lies in a node's owned pool (a first-class heap's span).

@@ -424,6 +424,54 @@ fn a_full_pool_borrows_from_the_other_pool_of_its_node() {
 }
 
 #[test]
+fn a_region_shrunk_to_fit_the_address_space_merges_its_dense_and_sparse_pools() {
+    let mut topology = Box::new(Topology::single(CpuSet::new()));
+    topology.detect_into(1);
+    topology.pretend_address_space_limit(256 << 20);
+    let mut config = test_config(crate::os::options::InterleaveChoice::Off);
+    config.region_bytes = 1 << 40;
+    let arena = Arena::create(&topology, &config).expect("test arena");
+    let region = arena.region_bytes();
+    assert_eq!(region, 128 << 20, "half of RLIMIT_AS");
+    assert!(arena.is_merged());
+    assert_eq!(arena.pool_bytes(Pool::Dense), region / 8 * 7);
+    assert_eq!(arena.pool_bytes(Pool::Sparse), 0);
+    assert_eq!(arena.pool_bytes(Pool::Owned), region / 8);
+    let dense = arena.pool(0, Pool::Dense);
+    // Small bags, bigger classes' bags and large blocks share the pool.
+    let small = SpanUse::Bag(crate::size_class::class_of(64, 8).unwrap());
+    let spanning = SpanUse::Bag(crate::size_class::class_of(64 << 10, 16).unwrap());
+    let (bag, _) = arena.alloc_span(0, 1, 1, small).unwrap();
+    let (large, _) = arena.alloc_span(0, 128, 1, SpanUse::Large).unwrap();
+    let (big_bag, _) = arena.alloc_span(0, 8, 1, spanning).unwrap();
+    let (next_bag, _) = arena.alloc_span(0, 1, 1, small).unwrap();
+    for address in [bag, large, big_bag, next_bag] {
+        assert!(core::ptr::eq(arena.pool_of(address), dense));
+        assert_eq!(arena.pool_kind_of(address), Pool::Dense);
+    }
+    // The next small bag goes beside that one (the filler: the fullest chunk with room).
+    let (last_bag, _) = arena.alloc_span(0, 1, 1, small).unwrap();
+    let chunk = CHUNK_UNITS * UNIT;
+    assert_eq!(
+        last_bag / chunk,
+        next_bag / chunk,
+        "the filler keeps small bags together"
+    );
+    // A block of six eighths of the region: more than either pool of a split region holds.
+    let six_eighths = region / 8 * 6 / UNIT;
+    assert!(arena.largest_span() >= six_eighths * UNIT);
+    let (huge_block, _) = arena.alloc_span(0, six_eighths, 1, SpanUse::Large).unwrap();
+    assert!(core::ptr::eq(arena.pool_of(huge_block), dense));
+    // The merged pool holds what a sparse pool would: base pages, as there.
+    if topology.thp_mode() == ThpMode::Madvise {
+        let flags = vm_flags(huge_block);
+        assert!(!flags.iter().any(|flag| flag == "hg"), "{flags:?}");
+    }
+    // A region of its configured size, or under no limit, keeps the split.
+    assert!(!test_arena(1, 128 << 20, usize::MAX).is_merged());
+}
+
+#[test]
 fn aligned_spans_are_aligned_in_absolute_terms_past_the_chunk_size() {
     // A 4 GiB region: pools of 2 GiB, room for a 1 GiB alignment.
     let arena = test_arena(1, 4 << 30, usize::MAX);

@@ -34,8 +34,20 @@ impl NodeHeaps {
             self.arena
                 .alloc_span(node.index(), units, align_units, SpanUse::Large)
         };
-        // Refused: the classes' spares go back first (they never make a large block fail).
-        match span().or_else(|| self.give_back_spares().then(span).flatten()) {
+        // Refused: the classes' spares go back first (they never make a large block fail);
+        // then every object the rings and inboxes keep goes back to its bags, with the spares
+        // that makes. In a small region (under `RLIMIT_AS`) the big classes' cached objects,
+        // each a span of its own, are what stands between a large block and a hole: 11 MiB of
+        // a 128 MiB region in one failure.
+        let after_flush = || {
+            self.flush_all();
+            self.give_back_spares();
+            span()
+        };
+        match span()
+            .or_else(|| self.give_back_spares().then(span).flatten())
+            .or_else(after_flush)
+        {
             Some((address, from)) => {
                 if secure {
                     // SAFETY: the span was just handed to us, whole and without a guard. A

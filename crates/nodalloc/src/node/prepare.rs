@@ -62,9 +62,15 @@ impl NodeHeaps {
         }
         let mut wanted = false;
         for node in self.nodes() {
-            // Free memory still committed in the pool of big objects: a bag a thread starts
-            // from it faults nothing in, so there is nothing to prepare it for.
-            let dirty = self.arena.pool(node.index(), Pool::Sparse).dirty_bytes();
+            // Free memory still committed in the pool of big objects (the dense pool of a
+            // merged region): a bag a thread starts from it faults nothing in, so there is
+            // nothing to prepare it for.
+            let big = if self.arena.is_merged() {
+                Pool::Dense
+            } else {
+                Pool::Sparse
+            };
+            let dirty = self.arena.pool(node.index(), big).dirty_bytes();
             // A class no thread took a bag of yet has started none, so nothing is prepared
             // for it (and its lock stays untaken: see `NodeHeap::used`).
             self.for_each_used_class(node, |class| {

@@ -1,7 +1,7 @@
 //! Tests of the spares: empty bags a class keeps for its next bags (`spares.rs`,
 //! `keeps_as_spare`), given back by the sweep, a purge, or another class's new bag.
 
-use super::sweep::tests::{give_back, take};
+use super::sweep::tests::{give_back, take, take_all};
 use super::*;
 use crate::arena::tests::test_arena_spares;
 use crate::size_class::class_of;
@@ -133,17 +133,7 @@ fn a_region_full_of_spares_gives_them_back_before_refusing() {
     let heaps = NodeHeaps::create(test_arena_spares(1, usize::MAX)).unwrap();
     let class = class_of(16 << 10, 8).unwrap();
     // Every bag the region can hold, taken a bag at a time, then all given back: spares.
-    let mut objects = Vec::new();
-    while let Some(batch) =
-        heaps.take_from_bags(NodeId(0), Partition::DEFAULT, class, class.capacity())
-    {
-        let mut object = batch.head;
-        while !object.is_null() {
-            objects.push(object);
-            // SAFETY: walking a batch the test holds.
-            object = unsafe { crate::ds::next_of(object) };
-        }
-    }
+    let objects = take_all(heaps, class);
     let bags = heaps.class(NodeId(0), class).bags.load(Ordering::Relaxed);
     assert!(bags > 8, "the region held {bags} bags");
     give_back(heaps, class, &objects);

@@ -299,6 +299,23 @@ pub(super) mod tests {
         vec & 1 != 0
     }
 
+    /// Every object of `class` node 0's region can hold, taken a bag at a time, until the
+    /// region refuses a bag.
+    pub(in crate::node) fn take_all(heaps: &NodeHeaps, class: SizeClass) -> Vec<*mut u8> {
+        let mut objects = Vec::new();
+        while let Some(batch) =
+            heaps.take_from_bags(NodeId(0), Partition::DEFAULT, class, class.capacity())
+        {
+            let mut object = batch.head;
+            while !object.is_null() {
+                objects.push(object);
+                // SAFETY: walking a batch the test holds.
+                object = unsafe { next_of(object) };
+            }
+        }
+        objects
+    }
+
     /// Takes `count` objects of `class` from node 0's bags as a vector.
     pub(in crate::node) fn take(heaps: &NodeHeaps, class: SizeClass, count: usize) -> Vec<*mut u8> {
         let batch = heaps

@@ -325,6 +325,12 @@ impl Topology {
         self.address_space_limit
     }
 
+    /// Pretends the process runs under `RLIMIT_AS` = `bytes` (tests of the arena's sizing).
+    #[cfg(test)]
+    pub fn pretend_address_space_limit(&mut self, bytes: u64) {
+        self.address_space_limit = Some(bytes);
+    }
+
     /// RAM plus swap in bytes, 0 if unknown.
     pub fn memory_total(&self) -> u64 {
         self.memory_total
