@@ -9,6 +9,17 @@ use crate::arena::region::{canary_of, check_canary};
 /// region sized down to an address-space limit has no room for memory other threads hold.
 pub const KEEP_LARGE_MIN_REGION: usize = 1 << 30;
 
+/// See [`NodeHeaps::pressure_epoch`]. One for the process (its arena is one; the tests' arenas
+/// share it, and a flush it asks for is always safe).
+static PRESSURE: AtomicU64 = AtomicU64::new(0);
+/// When a wait for the threads' caches last ended without a span (monotonic ns; 0: never).
+static PRESSURE_FAILED_AT: AtomicU64 = AtomicU64::new(0);
+/// Pauses a refused large block waits for the threads' caches, and each pause.
+const PRESSURE_WAITS: usize = 20;
+const PRESSURE_PAUSE_NS: u64 = 500_000;
+/// After a wait that found nothing, no wait for this long (ten times the longest wait).
+const PRESSURE_QUIET_NS: u64 = 100_000_000;
+
 impl NodeHeaps {
     /// A large object (a span of whole units) for `node`, spilling to the nearest node when
     /// its region is exhausted. Null when no region can serve.
@@ -47,6 +58,7 @@ impl NodeHeaps {
         match span()
             .or_else(|| self.give_back_spares().then(span).flatten())
             .or_else(after_flush)
+            .or_else(|| self.span_after_pressure(span))
         {
             Some((address, from)) => {
                 if secure {
@@ -75,6 +87,55 @@ impl NodeHeaps {
             }
             None => null_mut(),
         }
+    }
+
+    /// The last try of a large block the region refuses while other thread heaps are attached:
+    /// asks every thread to give its caches back at its next refill ([`Self::pressure_epoch`]),
+    /// then tries again, emptying the rings each time, for up to [`PRESSURE_WAITS`] pauses of
+    /// [`PRESSURE_PAUSE_NS`]. The big classes' objects in other threads' lists each hold a span
+    /// (13 MiB of a 128 MiB region at a failure under `RLIMIT_AS=256M`). A wait that found
+    /// nothing keeps the next one from waiting for [`PRESSURE_QUIET_NS`], so a program that
+    /// runs into its limit again and again is not slowed by more than a tenth.
+    fn span_after_pressure(
+        &self,
+        span: impl Fn() -> Option<(usize, usize)>,
+    ) -> Option<(usize, usize)> {
+        let attached = self.nodes().fold(0u64, |sum, node| {
+            let ops = &self.node(node).ops;
+            let (attached, retired) = (
+                ops.heaps_attached.load(Ordering::Relaxed),
+                ops.heaps_retired.load(Ordering::Relaxed),
+            );
+            sum + attached.saturating_sub(retired)
+        });
+        let failed_at = PRESSURE_FAILED_AT.load(Ordering::Relaxed);
+        if attached < 2
+            || (failed_at != 0 && crate::os::monotonic_ns() < failed_at + PRESSURE_QUIET_NS)
+        {
+            return None;
+        }
+        self.ask_for_caches();
+        for _ in 0..PRESSURE_WAITS {
+            crate::os::sleep_ns(PRESSURE_PAUSE_NS);
+            self.flush_all();
+            self.give_back_spares();
+            if let Some(found) = span() {
+                return Some(found);
+            }
+        }
+        PRESSURE_FAILED_AT.store(crate::os::monotonic_ns(), Ordering::Relaxed);
+        None
+    }
+
+    /// The pressure epoch: it moves when a large block was about to be refused for want of a
+    /// hole; a thread heap that sees it move gives its caches back (`ThreadHeap::refill_duties`).
+    pub(crate) fn pressure_epoch(&self) -> u64 {
+        PRESSURE.load(Ordering::Relaxed)
+    }
+
+    /// Moves the pressure epoch: every thread heap gives its caches back at its next refill.
+    pub(crate) fn ask_for_caches(&self) {
+        PRESSURE.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The span of a large object of `size` bytes: its usable bytes (0: the whole span; secure

@@ -174,6 +174,9 @@ pub struct ThreadHeap {
     /// Some list may hold objects a refill stole from another node (the home region was
     /// exhausted): what the heap gives back is sorted by origin until its next flush.
     foreign: bool,
+    /// The node heaps' pressure epoch this heap last gave its caches back for (see
+    /// [`Self::refill_duties`]).
+    pressure_seen: u64,
     /// The last [`Self::alloc_slow`] handed out an object of the sparse pool that nothing had
     /// touched yet, from memory that reads as zero (see `refill_sparse`): a face that writes
     /// into the objects it hands out
@@ -274,6 +277,7 @@ impl ThreadHeap {
             part_fast: false,
             part_view: PartitionView::NONE,
             foreign: false,
+            pressure_seen: 0,
             untouched: false,
             far: None,
             sampler: Sampler::OFF,

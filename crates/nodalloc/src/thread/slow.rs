@@ -347,6 +347,13 @@ impl ThreadHeap {
     /// What every refill does first: follow the thread's CPU, send the outboxes, sort the
     /// node's inbox, and the upkeep due.
     pub(super) fn refill_duties(&mut self, heaps: &'static NodeHeaps) {
+        // A large block was about to be refused for want of a hole: every cached object goes
+        // back to its bags, so the spans the big classes' objects hold can merge.
+        let pressure = heaps.pressure_epoch();
+        if pressure != self.pressure_seen {
+            self.pressure_seen = pressure;
+            self.flush();
+        }
         self.check_home();
         self.flush_outboxes();
         heaps.drain_inbox(self.node);

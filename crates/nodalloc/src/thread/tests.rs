@@ -181,6 +181,39 @@ fn cache_stays_within_its_limit_and_drains_the_oldest_batch() {
     );
 }
 
+/// When the node heaps ask for the threads' caches (a large block about to be refused for want
+/// of a hole), a heap gives back everything it caches at its next refill, of whatever class.
+#[test]
+fn a_heap_gives_its_caches_back_at_its_next_refill_when_asked() {
+    let heaps = heaps(1);
+    let mut heap = attached(heaps, NodeId(0));
+    let (kept, other) = (class_of(64, 8).unwrap(), class_of(2048, 8).unwrap());
+    let objects: Vec<*mut u8> = (0..kept.batch())
+        .map(|_| allocate(&mut heap, kept))
+        .collect();
+    for &object in &objects {
+        // SAFETY: each object was allocated above and is freed once.
+        unsafe { heap.free(object, kept) };
+    }
+    let cached = heap.cached(kept);
+    assert!(cached >= objects.len());
+    // A refill of another class, not asked: the cache stays.
+    let first = allocate(&mut heap, other);
+    assert_eq!(heap.cached(kept), cached);
+    // Asked: the next refill gives it back.
+    heaps.ask_for_caches();
+    while heap.cached(other) > 0 {
+        heap.alloc_cached(other);
+    }
+    let second = allocate(&mut heap, other);
+    assert_eq!(heap.cached(kept), 0, "the kept class's list went back");
+    // SAFETY: allocated above, freed once each.
+    unsafe {
+        heap.free(first, other);
+        heap.free(second, other);
+    }
+}
+
 #[test]
 fn nth_marker_survives_pops_below_the_batch() {
     let heaps = heaps(1);
