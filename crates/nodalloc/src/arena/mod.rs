@@ -96,29 +96,25 @@ pub enum Pool {
 pub const POOLS_PER_NODE: usize = 3;
 
 /// The pool of each eighth of a region: split (the default), then merged (see
-/// [`Arena::is_merged`]).
-const POOL_OF_EIGHTH: [[Pool; 8]; 2] = [
-    [
-        Pool::Dense,
-        Pool::Dense,
-        Pool::Dense,
-        Pool::Dense,
-        Pool::Sparse,
-        Pool::Sparse,
-        Pool::Sparse,
-        Pool::Owned,
-    ],
-    [
-        Pool::Dense,
-        Pool::Dense,
-        Pool::Dense,
-        Pool::Dense,
-        Pool::Dense,
-        Pool::Dense,
-        Pool::Dense,
-        Pool::Owned,
-    ],
-];
+/// [`Arena::is_merged`]); derived from [`Pool::eighths`].
+const POOL_OF_EIGHTH: [[Pool; 8]; 2] = [pools_of_eighths(false), pools_of_eighths(true)];
+
+/// The pool of each eighth of a region laid out by [`Pool::eighths`].
+const fn pools_of_eighths(merged: bool) -> [Pool; 8] {
+    let mut table = [Pool::Owned; 8];
+    let pools = [Pool::Dense, Pool::Sparse, Pool::Owned];
+    let mut i = 0;
+    while i < pools.len() {
+        let (first, count) = pools[i].eighths(merged);
+        let mut eighth = first;
+        while eighth < first + count {
+            table[eighth] = pools[i];
+            eighth += 1;
+        }
+        i += 1;
+    }
+    table
+}
 
 /// A region shrunk below this many bytes to fit the address space (`RLIMIT_AS`, the kernel's
 /// refusals) merges its dense and sparse pools (see [`Arena::is_merged`]).

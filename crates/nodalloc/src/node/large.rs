@@ -50,15 +50,10 @@ impl NodeHeaps {
         // that makes. In a small region (under `RLIMIT_AS`) the big classes' cached objects,
         // each a span of its own, are what stands between a large block and a hole: 11 MiB of
         // a 128 MiB region in one failure.
-        let after_flush = || {
-            self.flush_all();
-            self.give_back_spares();
-            span()
-        };
         match span()
             .or_else(|| self.give_back_spares().then(span).flatten())
-            .or_else(after_flush)
-            .or_else(|| self.span_after_pressure(span))
+            .or_else(|| self.span_after_flush(&span))
+            .or_else(|| self.span_after_pressure(&span))
         {
             Some((address, from)) => {
                 if secure {
@@ -89,6 +84,17 @@ impl NodeHeaps {
         }
     }
 
+    /// `span` tried again once every ring and inbox has gone back to its bags, with the spares
+    /// that makes.
+    fn span_after_flush(
+        &self,
+        span: &impl Fn() -> Option<(usize, usize)>,
+    ) -> Option<(usize, usize)> {
+        self.flush_all();
+        self.give_back_spares();
+        span()
+    }
+
     /// The last try of a large block the region refuses while other thread heaps are attached:
     /// asks every thread to give its caches back at its next refill ([`Self::pressure_epoch`]),
     /// then tries again, emptying the rings each time, for up to [`PRESSURE_WAITS`] pauses of
@@ -98,7 +104,7 @@ impl NodeHeaps {
     /// runs into its limit again and again is not slowed by more than a tenth.
     fn span_after_pressure(
         &self,
-        span: impl Fn() -> Option<(usize, usize)>,
+        span: &impl Fn() -> Option<(usize, usize)>,
     ) -> Option<(usize, usize)> {
         let attached = self.nodes().fold(0u64, |sum, node| {
             let ops = &self.node(node).ops;
@@ -117,9 +123,7 @@ impl NodeHeaps {
         self.ask_for_caches();
         for _ in 0..PRESSURE_WAITS {
             crate::os::sleep_ns(PRESSURE_PAUSE_NS);
-            self.flush_all();
-            self.give_back_spares();
-            if let Some(found) = span() {
+            if let Some(found) = self.span_after_flush(span) {
                 return Some(found);
             }
         }
