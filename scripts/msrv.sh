@@ -33,4 +33,6 @@ TOML
 cd "$scratch"
 CARGO_RESOLVER_INCOMPATIBLE_RUST_VERSIONS=fallback cargo generate-lockfile -q
 cargo "+$msrv" check -q -p nodalloc -p nodalloc-ffi --lib
+# The library alone, as it ships: the core crate without std, its panic handler.
+cargo "+$msrv" check -q -p nodalloc-ffi --lib
 echo "nodalloc and nodalloc-ffi build with Rust $msrv"

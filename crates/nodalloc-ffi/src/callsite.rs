@@ -15,13 +15,17 @@
 //! at the first frame that fails, and the site is the last one it could read: a wrapper
 //! without a frame pointer costs precision (its callers may share a partition), never a fault.
 
-use core::cell::Cell;
 use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// Declares `$stub`, which calls `$target` with the arguments it was given plus the return
 /// address and the frame pointer in the next two argument registers (`$site`, `$frame`; on
-/// other architectures a plain function passing 0 for both). `extern "C-unwind"` declares it
-/// with that ABI (C++ entry points, whose failure path throws).
+/// other architectures a plain function passing 0 for both). `extern "C-unwind"` defines the
+/// fallback with that ABI (C++ entry points, whose failure path throws); on x86_64 the stub is
+/// declared `extern "C"` whatever `$abi`: callers only reach it by a tail jump, so no frame of
+/// theirs is left when its target throws, and a call the compiler takes for one that cannot
+/// unwind is one it keeps a tail jump (with panics aborting, a call that may unwind gets an
+/// abort-on-unwind landing pad, and the frame that holds it). The C++ exception then passes
+/// through the target's frame, whose personality lets it by (`os/message.rs` in the core).
 macro_rules! entry_stub {
     (
         fn $stub:ident($($arg:ident: $ty:ty),*) -> $ret:ty
@@ -47,7 +51,7 @@ macro_rules! entry_stub {
             target = sym $target,
         );
         #[cfg(target_arch = "x86_64")]
-        extern $abi {
+        extern "C" {
             fn $stub($($arg: $ty),*) -> $ret;
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -111,9 +115,9 @@ fn walk(mut site: usize, mut frame: usize, depth: usize) -> usize {
     site
 }
 
-thread_local! {
+crate::tls::thread_cell! {
     /// The thread's stack mapping `(start, end)` as last read, and how many times it was read.
-    static STACK: Cell<(usize, usize, u32)> = const { Cell::new((0, 0, 0)) };
+    fn stack_seen() -> (usize, usize, u32) = "nodalloc_thread_stack", 24
 }
 
 /// Reads of `/proc/self/maps` a thread may make before it stops walking (a program that moves
@@ -122,7 +126,8 @@ const MAX_MAP_READS: u32 = 16;
 
 /// The end of the mapping that holds `stack_pointer`, or `None` when it cannot be told.
 fn stack_top(stack_pointer: usize) -> Option<usize> {
-    let (start, end, reads) = STACK.with(Cell::get);
+    // SAFETY: the calling thread's own cell, which only it reads or writes.
+    let (start, end, reads) = unsafe { *stack_seen() };
     if (start..end).contains(&stack_pointer) {
         return Some(end);
     }
@@ -131,7 +136,8 @@ fn stack_top(stack_pointer: usize) -> Option<usize> {
     }
     let found = nodalloc_core::raw::mapping_of(stack_pointer);
     let (start, end) = found.unwrap_or((0, 0));
-    STACK.with(|stack| stack.set((start, end, reads + 1)));
+    // SAFETY: as above.
+    unsafe { *stack_seen() = (start, end, reads + 1) };
     found.map(|(_, end)| end)
 }
 
@@ -168,6 +174,6 @@ mod tests {
             0xaaaa,
             "past the top of the stack"
         );
-        std::hint::black_box(&mut frames);
+        core::hint::black_box(&mut frames);
     }
 }

@@ -19,6 +19,9 @@
 //! the entries ask first and which calls only the plain path; `screen.rs` is the double-free
 //! screen of `free`, `foreign.rs` the pointers from before nodalloc started.
 #![deny(missing_docs)]
+// No Rust standard library on x86_64: the library links libc alone (its thread-locals are TLS
+// symbols of its own, `tls.rs`; a panic reports and aborts, from the core crate's handler).
+#![cfg_attr(all(target_arch = "x86_64", not(test)), no_std)]
 
 mod aligned;
 mod callsite;

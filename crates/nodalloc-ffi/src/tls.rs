@@ -15,6 +15,7 @@
 //! On other architectures a `const` Rust thread-local is used instead (null standing for
 //! `DETACHED`, which [`get`] maps).
 
+#[cfg(not(target_arch = "x86_64"))]
 use core::cell::Cell;
 use nodalloc_core::raw::ThreadHeap;
 
@@ -39,20 +40,78 @@ pub fn is_detached(heap: *mut ThreadHeap) -> bool {
     heap == detached()
 }
 
-thread_local! {
-    /// Set when the thread's heap was retired at its exit: later calls (other thread-exit
-    /// destructors) go to the node heaps directly. Read on slow paths only.
-    static RETIRED: Cell<bool> = const { Cell::new(false) };
+/// Defines `fn $name() -> *mut $type`: the calling thread's own cell of `$type`, all zero
+/// bytes when the thread starts, with no destructor (so it stays valid through every other
+/// thread-exit destructor). On x86_64 the cell is an initial-exec TLS symbol of `$bytes` bytes
+/// in `.tbss` (as the heap slot is), so the library needs no Rust standard library for its
+/// thread-locals; elsewhere a `const` Rust thread-local.
+macro_rules! thread_cell {
+    ($(#[$meta:meta])* $vis:vis fn $name:ident() -> $type:ty = $symbol:literal, $bytes:literal) => {
+        $(#[$meta])*
+        #[cfg(target_arch = "x86_64")]
+        #[inline(always)]
+        $vis fn $name() -> *mut $type {
+            const _: () = assert!(
+                core::mem::size_of::<$type>() <= $bytes && core::mem::align_of::<$type>() <= 8
+            );
+            let cell: *mut $type;
+            // SAFETY: reads the thread pointer (`fs:0`, which points to itself on x86_64 Linux)
+            // and the symbol's TLS offset from the GOT entry of its `@gottpoff` relocation;
+            // nothing is written, and both are fixed for the calling thread.
+            unsafe {
+                core::arch::asm!(
+                    "mov {0}, qword ptr fs:[0]",
+                    concat!("add {0}, qword ptr [rip + ", $symbol, "@GOTTPOFF]"),
+                    out(reg) cell,
+                    options(pure, readonly, nostack)
+                );
+            }
+            cell
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        core::arch::global_asm!(
+            ".pushsection .tbss,\"awT\",@nobits",
+            ".p2align 3",
+            concat!(".globl ", $symbol),
+            concat!(".hidden ", $symbol),
+            concat!(".type ", $symbol, ", @object"),
+            concat!(".size ", $symbol, ", ", $bytes),
+            concat!($symbol, ":"),
+            concat!(".zero ", $bytes),
+            ".popsection",
+        );
+
+        $(#[$meta])*
+        #[cfg(not(target_arch = "x86_64"))]
+        $vis fn $name() -> *mut $type {
+            thread_local! {
+                // SAFETY: all zero bytes are a valid `$type` (the macro's contract).
+                static CELL: core::cell::UnsafeCell<$type> =
+                    const { core::cell::UnsafeCell::new(unsafe { core::mem::zeroed() }) };
+            }
+            CELL.with(|cell| cell.get())
+        }
+    };
+}
+pub(crate) use thread_cell;
+
+thread_cell! {
+    /// Set (non-zero) when the thread's heap was retired at its exit: later calls (other
+    /// thread-exit destructors) go to the node heaps directly. Read on slow paths only.
+    fn retired() -> bool = "nodalloc_thread_retired", 8
 }
 
 /// True once the thread's heap was retired.
 pub fn is_retired() -> bool {
-    RETIRED.with(|retired| retired.get())
+    // SAFETY: the calling thread's own cell, which only it reads or writes.
+    unsafe { *retired() }
 }
 
 /// Detaches the thread's heap for good (its exit).
 pub fn retire() {
-    RETIRED.with(|retired| retired.set(true));
+    // SAFETY: as in `is_retired`.
+    unsafe { *retired() = true };
     set(detached());
 }
 

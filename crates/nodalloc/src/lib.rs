@@ -35,6 +35,10 @@
 //! [`raw`] for the C library).
 #![deny(missing_docs)]
 #![cfg_attr(feature = "nightly", feature(allocator_api))]
+// Without the `std` feature: the allocator's core alone, as libnodalloc.so links it.
+#![cfg_attr(not(any(feature = "std", test)), no_std)]
+// The parts only the crate face calls (first-class heaps' caches) are then unused.
+#![cfg_attr(not(feature = "std"), allow(dead_code, unused_imports))]
 
 #[cfg(not(loom))]
 mod arena;
@@ -45,7 +49,7 @@ mod bind;
 pub mod ds;
 #[cfg(not(loom))]
 mod ds;
-#[cfg(not(loom))]
+#[cfg(all(not(loom), feature = "std"))]
 pub mod heap;
 #[cfg(not(loom))]
 mod instance;
@@ -68,16 +72,18 @@ mod thread;
 
 #[cfg(not(loom))]
 pub use face::*;
-#[cfg(not(loom))]
+#[cfg(all(not(loom), feature = "std"))]
 pub use heap::{heap_of, Heap, HeapBuilder, HeapError, HeapId, HeapStats, LocalHeap};
 
 #[cfg(not(loom))]
 mod face {
-    use crate::instance::{with_heap, Instance};
+    use crate::instance::Instance;
     use crate::node::NodeId;
-    use crate::size_class::{class_of, ClassSlot};
-    use core::alloc::{GlobalAlloc, Layout};
+    use crate::size_class::class_of;
+    use core::alloc::Layout;
     use core::ptr::null_mut;
+    #[cfg(feature = "std")]
+    use {crate::instance::with_heap, crate::size_class::ClassSlot, core::alloc::GlobalAlloc};
 
     pub use crate::os::options::{OptionSpec, OPTIONS};
     pub use crate::os::topology::{NodeInfo, OvercommitMode, ThpMode, TierSource, Topology};
@@ -127,6 +133,7 @@ mod face {
         }
     }
 
+    #[cfg(feature = "std")]
     impl NodAlloc {
         /// Allocates in memory tier `tier`: [`Tier::Near`] as any allocation, [`Tier::Far`] on
         /// the far node of the calling thread's node (see [`far_node`]; served near on a machine
@@ -198,6 +205,7 @@ mod face {
     ///     );
     /// }
     /// ```
+    #[cfg(feature = "std")]
     pub fn tier(tier: Tier) -> TierScope {
         let previous = Instance::get().map(|instance| {
             with_heap(|heap| {
@@ -215,6 +223,7 @@ mod face {
     }
 
     /// A scope of [`tier`]; not `Send`, as it belongs to the thread that made it.
+    #[cfg(feature = "std")]
     #[must_use = "the tier applies only while the scope lives"]
     pub struct TierScope {
         /// The far node before the scope (`None` when the allocator could not start).
@@ -222,6 +231,7 @@ mod face {
         _thread: core::marker::PhantomData<*const ()>,
     }
 
+    #[cfg(feature = "std")]
     impl Drop for TierScope {
         fn drop(&mut self) {
             if let Some(previous) = self.previous {
@@ -233,6 +243,7 @@ mod face {
     /// The node (an index into [`topology`]'s usable nodes) that far-memory requests of the
     /// calling thread go to: the nearest far node of its node; `None` on a machine without
     /// far memory, where they are served near.
+    #[cfg(feature = "std")]
     pub fn far_node() -> Option<usize> {
         let instance = Instance::get()?;
         with_heap(|heap| instance.far_node_for(Some(heap))).map(|node| node.index())
@@ -244,6 +255,7 @@ mod face {
         }
     }
 
+    #[cfg(feature = "std")]
     #[cold]
     #[inline(never)]
     fn alloc_large(layout: Layout) -> *mut u8 {
@@ -253,6 +265,7 @@ mod face {
         with_heap(|heap| instance.alloc_large(Some(heap), layout.size(), layout.align()))
     }
 
+    #[cfg(feature = "std")]
     #[cold]
     #[inline(never)]
     fn free_large(ptr: *mut u8) {
@@ -264,6 +277,7 @@ mod face {
 
     /// The slot of a size up to 1 KiB at an alignment up to 16, from the thread heap's tables
     /// (one load at the heap's address); `None` for the rest.
+    #[cfg(feature = "std")]
     #[inline(always)]
     fn small_slot(layout: Layout) -> Option<ClassSlot> {
         with_heap(|heap| heap.slots().slot_of_small(layout.size(), layout.align()))
@@ -271,6 +285,7 @@ mod face {
 
     /// A block of `class` for a request of `size` bytes (the miss path tells the heap
     /// profile the size asked for).
+    #[cfg(feature = "std")]
     #[inline(always)]
     fn alloc_small(class: ClassSlot, size: usize) -> *mut u8 {
         with_heap(|heap| {
@@ -286,6 +301,7 @@ mod face {
     // SAFETY: `alloc` returns null or a block of at least `layout.size()` bytes aligned to
     // `layout.align()` that no other live allocation overlaps; `dealloc` accepts exactly such
     // blocks (with the same layout) and never touches other memory.
+    #[cfg(feature = "std")]
     unsafe impl GlobalAlloc for NodAlloc {
         // Two inline copies of the cache operation, one per kind of class lookup: the one-load
         // lookup (sizes up to 1 KiB) and the arithmetic one above it. A constant layout keeps
@@ -390,6 +406,7 @@ mod face {
     }
 
     /// The calling thread's home node (binding it first if it has not allocated yet).
+    #[cfg(feature = "std")]
     pub fn current_node() -> usize {
         with_heap(|heap| {
             heap.run_attach_hook();
@@ -405,6 +422,7 @@ mod face {
     /// Returns every cached free object to its bags and every free page to the OS now, whole
     /// free pages inside bags still in use included, without waiting for the decommit delay
     /// (like glibc's `malloc_trim(0)`). Other threads' caches are left alone.
+    #[cfg(feature = "std")]
     pub fn purge() {
         if let Some(instance) = Instance::existing() {
             with_heap(|heap| instance.purge(Some(heap)));
@@ -477,6 +495,7 @@ mod face {
     /// request handler `let _scope = nodalloc::partition(REQUESTS);` and a cache that outlives
     /// requests `let _scope = nodalloc::partition(CACHE);` around its insertions. Frees need
     /// no scope: an object returns to its own partition's bags wherever it is freed.
+    #[cfg(feature = "std")]
     pub fn partition(id: usize) -> PartitionScope {
         let previous = with_heap(|heap| heap.enter_scope(id));
         PartitionScope {
@@ -486,12 +505,14 @@ mod face {
     }
 
     /// A scope of [`partition`]; not `Send`, as it belongs to the thread that made it.
+    #[cfg(feature = "std")]
     #[must_use = "the partition applies only while the scope lives"]
     pub struct PartitionScope {
         previous: usize,
         _thread: core::marker::PhantomData<*const ()>,
     }
 
+    #[cfg(feature = "std")]
     impl Drop for PartitionScope {
         fn drop(&mut self) {
             with_heap(|heap| heap.enter_scope(self.previous));
@@ -500,6 +521,7 @@ mod face {
 
     /// One allocation in call-site partition `id` (see [`partition`]); null when no memory is
     /// left. Free it as any allocation of `layout` (`dealloc`).
+    #[cfg(feature = "std")]
     pub fn alloc_in(id: usize, layout: Layout) -> *mut u8 {
         let _scope = partition(id);
         // SAFETY: GlobalAlloc's contract asks for a non-zero size; NodAlloc's `alloc` also

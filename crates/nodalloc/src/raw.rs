@@ -124,6 +124,7 @@ pub fn is_owned(ptr: *const u8) -> bool {
 /// # Safety
 /// `ptr` is null or a live block the caller gives up (a pointer that is no block is reported,
 /// but one freed already may be taken for the block carved there since).
+#[cfg(feature = "std")]
 pub unsafe fn free_any(ptr: *mut u8) {
     if ptr.is_null() {
         return;

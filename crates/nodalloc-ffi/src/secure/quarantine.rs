@@ -4,7 +4,6 @@
 use super::trailer::{all_zero, trailer, TRAILER};
 use super::{split, Kind};
 use crate::plain;
-use core::cell::Cell;
 use core::ffi::c_void;
 use core::ptr::null_mut;
 use nodalloc_core::raw;
@@ -31,15 +30,16 @@ struct Quarantine {
 
 const _: () = assert!(core::mem::size_of::<Quarantine>() <= 4096);
 
-thread_local! {
+crate::tls::thread_cell! {
     /// The thread's quarantine (null until its first free; mapping failed: 1).
-    static QUARANTINE: Cell<*mut Quarantine> = const { Cell::new(null_mut()) };
+    fn quarantine_slot() -> *mut Quarantine = "nodalloc_thread_quarantine", 8
 }
 
 const NO_QUARANTINE: *mut Quarantine = 1 as *mut Quarantine;
 
 fn thread_quarantine() -> Option<&'static mut Quarantine> {
-    let mut q = QUARANTINE.try_with(Cell::get).ok()?;
+    // SAFETY: the calling thread's own cell, which only it reads or writes.
+    let mut q = unsafe { *quarantine_slot() };
     if q.is_null() {
         // SAFETY: a fresh private page, zeroed (an empty quarantine).
         let page = unsafe {
@@ -57,7 +57,8 @@ fn thread_quarantine() -> Option<&'static mut Quarantine> {
         } else {
             page as *mut Quarantine
         };
-        let _ = QUARANTINE.try_with(|cell| cell.set(q));
+        // SAFETY: as above.
+        unsafe { *quarantine_slot() = q };
     }
     if q == NO_QUARANTINE {
         return None;
@@ -138,7 +139,8 @@ unsafe fn release(p: *mut u8, tagged: usize) {
 
 /// The thread's quarantine if it has one (without mapping it).
 fn existing_quarantine() -> Option<&'static mut Quarantine> {
-    let q = QUARANTINE.try_with(Cell::get).ok()?;
+    // SAFETY: the calling thread's own cell, which only it reads or writes.
+    let q = unsafe { *quarantine_slot() };
     if q.is_null() || q == NO_QUARANTINE {
         return None;
     }
@@ -185,9 +187,8 @@ pub(super) fn check_recent(other: bool) {
 /// At the thread's exit (its heap still attached): every block of its quarantine goes back,
 /// checked, and the page is unmapped.
 pub(crate) fn flush_thread() {
-    let Ok(q) = QUARANTINE.try_with(|cell| cell.replace(NO_QUARANTINE)) else {
-        return;
-    };
+    // SAFETY: the calling thread's own cell, which only it reads or writes.
+    let q = unsafe { core::ptr::replace(quarantine_slot(), NO_QUARANTINE) };
     if q.is_null() || q == NO_QUARANTINE {
         return;
     }

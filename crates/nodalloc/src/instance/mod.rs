@@ -23,6 +23,7 @@ use crate::os::topology::Topology;
 use crate::size_class::{SizeClass, UNIT};
 use crate::stats::Stats;
 use crate::thread::ThreadHeap;
+#[cfg(feature = "std")]
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 
@@ -41,6 +42,7 @@ static STATS_FD: AtomicI32 = AtomicI32::new(2);
 /// here, so a statistics snapshot can publish that thread's counters first.
 static CURRENT_HEAP_HOOK: AtomicUsize = AtomicUsize::new(0);
 
+#[cfg(feature = "std")]
 thread_local! {
     static HEAP: UnsafeCell<ThreadHeap> =
         const { UnsafeCell::new(ThreadHeap::with_attach_hook(Some(attach_crate_face_thread))) };
@@ -53,11 +55,13 @@ thread_local! {
 static CRATE_FACE_HEAP: AtomicUsize = AtomicUsize::new(0);
 
 /// The calling thread's heap of the crate face.
+#[cfg(feature = "std")]
 fn crate_face_heap() -> *mut ThreadHeap {
     HEAP.with(|heap| heap.get())
 }
 
 /// The attach hook of the crate face's heaps: records how to find them, then attaches.
+#[cfg(feature = "std")]
 fn attach_crate_face_thread(heap: &mut ThreadHeap) -> bool {
     let find: fn() -> *mut ThreadHeap = crate_face_heap;
     CRATE_FACE_HEAP.store(find as usize, Ordering::Release);
@@ -65,6 +69,7 @@ fn attach_crate_face_thread(heap: &mut ThreadHeap) -> bool {
 }
 
 /// Runs `f` on the calling thread's heap (the crate face's thread-local one).
+#[cfg(feature = "std")]
 #[inline(always)]
 pub(crate) fn with_heap<R>(f: impl FnOnce(&mut ThreadHeap) -> R) -> R {
     // SAFETY: the heap is only ever touched by its own thread, and nothing `f` calls re-enters

@@ -114,6 +114,55 @@ impl Writer {
     }
 }
 
+/// Formatting into the buffer (for the panic handler): what does not fit is dropped.
+impl core::fmt::Write for Writer {
+    fn write_str(&mut self, text: &str) -> core::fmt::Result {
+        self.str(text);
+        Ok(())
+    }
+}
+
+/// The panic handler of a build without std (libnodalloc.so on x86_64, where the library links
+/// no standard library): `nodalloc: panicked at …` on stderr, then abort. A panic is a broken
+/// invariant here (a debug assertion, an index out of bounds); formatting its message into the
+/// fixed buffer allocates nothing.
+#[cfg(all(
+    feature = "panic-handler",
+    not(feature = "std"),
+    not(test),
+    target_arch = "x86_64"
+))]
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo) -> ! {
+    fatal(|w| {
+        let _ = core::fmt::write(w, format_args!("{info}"));
+    })
+}
+
+/// The personality routine the precompiled `core` refers to (it is built to unwind), which a
+/// build without std must define. Nothing of nodalloc unwinds (a panic aborts), but a C++
+/// exception may pass through its frames: `operator new` calls the C++ runtime's own to throw
+/// `std::bad_alloc` (`nodalloc-ffi`'s `cxx.rs`). No nodalloc frame has anything to clean up or
+/// catch, so every frame answers "continue unwinding" (`_URC_CONTINUE_UNWIND`) and the
+/// exception reaches the program's handler.
+#[cfg(all(
+    feature = "panic-handler",
+    not(feature = "std"),
+    not(test),
+    target_arch = "x86_64"
+))]
+#[no_mangle]
+extern "C" fn rust_eh_personality(
+    _version: i32,
+    _actions: u32,
+    _exception_class: u64,
+    _exception: *mut core::ffi::c_void,
+    _context: *mut core::ffi::c_void,
+) -> u32 {
+    const URC_CONTINUE_UNWIND: u32 = 8;
+    URC_CONTINUE_UNWIND
+}
+
 /// Prints `nodalloc: warning: …` on one line to stderr.
 pub fn warn(build: impl FnOnce(&mut Writer)) {
     let mut writer = Writer::new();

@@ -68,6 +68,7 @@ pub fn is_on() -> bool {
 ///     std::fs::write("/tmp/heap.pb", bytes).unwrap();
 /// }
 /// ```
+#[cfg(feature = "std")]
 pub fn pprof() -> Option<Vec<u8>> {
     if !is_on() {
         return None;
@@ -84,6 +85,7 @@ pub fn pprof() -> Option<Vec<u8>> {
 /// ```no_run
 /// nodalloc::profile::dump("/tmp/heap.pb").unwrap();
 /// ```
+#[cfg(feature = "std")]
 pub fn dump(path: impl AsRef<std::path::Path>) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     if !is_on() {
@@ -189,7 +191,8 @@ pub(crate) fn one_minus_exp_neg(x: f64) -> f64 {
         }
         return x * inner;
     }
-    let n = (x / core::f64::consts::LN_2).floor();
+    // x ≥ 0.5, so the truncation is the floor (and saturates: `n` is then past 1022).
+    let n = (x / core::f64::consts::LN_2) as u64 as f64;
     if n >= 1022.0 {
         return 1.0;
     }
@@ -240,8 +243,17 @@ pub(crate) fn weights(bytes: usize, asked: usize, rate: u64) -> (u64, u64) {
     let size = bytes.max(1) as f64;
     let p = one_minus_exp_neg(size / rate.max(1) as f64);
     let p = p.clamp(f64::MIN_POSITIVE, 1.0);
-    let objects = (f64::from(1u32 << OBJECT_SHIFT) / p).round() as u64;
-    (objects, (asked as f64 / p).round() as u64)
+    (
+        round(f64::from(1u32 << OBJECT_SHIFT) / p),
+        round(asked as f64 / p),
+    )
+}
+
+/// `x` rounded to the nearest whole number (halves up), for `x ≥ 0`; saturates as `as` does.
+/// Without libm (see [`one_minus_exp_neg`]).
+fn round(x: f64) -> u64 {
+    debug_assert!(x >= 0.0);
+    (x + 0.5) as u64
 }
 
 /// The call stack of an allocation entered with return address `site` and the caller's frame

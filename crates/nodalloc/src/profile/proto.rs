@@ -146,6 +146,7 @@ impl<const N: usize> Chunks<N> {
 
 /// A growable buffer: `nodalloc::profile::pprof()`'s bytes (allocated outside the allocator's
 /// paths) and the tests'.
+#[cfg(feature = "std")]
 impl Sink for Vec<u8> {
     fn put(&mut self, bytes: &[u8]) {
         self.extend_from_slice(bytes);
