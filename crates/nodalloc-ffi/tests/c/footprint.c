@@ -1,7 +1,8 @@
 /* The whole footprint of a small program: a few blocks of the commonest sizes, one thread,
  * then a third of a second idle while the maintenance thread makes its passes. Prints
- * "footprint hwm_kib=N libm=0|1" (the peak resident set from /proc/self/status, and whether
- * libm is mapped: the program itself never links it) and "ok footprint: N checks".
+ * "footprint hwm_kib=N libm=0|1 libgcc=0|1" (the peak resident set from /proc/self/status, and
+ * whether libm and libgcc_s are mapped: the program itself links neither) and
+ * "ok footprint: N checks".
  * Run under LD_PRELOAD and without it (glibc) by tests/c_abi/sparse.rs, which bounds the
  * difference: what a process pays for loading nodalloc at all. */
 #include "check.h"
@@ -22,12 +23,16 @@ static long status_kib(const char *field) {
     return kib;
 }
 
-static int maps_libm(void) {
+/* Whether a library whose file name starts with `name` (as "/libm." or "/libm-") is mapped. */
+static int maps_library(const char *name) {
     FILE *f = fopen("/proc/self/maps", "r");
     char line[512];
+    char dot[64], dash[64];
+    snprintf(dot, sizeof dot, "/%s.", name);
+    snprintf(dash, sizeof dash, "/%s-", name);
     int found = 0;
     while (f && fgets(line, sizeof line, f))
-        if (strstr(line, "/libm.so") || strstr(line, "/libm-"))
+        if (strstr(line, dot) || strstr(line, dash))
             found = 1;
     if (f)
         fclose(f);
@@ -62,7 +67,8 @@ int main(void) {
     }
     long hwm = status_kib("VmHWM:");
     CHECK(hwm > 0, "VmHWM read");
-    printf("footprint hwm_kib=%ld libm=%d\n", hwm, maps_libm());
+    printf("footprint hwm_kib=%ld libm=%d libgcc=%d\n", hwm, maps_library("libm"),
+           maps_library("libgcc_s"));
     printf("ok footprint: %lu checks\n", checks_passed);
     return 0;
 }
