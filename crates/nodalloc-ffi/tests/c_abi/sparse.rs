@@ -208,6 +208,43 @@ fn every_thread_gets_only_a_few_words_of_the_librarys_thread_local_storage() {
     );
 }
 
+/// The library exports its C and C++ interface and nothing of the Rust runtime it is built
+/// from: an exported `rust_eh_personality` (the one the library defines for the precompiled
+/// `core`, which lets every exception through) would take the place of the real one, under
+/// `LD_PRELOAD`, in a program that links Rust's standard library as a shared object, and its
+/// panics would stop unwinding. `nm -D` lists the dynamic symbols the library defines.
+#[test]
+fn the_library_exports_nothing_of_the_rust_runtime() {
+    let output = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(library())
+        .output()
+        .expect("run nm (binutils)");
+    assert!(output.status.success(), "nm -D failed: {output:?}");
+    let symbols = String::from_utf8_lossy(&output.stdout);
+    let names: Vec<&str> = symbols
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(2))
+        .collect();
+    assert!(
+        names.contains(&"malloc"),
+        "nm -D lists no malloc: {symbols}"
+    );
+    let runtime: Vec<&&str> = names
+        .iter()
+        .filter(|name| {
+            name.starts_with("rust_")
+                || name.starts_with("__rust")
+                || name.starts_with("_ZN")
+                || name.starts_with("_R")
+        })
+        .collect();
+    assert!(
+        runtime.is_empty(),
+        "the library exports Rust runtime symbols: {runtime:?}"
+    );
+}
+
 /// The most pages a fork may cost with nodalloc (child and parent together, per fork) beyond
 /// what the same program costs under glibc: the fork handlers take and release only the locks
 /// of the size classes in use, each on a page of its own. Measured 15 more (33 against 18 in a

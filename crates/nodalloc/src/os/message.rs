@@ -139,29 +139,31 @@ fn panic(info: &core::panic::PanicInfo) -> ! {
     })
 }
 
-/// The personality routine the precompiled `core` refers to (it is built to unwind), which a
-/// build without std must define. Nothing of nodalloc unwinds (a panic aborts), but a C++
-/// exception may pass through its frames: `operator new` calls the C++ runtime's own to throw
-/// `std::bad_alloc` (`nodalloc-ffi`'s `cxx.rs`). No nodalloc frame has anything to clean up or
-/// catch, so every frame answers "continue unwinding" (`_URC_CONTINUE_UNWIND`) and the
-/// exception reaches the program's handler.
+// The personality routine the precompiled `core` refers to (it is built to unwind), which a
+// build without std must define. Nothing of nodalloc unwinds (a panic aborts), but a C++
+// exception may pass through its frames: `operator new` calls the C++ runtime's own to throw
+// `std::bad_alloc` (`nodalloc-ffi`'s `cxx.rs`). No nodalloc frame has anything to clean up or
+// catch, so every frame answers "continue unwinding" (`_URC_CONTINUE_UNWIND`, 8) and the
+// exception reaches the program's handler. Defined in assembly so that it can be hidden: the
+// library's own references bind to it, but it is not exported, so under `LD_PRELOAD` it never
+// takes the place of the real one in a program that links Rust's standard library dynamically.
 #[cfg(all(
     feature = "panic-handler",
     not(feature = "std"),
     not(test),
     target_arch = "x86_64"
 ))]
-#[no_mangle]
-extern "C" fn rust_eh_personality(
-    _version: i32,
-    _actions: u32,
-    _exception_class: u64,
-    _exception: *mut core::ffi::c_void,
-    _context: *mut core::ffi::c_void,
-) -> u32 {
-    const URC_CONTINUE_UNWIND: u32 = 8;
-    URC_CONTINUE_UNWIND
-}
+core::arch::global_asm!(
+    ".pushsection .text.rust_eh_personality,\"ax\",@progbits",
+    ".globl rust_eh_personality",
+    ".hidden rust_eh_personality",
+    ".type rust_eh_personality, @function",
+    "rust_eh_personality:",
+    "mov eax, 8",
+    "ret",
+    ".size rust_eh_personality, . - rust_eh_personality",
+    ".popsection",
+);
 
 /// Prints `nodalloc: warning: …` on one line to stderr.
 pub fn warn(build: impl FnOnce(&mut Writer)) {
