@@ -342,6 +342,16 @@ fn assert_program_aborts(
     env: &[(&str, &str)],
     expected: impl Fn(&str) -> String,
 ) {
+    assert_program_aborts_with_one_of(program, case, env, |pointer| vec![expected(pointer)]);
+}
+
+/// [`assert_program_aborts`] where the line on stderr may start with any of `expected(pointer)`.
+fn assert_program_aborts_with_one_of(
+    program: &str,
+    case: &str,
+    env: &[(&str, &str)],
+    expected: impl Fn(&str) -> Vec<String>,
+) {
     for mode in MODES {
         let (pointer, finished) = run_to_announced_misuse(program, case, env, mode);
         assert_eq!(
@@ -355,8 +365,9 @@ fn assert_program_aborts(
             finished
                 .stderr
                 .lines()
-                .any(|line| line.starts_with(&expected)),
-            "{program} {case} ({mode:?}): stderr lacks a line starting with `{expected}`: {}",
+                .any(|line| expected.iter().any(|prefix| line.starts_with(prefix))),
+            "{program} {case} ({mode:?}): stderr lacks a line starting with one of \
+             {expected:?}: {}",
             finished.describe()
         );
     }

@@ -114,56 +114,56 @@ impl Writer {
     }
 }
 
-/// Formatting into the buffer (for the panic handler): what does not fit is dropped.
-impl core::fmt::Write for Writer {
-    fn write_str(&mut self, text: &str) -> core::fmt::Result {
-        self.str(text);
-        Ok(())
+/// What a build without std must define itself (libnodalloc.so on x86_64, where the library
+/// links no standard library): the panic handler and the personality routine.
+#[cfg(all(
+    feature = "panic-handler",
+    not(feature = "std"),
+    not(test),
+    target_arch = "x86_64"
+))]
+mod no_std_runtime {
+    use super::{fatal, Writer};
+
+    /// Formatting into the buffer (for the panic handler): what does not fit is dropped.
+    impl core::fmt::Write for Writer {
+        fn write_str(&mut self, text: &str) -> core::fmt::Result {
+            self.str(text);
+            Ok(())
+        }
     }
-}
 
-/// The panic handler of a build without std (libnodalloc.so on x86_64, where the library links
-/// no standard library): `nodalloc: panicked at …` on stderr, then abort. A panic is a broken
-/// invariant here (a debug assertion, an index out of bounds); formatting its message into the
-/// fixed buffer allocates nothing.
-#[cfg(all(
-    feature = "panic-handler",
-    not(feature = "std"),
-    not(test),
-    target_arch = "x86_64"
-))]
-#[panic_handler]
-fn panic(info: &core::panic::PanicInfo) -> ! {
-    fatal(|w| {
-        let _ = core::fmt::write(w, format_args!("{info}"));
-    })
-}
+    /// `nodalloc: panicked at …` on stderr, then abort. A panic is a broken invariant here (a
+    /// debug assertion, an index out of bounds); formatting its message into the fixed buffer
+    /// allocates nothing.
+    #[panic_handler]
+    fn panic(info: &core::panic::PanicInfo) -> ! {
+        fatal(|w| {
+            let _ = core::fmt::write(w, format_args!("{info}"));
+        })
+    }
 
-// The personality routine the precompiled `core` refers to (it is built to unwind), which a
-// build without std must define. Nothing of nodalloc unwinds (a panic aborts), but a C++
-// exception may pass through its frames: `operator new` calls the C++ runtime's own to throw
-// `std::bad_alloc` (`nodalloc-ffi`'s `cxx.rs`). No nodalloc frame has anything to clean up or
-// catch, so every frame answers "continue unwinding" (`_URC_CONTINUE_UNWIND`, 8) and the
-// exception reaches the program's handler. Defined in assembly so that it can be hidden: the
-// library's own references bind to it, but it is not exported, so under `LD_PRELOAD` it never
-// takes the place of the real one in a program that links Rust's standard library dynamically.
-#[cfg(all(
-    feature = "panic-handler",
-    not(feature = "std"),
-    not(test),
-    target_arch = "x86_64"
-))]
-core::arch::global_asm!(
-    ".pushsection .text.rust_eh_personality,\"ax\",@progbits",
-    ".globl rust_eh_personality",
-    ".hidden rust_eh_personality",
-    ".type rust_eh_personality, @function",
-    "rust_eh_personality:",
-    "mov eax, 8",
-    "ret",
-    ".size rust_eh_personality, . - rust_eh_personality",
-    ".popsection",
-);
+    // The personality routine the precompiled `core` refers to (it is built to unwind).
+    // Nothing of nodalloc unwinds (a panic aborts), but a C++ exception may pass through its
+    // frames: `operator new` calls the C++ runtime's own to throw `std::bad_alloc`
+    // (`nodalloc-ffi`'s `cxx.rs`). No nodalloc frame has anything to clean up or catch, so
+    // every frame answers "continue unwinding" (`_URC_CONTINUE_UNWIND`, 8) and the exception
+    // reaches the program's handler. Defined in assembly so that it can be hidden: the
+    // library's own references bind to it, but it is not exported, so under `LD_PRELOAD` it
+    // never takes the place of the real one in a program that links Rust's standard library
+    // dynamically.
+    core::arch::global_asm!(
+        ".pushsection .text.rust_eh_personality,\"ax\",@progbits",
+        ".globl rust_eh_personality",
+        ".hidden rust_eh_personality",
+        ".type rust_eh_personality, @function",
+        "rust_eh_personality:",
+        "mov eax, 8",
+        "ret",
+        ".size rust_eh_personality, . - rust_eh_personality",
+        ".popsection",
+    );
+}
 
 /// Prints `nodalloc: warning: …` on one line to stderr.
 pub fn warn(build: impl FnOnce(&mut Writer)) {
