@@ -40,6 +40,9 @@ macro_rules! entry_stub {
     ) => {
         #[cfg(target_arch = "x86_64")]
         core::arch::global_asm!(
+            // A section of its own, as the compiler gives each function, so that the link can
+            // place the stub with the code it runs with (`hot-code.ld`).
+            concat!(".pushsection .text.", stringify!($stub), ",\"ax\",@progbits"),
             concat!(".globl ", stringify!($stub)),
             concat!(".hidden ", stringify!($stub)),
             concat!(".type ", stringify!($stub), ",@function"),
@@ -48,6 +51,7 @@ macro_rules! entry_stub {
             concat!("mov ", $frame, ", rbp"),
             "jmp {target}",
             concat!(".size ", stringify!($stub), ", .-", stringify!($stub)),
+            ".popsection",
             target = sym $target,
         );
         #[cfg(target_arch = "x86_64")]

@@ -1,8 +1,8 @@
 /* The whole footprint of a small program: a few blocks of the commonest sizes, one thread,
  * then a third of a second idle while the maintenance thread makes its passes. Prints
- * "footprint hwm_kib=N libm=0|1 libgcc=0|1" (the peak resident set from /proc/self/status, and
- * whether libm and libgcc_s are mapped: the program itself links neither) and
- * "ok footprint: N checks".
+ * "footprint hwm_kib=N code_kib=N libm=0|1 libgcc=0|1" (the peak resident set from
+ * /proc/self/status, the resident memory of libnodalloc's code at the end, and whether libm and
+ * libgcc_s are mapped: the program itself links neither) and "ok footprint: N checks".
  * Run under LD_PRELOAD and without it (glibc) by tests/c_abi/sparse.rs, which bounds the
  * difference: what a process pays for loading nodalloc at all. */
 #include "check.h"
@@ -48,6 +48,25 @@ static void *worker(void *argument) {
     return argument;
 }
 
+/* The resident memory of the code of libnodalloc (its executable mappings), in KiB: 0 when it is
+ * not loaded. */
+static long library_code_kib(void) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    int code = 0;
+    long kib = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        char permissions[8];
+        if (sscanf(line, "%*x-%*x %7s", permissions) == 1 && strchr(line, '/'))
+            code = permissions[2] == 'x' && strstr(line, "libnodalloc") != NULL;
+        else if (code && !strncmp(line, "Rss:", 4))
+            kib += atol(line + 4);
+    }
+    if (f)
+        fclose(f);
+    return kib;
+}
+
 int main(void) {
     static const size_t sizes[] = {16, 64, 100, 500, 4096};
     void *blocks[5];
@@ -67,8 +86,8 @@ int main(void) {
     }
     long hwm = status_kib("VmHWM:");
     CHECK(hwm > 0, "VmHWM read");
-    printf("footprint hwm_kib=%ld libm=%d libgcc=%d\n", hwm, maps_library("libm"),
-           maps_library("libgcc_s"));
+    printf("footprint hwm_kib=%ld code_kib=%ld libm=%d libgcc=%d\n", hwm, library_code_kib(),
+           maps_library("libm"), maps_library("libgcc_s"));
     printf("ok footprint: %lu checks\n", checks_passed);
     return 0;
 }
