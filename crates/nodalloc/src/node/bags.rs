@@ -469,6 +469,7 @@ impl NodeHeaps {
     /// grows its budget (see `ClassHeap::raise_ring_budget`) and the batch is offered again.
     /// Every object must be of `class` and from `node`'s region.
     pub fn release(&self, node: NodeId, part: Partition, class: SizeClass, batch: Batch) {
+        self.note_rings_used(node, part, class);
         let ring = self.ring_shard(node, part, class, self.shard_here());
         ring.touched.store(true, Ordering::Relaxed);
         self.note_shard_operation(ring);

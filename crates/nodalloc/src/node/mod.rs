@@ -286,6 +286,12 @@ pub struct NodeHeap {
     /// only these: each class heap spans a page of its own (its ring), and every lock written
     /// around a `fork` is a page copied on write in the parent and in the child.
     used: [AtomicU64; 2],
+    /// Bit `c` of word `c / 64`: a batch of class `c` of the default partition went into one of
+    /// its rings on this node (set by [`NodeHeaps::release`], never cleared). Until then
+    /// refills, upkeep and the statistics skip the class's rings: a ring spans a page of its
+    /// own, and looking into every class's empty ring cost a program a page fault and a page of
+    /// resident memory for each class it used.
+    rings_used: [AtomicU64; 2],
     classes: [ClassHeap; NUM_CLASSES],
     /// The class heaps' transfer rings (shard 0), by class.
     rings: [RingShard; NUM_CLASSES],

@@ -240,8 +240,27 @@ impl NodeHeaps {
         unsafe { &*self.extra_rings.add(index) }
     }
 
-    /// Every ring shard of (`node`, `part`, `class`), with its index.
+    /// Every ring shard of (`node`, `part`, `class`) that may hold a batch, with its index: none
+    /// while no batch of the class's default partition ever went into a ring (see
+    /// [`Self::rings_used`]).
     pub(super) fn ring_shards_of(
+        &self,
+        node: NodeId,
+        part: Partition,
+        class: SizeClass,
+    ) -> impl Iterator<Item = (usize, &RingShard)> {
+        let shards = if self.rings_used(node, part, class) {
+            self.shards_of(part)
+        } else {
+            0
+        };
+        (0..shards).map(move |shard| (shard, self.ring_shard(node, part, class, shard)))
+    }
+
+    /// Every ring shard of (`node`, `part`, `class`), used or not: for the double-free screen,
+    /// which must find an object in a batch pushed by another thread whose note of the push it
+    /// may not see yet.
+    pub(super) fn every_ring_shard_of(
         &self,
         node: NodeId,
         part: Partition,
@@ -251,10 +270,39 @@ impl NodeHeaps {
             .map(move |shard| (shard, self.ring_shard(node, part, class, shard)))
     }
 
+    /// False while no batch of `class` in the default partition of `node` ever went into one
+    /// of its rings (`NodeHeap::rings_used`): nothing to pop, and the rings' pages untouched.
+    /// True for the other partitions, whose rings are looked into as before.
+    #[inline]
+    pub(super) fn rings_used(&self, node: NodeId, part: Partition, class: SizeClass) -> bool {
+        if part != Partition::DEFAULT {
+            return true;
+        }
+        let (word, bit) = (class.index() / 64, 1u64 << (class.index() % 64));
+        self.node(node).rings_used[word].load(Ordering::Relaxed) & bit != 0
+    }
+
+    /// Records that a batch of `class` is going into one of the rings of `node`'s default
+    /// partition (before the push: a refill that does not see the bit yet takes from the bags
+    /// instead, as it would from an empty ring).
+    pub(super) fn note_rings_used(&self, node: NodeId, part: Partition, class: SizeClass) {
+        if part != Partition::DEFAULT {
+            return;
+        }
+        let (word, bit) = (class.index() / 64, 1u64 << (class.index() % 64));
+        let used = &self.node(node).rings_used[word];
+        if used.load(Ordering::Relaxed) & bit == 0 {
+            used.fetch_or(bit, Ordering::Relaxed);
+        }
+    }
+
     /// A batch of `class` in partition `part` from `node`'s transfer rings, if they hold one (a
     /// refill tries them before [`Self::take_from_bags`]): the shard of the calling thread's CPU
     /// first, then the node's other shards in turn.
     pub fn ring_refill(&self, node: NodeId, part: Partition, class: SizeClass) -> Option<Batch> {
+        if !self.rings_used(node, part, class) {
+            return None;
+        }
         let shards = self.shards_of(part);
         let home = if shards == 1 { 0 } else { self.shard_here() };
         let ops = &self.node(node).ops;
@@ -302,6 +350,52 @@ mod tests {
     use super::*;
     use crate::arena::tests::test_arena;
     use crate::size_class::class_of;
+
+    /// Whether the page holding `address` is mapped in (`mincore`; a page only read maps the
+    /// shared zero page, which counts).
+    fn page_mapped(address: usize) -> bool {
+        let page = address & !(crate::os::PAGE_SIZE - 1);
+        let mut resident = 0u8;
+        // SAFETY: one page of a live mapping (the node heaps' memory), one byte of result.
+        let result = unsafe {
+            libc::mincore(
+                page as *mut libc::c_void,
+                crate::os::PAGE_SIZE,
+                &mut resident,
+            )
+        };
+        assert_eq!(result, 0, "mincore");
+        resident & 1 != 0
+    }
+
+    /// A refill of a class whose rings never held a batch goes to the bags without reading the
+    /// rings (each spans a page of its own, which every class a program used cost it as a page
+    /// fault); once a batch went into one, refills find it there.
+    #[test]
+    fn refills_leave_the_rings_of_a_class_alone_until_a_batch_goes_into_one() {
+        let heaps = NodeHeaps::create(test_arena(1, 256 << 20, 0)).unwrap();
+        let (node, part) = (NodeId(0), Partition::DEFAULT);
+        // A class in the middle of the table: its ring's pages hold only its neighbours' rings,
+        // which nothing here uses.
+        let class = class_of(640, 8).unwrap();
+        let ring = heaps.ring_shard(node, part, class, 0);
+        let header = ring as *const RingShard as usize;
+        assert!(
+            !page_mapped(header),
+            "the ring's page is mapped before any use"
+        );
+        assert_eq!(heaps.ring_refill(node, part, class), None);
+        let batch = heaps
+            .take_from_bags(node, part, class, class.batch())
+            .unwrap();
+        assert!(!page_mapped(header), "a refill read the class's empty ring");
+        heaps.release(node, part, class, batch);
+        assert!(page_mapped(header));
+        let refilled = heaps
+            .ring_refill(node, part, class)
+            .expect("the released batch");
+        assert_eq!((refilled.head, refilled.count), (batch.head, batch.count));
+    }
 
     /// Shards follow the node's size (one per 16 CPUs of the largest node, at most eight) unless
     /// the option sets them, and split a node's CPUs into runs of neighbours.
@@ -356,6 +450,7 @@ mod tests {
                 .unwrap()
         };
         let push_to = |shard: usize, batch: Batch| {
+            heaps.note_rings_used(node, part, class);
             let ring = heaps.ring_shard(node, part, class, shard);
             assert!(ring.push(batch, ring.budget(class), ops).is_ok());
         };

@@ -32,7 +32,7 @@ impl NodeHeaps {
 
     /// True when `object` is in one of the batches waiting in the class's rings.
     fn ring_holds(&self, node: NodeId, part: Partition, class: SizeClass, object: *mut u8) -> bool {
-        self.ring_shards_of(node, part, class)
+        self.every_ring_shard_of(node, part, class)
             .any(|(_, ring)| self.shard_holds(node, part, class, ring, object))
     }
 
