@@ -208,7 +208,7 @@ impl NodeHeaps {
 
     /// Marks the class heap of (`node`, `part`, `class`) in use, before its lock is first taken.
     pub(super) fn activate(&self, node: NodeId, part: Partition, class: SizeClass) {
-        let (word, bit) = (class.index() / 64, 1u64 << (class.index() % 64));
+        let (word, bit) = class_bit(class);
         if part.0 == 0 {
             let used = &self.node(node).used[word];
             if used.load(Ordering::Acquire) & bit == 0 {
@@ -361,6 +361,13 @@ impl NodeHeaps {
     pub(super) fn unlock_activation(&self) {
         self.partitions.activation.release();
     }
+}
+
+/// Where class `class` sits in a set of classes held as two words (the `used` and `rings_used`
+/// bits): bit `c % 64` of word `c / 64`.
+#[inline]
+pub(super) fn class_bit(class: SizeClass) -> (usize, u64) {
+    (class.index() / 64, 1 << (class.index() % 64))
 }
 
 /// Calls `f` with each class whose bit `used` sets (bit `c` of word `c / 64`).

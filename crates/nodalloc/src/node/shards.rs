@@ -249,12 +249,9 @@ impl NodeHeaps {
         part: Partition,
         class: SizeClass,
     ) -> impl Iterator<Item = (usize, &RingShard)> {
-        let shards = if self.rings_used(node, part, class) {
-            self.shards_of(part)
-        } else {
-            0
-        };
-        (0..shards).map(move |shard| (shard, self.ring_shard(node, part, class, shard)))
+        let used = self.rings_used(node, part, class);
+        self.every_ring_shard_of(node, part, class)
+            .filter(move |_| used)
     }
 
     /// Every ring shard of (`node`, `part`, `class`), used or not: for the double-free screen,
@@ -278,7 +275,7 @@ impl NodeHeaps {
         if part != Partition::DEFAULT {
             return true;
         }
-        let (word, bit) = (class.index() / 64, 1u64 << (class.index() % 64));
+        let (word, bit) = super::partition::class_bit(class);
         self.node(node).rings_used[word].load(Ordering::Relaxed) & bit != 0
     }
 
@@ -289,7 +286,7 @@ impl NodeHeaps {
         if part != Partition::DEFAULT {
             return;
         }
-        let (word, bit) = (class.index() / 64, 1u64 << (class.index() % 64));
+        let (word, bit) = super::partition::class_bit(class);
         let used = &self.node(node).rings_used[word];
         if used.load(Ordering::Relaxed) & bit == 0 {
             used.fetch_or(bit, Ordering::Relaxed);

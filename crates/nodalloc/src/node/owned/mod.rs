@@ -442,13 +442,15 @@ impl NodeHeaps {
     /// Marks `class` used in heap `part` (activation lock held by the caller).
     pub(super) fn owned_activate(&self, part: Partition, class: SizeClass) {
         let record = self.owned.record(part.owned_index());
-        record.used[class.index() / 64].fetch_or(1 << (class.index() % 64), Ordering::Release);
+        let (word, bit) = super::partition::class_bit(class);
+        record.used[word].fetch_or(bit, Ordering::Release);
     }
 
     /// True when `class` is marked used in heap `part`.
     pub(super) fn owned_class_used(&self, part: Partition, class: SizeClass) -> bool {
         let record = self.owned.record(part.owned_index());
-        record.used[class.index() / 64].load(Ordering::Acquire) & 1 << (class.index() % 64) != 0
+        let (word, bit) = super::partition::class_bit(class);
+        record.used[word].load(Ordering::Acquire) & bit != 0
     }
 
     /// Drops heap `id`: every block it holds goes back to the region, and its handle (and
