@@ -77,11 +77,14 @@ pub(crate) struct FreeList {
 
 /// The most objects a thread may keep of a cached class once its limit has grown: sixteen
 /// batches, at most [`MAX_GROWN_BYTES`] of them ([`MAX_GROWN_SPARSE_BYTES`] above
-/// [`DENSE_OBJECT_MAX`]), and never below the base limit.
+/// [`DENSE_OBJECT_MAX`]), and never below the base limit. The classes above
+/// [`GROWN_CLASS_MAX`] up to [`DENSE_OBJECT_MAX`] keep their base limit.
 pub(crate) fn cache_limit_max(class: SizeClass) -> usize {
     let base = class.cache_limit();
     let bytes = if class.size() > DENSE_OBJECT_MAX {
         MAX_GROWN_SPARSE_BYTES
+    } else if class.size() > GROWN_CLASS_MAX {
+        return base;
     } else {
         MAX_GROWN_BYTES
     };
@@ -93,6 +96,17 @@ pub(crate) fn cache_limit_max(class: SizeClass) -> usize {
 
 /// Bytes of one class a grown limit may keep.
 const MAX_GROWN_BYTES: usize = 256 << 10;
+
+/// The largest class up to [`DENSE_OBJECT_MAX`] whose limit grows. A class of 1 to 4 KiB moves
+/// 8 to 28 objects a batch (32 KiB) and keeps two batches, and a cut of that fits its transfer
+/// ring, so its traffic with the node heap is a compare-and-swap per batch already; grown to
+/// 256 KiB, its lists held objects where the threads that wanted them could not reach them.
+/// mimalloc-bench's rptestN, whose threads free each other's blocks of 8 B to 16 KiB, held
+/// 6.3 MiB of these classes in threads' lists and rings beside 0.9 MiB of them live at its peak;
+/// without their growth its peak fell from a median of 22.9 to 21.1 MiB over 16 runs, and the
+/// showdown's xthread from 20 to 16 MiB, with no time measured lost (docs/JOURNAL.md,
+/// "Thirtieth round").
+const GROWN_CLASS_MAX: usize = 1 << 10;
 
 /// Bytes of one class above 4 KiB a grown limit may keep. Such a class's batch is 1 to 7
 /// objects, and a list of 256 KiB held 8 to 56: a program whose big blocks churn (the latency

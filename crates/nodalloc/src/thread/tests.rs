@@ -487,6 +487,52 @@ fn bursts_freed_again_settle_in_the_threads_list_and_a_producer_never_grows() {
     }
 }
 
+/// The classes of 1 KiB to a page and a line keep their base limit under the traffic that
+/// grows a smaller class's (each round allocates three base limits and frees them all): their
+/// two batches of 32 KiB already fit the transfer ring, and a longer list would only keep
+/// objects from the threads that want them (see `GROWN_CLASS_MAX`).
+#[test]
+fn the_classes_of_one_to_four_kib_keep_their_base_limit_when_used_both_ways() {
+    let heaps = heaps(1);
+    let mut heap = attached_without_upkeep(heaps, NodeId(0));
+    let small = class_of(1024, 8).unwrap();
+    let medium: Vec<SizeClass> = (0..NUM_CLASSES)
+        .map(|index| SizeClass(index as u8))
+        .filter(|class| class.size() > 1024 && class.size() <= DENSE_OBJECT_MAX)
+        .collect();
+    assert!(medium.len() > 8, "{} classes of 1-4 KiB", medium.len());
+    for &class in &medium {
+        assert_eq!(
+            cache_limit_max(class),
+            class.cache_limit(),
+            "{} B",
+            class.size()
+        );
+    }
+    for class in medium.iter().copied().step_by(3).chain([small]) {
+        let base = class.cache_limit();
+        for _ in 0..6 {
+            let objects: Vec<*mut u8> = (0..3 * base).map(|_| allocate(&mut heap, class)).collect();
+            for object in objects {
+                // SAFETY: allocated above, freed once.
+                unsafe { heap.free(object, class) };
+            }
+            assert_list_consistent(&heap, class);
+        }
+        let limit = heap.lists[class.index()].limit();
+        if class == small {
+            assert!(
+                limit > base,
+                "{} B: limit {limit} did not grow",
+                class.size()
+            );
+        } else {
+            assert_eq!(limit, base, "{} B: limit grew", class.size());
+        }
+    }
+    heap.flush();
+}
+
 /// A class whose list overflows and runs dry in turn keeps more objects, and takes half its
 /// grown limit from the bags at a refill (a class used both ways goes to the class lock less
 /// often); flushing the heap puts every limit back to its base and gives the node's budget back.
