@@ -103,10 +103,11 @@ const MAX_GROWN_BYTES: usize = 256 << 10;
 /// 256 KiB, its lists held objects where the threads that wanted them could not reach them.
 /// mimalloc-bench's rptestN, whose threads free each other's blocks of 8 B to 16 KiB, held
 /// 6.3 MiB of these classes in threads' lists and rings beside 0.9 MiB of them live at its peak;
-/// without their growth its peak fell from a median of 22.9 to 21.1 MiB over 16 runs, and the
-/// showdown's xthread from 20 to 16 MiB, with no time measured lost (docs/JOURNAL.md,
-/// "Thirtieth round").
-const GROWN_CLASS_MAX: usize = 1 << 10;
+/// without their growth, over 28 runs, its mean peak fell from 24.5 to 22.0 MiB and its highest
+/// from 37.2 to 30.7, and the showdown's xthread from 20 to 16 MiB, with no time measured lost.
+/// At 512 B the bound cost larsonN (blocks of 8 B to 1 KiB) a fifth of its speed
+/// (docs/JOURNAL.md, "Thirtieth round").
+pub(super) const GROWN_CLASS_MAX: usize = 1 << 10;
 
 /// Bytes of one class above 4 KiB a grown limit may keep. Such a class's batch is 1 to 7
 /// objects, and a list of 256 KiB held 8 to 56: a program whose big blocks churn (the latency

@@ -3,7 +3,7 @@
 //! `upkeep_tests.rs`).
 
 use super::adapt::THREAD_GROWN_BYTES;
-use super::cache::cache_limit_max;
+use super::cache::{cache_limit_max, GROWN_CLASS_MAX};
 use super::*;
 use crate::arena::tests::test_arena;
 use crate::node::{Partition, DENSE_OBJECT_MAX};
@@ -495,10 +495,11 @@ fn bursts_freed_again_settle_in_the_threads_list_and_a_producer_never_grows() {
 fn the_classes_of_one_to_four_kib_keep_their_base_limit_when_used_both_ways() {
     let heaps = heaps(1);
     let mut heap = attached_without_upkeep(heaps, NodeId(0));
-    let small = class_of(1024, 8).unwrap();
+    let small = class_of(GROWN_CLASS_MAX, 8).unwrap();
+    assert_eq!(small.size(), GROWN_CLASS_MAX);
     let medium: Vec<SizeClass> = (0..NUM_CLASSES)
         .map(|index| SizeClass(index as u8))
-        .filter(|class| class.size() > 1024 && class.size() <= DENSE_OBJECT_MAX)
+        .filter(|class| class.size() > GROWN_CLASS_MAX && class.size() <= DENSE_OBJECT_MAX)
         .collect();
     assert!(medium.len() > 8, "{} classes of 1-4 KiB", medium.len());
     for &class in &medium {
