@@ -249,9 +249,12 @@ impl NodeHeaps {
         part: Partition,
         class: SizeClass,
     ) -> impl Iterator<Item = (usize, &RingShard)> {
-        let used = self.rings_used(node, part, class);
-        self.every_ring_shard_of(node, part, class)
-            .filter(move |_| used)
+        let shards = if self.rings_used(node, part, class) {
+            self.shards_of(part)
+        } else {
+            0
+        };
+        self.first_ring_shards(node, part, class, shards)
     }
 
     /// Every ring shard of (`node`, `part`, `class`), used or not: for the double-free screen,
@@ -263,8 +266,18 @@ impl NodeHeaps {
         part: Partition,
         class: SizeClass,
     ) -> impl Iterator<Item = (usize, &RingShard)> {
-        (0..self.shards_of(part))
-            .map(move |shard| (shard, self.ring_shard(node, part, class, shard)))
+        self.first_ring_shards(node, part, class, self.shards_of(part))
+    }
+
+    /// Ring shards 0 to `shards` (excluded) of (`node`, `part`, `class`), with their indices.
+    fn first_ring_shards(
+        &self,
+        node: NodeId,
+        part: Partition,
+        class: SizeClass,
+        shards: usize,
+    ) -> impl Iterator<Item = (usize, &RingShard)> {
+        (0..shards).map(move |shard| (shard, self.ring_shard(node, part, class, shard)))
     }
 
     /// False while no batch of `class` in the default partition of `node` ever went into one
