@@ -18,8 +18,23 @@ static COUNT: AtomicUsize = AtomicUsize::new(0);
 static STARTS: [AtomicUsize; MAX_RANGES] = [const { AtomicUsize::new(0) }; MAX_RANGES];
 static ENDS: [AtomicUsize; MAX_RANGES] = [const { AtomicUsize::new(0) }; MAX_RANGES];
 
-/// Records the writable private mappings that exist now (once, at the first call).
+/// Records the writable private mappings that exist now (once, at the first call). Every
+/// thread's first allocation calls it: past the first, it reads one flag, and the reading of
+/// the maps, whose buffer is 16 KiB of stack, stays in a function of its own (its frame,
+/// probed page by page as it is set up, made four pages of every new thread's stack
+/// resident).
+#[inline]
 pub fn remember_startup_mappings() {
+    if RECORDED.load(Ordering::Acquire) {
+        return;
+    }
+    record_startup_mappings();
+}
+
+/// [`remember_startup_mappings`]'s first call.
+#[cold]
+#[inline(never)]
+fn record_startup_mappings() {
     if RECORDED.swap(true, Ordering::AcqRel) {
         return;
     }

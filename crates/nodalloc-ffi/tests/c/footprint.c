@@ -1,14 +1,37 @@
 /* The whole footprint of a small program: a few blocks of the commonest sizes, one thread,
  * then a third of a second idle while the maintenance thread makes its passes. Prints
- * "footprint hwm_kib=N code_kib=N libm=0|1 libgcc=0|1" (the peak resident set from
- * /proc/self/status, the resident memory of libnodalloc's code at the end, and whether libm and
- * libgcc_s are mapped: the program itself links neither) and "ok footprint: N checks".
+ * "footprint hwm_kib=N code_kib=N libm=0|1 libgcc=0|1 thread_stack_kib=N" (the peak resident
+ * set from /proc/self/status, the resident memory of libnodalloc's code at the end, whether
+ * libm and libgcc_s are mapped: the program itself links neither, and the resident pages of
+ * the thread's stack once it has allocated and freed a block) and "ok footprint: N checks".
  * Run under LD_PRELOAD and without it (glibc) by tests/c_abi/sparse.rs, which bounds the
  * difference: what a process pays for loading nodalloc at all. */
 #include "check.h"
 
 #include <pthread.h>
+#include <sys/mman.h>
 #include <time.h>
+
+/* The resident pages of the calling thread's stack, in KiB (mincore over its mapping). */
+static long own_stack_kib(void) {
+    pthread_attr_t attributes;
+    void *low;
+    size_t size;
+    if (pthread_getattr_np(pthread_self(), &attributes) != 0)
+        return -1;
+    int got = pthread_attr_getstack(&attributes, &low, &size);
+    pthread_attr_destroy(&attributes);
+    static unsigned char resident[1 << 16];
+    size_t pages = size / 4096;
+    if (got != 0 || pages > sizeof resident || mincore(low, size, resident) != 0)
+        return -1;
+    long kib = 0;
+    for (size_t i = 0; i < pages; i++)
+        kib += (resident[i] & 1) * 4;
+    return kib;
+}
+
+static long thread_stack_kib = -1;
 
 static long status_kib(const char *field) {
     FILE *f = fopen("/proc/self/status", "r");
@@ -45,6 +68,7 @@ static void *worker(void *argument) {
     fill(block, 100, 7);
     CHECK(first_mismatch(block, 100, 7) == 100, "a thread's block keeps its bytes");
     free(block);
+    thread_stack_kib = own_stack_kib();
     return argument;
 }
 
@@ -86,8 +110,9 @@ int main(void) {
     }
     long hwm = status_kib("VmHWM:");
     CHECK(hwm > 0, "VmHWM read");
-    printf("footprint hwm_kib=%ld code_kib=%ld libm=%d libgcc=%d\n", hwm, library_code_kib(),
-           maps_library("libm"), maps_library("libgcc_s"));
+    CHECK(thread_stack_kib > 0, "the thread's stack measured");
+    printf("footprint hwm_kib=%ld code_kib=%ld libm=%d libgcc=%d thread_stack_kib=%ld\n", hwm,
+           library_code_kib(), maps_library("libm"), maps_library("libgcc_s"), thread_stack_kib);
     printf("ok footprint: %lu checks\n", checks_passed);
     return 0;
 }

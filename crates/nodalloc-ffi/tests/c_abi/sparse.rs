@@ -155,6 +155,8 @@ struct Footprint {
     libm: bool,
     /// Whether libgcc_s was mapped in any run.
     libgcc: bool,
+    /// The most of the thread's stack resident after its first block, in KiB.
+    thread_stack_kib: u64,
 }
 
 fn footprint(preloaded: bool) -> Footprint {
@@ -172,8 +174,19 @@ fn footprint(preloaded: bool) -> Footprint {
             .unwrap_or(u64::MAX),
         libm: reports.iter().any(|figures| figures["libm"] != 0),
         libgcc: reports.iter().any(|figures| figures["libgcc"] != 0),
+        thread_stack_kib: reports
+            .iter()
+            .map(|figures| figures["thread_stack_kib"])
+            .max()
+            .unwrap_or(u64::MAX),
     }
 }
+
+/// Stack a thread may keep resident beyond glibc's for allocating its first block, in KiB: a
+/// page. Every thread of a process pays it; the first allocation's 16 KiB buffer for reading
+/// the process's maps, set up on every thread's first call though only the first reads, made
+/// it 16 KiB.
+const THREAD_STACK_EXTRA_KIB: u64 = 4;
 
 /// What a process pays for loading nodalloc at all: no libm, no libgcc_s (the library links no
 /// Rust standard library, whose unwinder needs it), and (release builds) a peak RSS within
@@ -201,6 +214,13 @@ fn a_small_program_pays_little_for_loading_nodalloc() {
         // A debug build's code is several times bigger: only the release bound means anything.
         return;
     }
+    assert!(
+        ours.thread_stack_kib <= glibc.thread_stack_kib + THREAD_STACK_EXTRA_KIB,
+        "a thread keeps {} KiB of its stack resident after its first block against glibc's {} \
+         KiB, bound {THREAD_STACK_EXTRA_KIB} KiB more",
+        ours.thread_stack_kib,
+        glibc.thread_stack_kib
+    );
     let extra = ours.hwm_kib.saturating_sub(glibc.hwm_kib);
     assert!(
         extra <= FOOTPRINT_EXTRA_KIB,

@@ -137,6 +137,9 @@ fn arming_slack(class: SizeClass) -> usize {
 const _: () = assert!(core::mem::size_of::<FreeList>() == crate::size_class::SLOT_BYTES);
 
 impl FreeList {
+    /// A list with nothing in it, unconfigured: every field zero, so a fresh heap writes its
+    /// lists as zero bits (`ThreadHeap::with_attach_hook`), and the tests hold the two equal.
+    #[cfg(test)]
     pub(super) const EMPTY: FreeList = FreeList {
         head: null_mut(),
         tail: null_mut(),
@@ -151,6 +154,38 @@ impl FreeList {
         frees: 0,
         aux: null_mut(),
     };
+
+    /// True when every field is [`FreeList::EMPTY`]'s (a fresh heap's lists are written as
+    /// zero bits instead; the destructuring makes a new field fail to compile here).
+    #[cfg(test)]
+    pub(super) fn is_empty_list(&self) -> bool {
+        let FreeList {
+            head,
+            tail,
+            nth,
+            start_magic,
+            count,
+            threshold,
+            rest,
+            behind,
+            limit,
+            book,
+            frees,
+            aux,
+        } = FreeList::EMPTY;
+        self.head == head
+            && self.tail == tail
+            && self.nth == nth
+            && self.start_magic == start_magic
+            && self.count == count
+            && self.threshold == threshold
+            && self.rest == rest
+            && self.behind == behind
+            && self.limit == limit
+            && self.book == book
+            && self.frees == frees
+            && self.aux == aux
+    }
 
     /// Sets the class's constants and its base limit (at attach; the list keeps its objects,
     /// and the marker is left unarmed).

@@ -48,6 +48,23 @@ pub(super) fn attached_without_upkeep(heaps: &'static NodeHeaps, node: NodeId) -
 /// gives the objects it cut from the list back to their own node, not the new home: the
 /// node heap refuses foreign objects and aborts naming one.
 #[test]
+fn a_fresh_heap_s_lists_are_the_empty_list() {
+    // Written as zero bits (`with_attach_hook`): they must read as `FreeList::EMPTY`, in the
+    // heap of the thread-local slot's kind and in one a pool writes over a used heap.
+    let heap = Box::new(ThreadHeap::with_attach_hook(None));
+    assert!(heap.lists.iter().all(FreeList::is_empty_list));
+    let heaps = heaps(1);
+    let mut used = attached(heaps, NodeId(0));
+    let class = SizeClass(4);
+    let object = allocate(&mut used, class);
+    assert!(!object.is_null());
+    assert!(!used.lists.iter().all(FreeList::is_empty_list));
+    // SAFETY: the heap is ours and nothing refers to its old contents.
+    unsafe { (&mut *used as *mut ThreadHeap).write(ThreadHeap::with_attach_hook(None)) };
+    assert!(used.lists.iter().all(FreeList::is_empty_list));
+}
+
+#[test]
 fn a_drain_that_re_homes_the_thread_returns_its_batch_to_the_old_node() {
     use crate::os::cpuset::CpuSet;
     let heaps = heaps(2);
