@@ -44,9 +44,6 @@ pub(super) fn attached_without_upkeep(heaps: &'static NodeHeaps, node: NodeId) -
     heap
 }
 
-/// A drain or a park whose upkeep re-homes the thread (it migrated to another node) still
-/// gives the objects it cut from the list back to their own node, not the new home: the
-/// node heap refuses foreign objects and aborts naming one.
 #[test]
 fn a_fresh_heap_s_lists_are_the_empty_list() {
     // Written as zero bits (`with_attach_hook`): they must read as `FreeList::EMPTY`, in the
@@ -64,6 +61,9 @@ fn a_fresh_heap_s_lists_are_the_empty_list() {
     assert!(used.lists.iter().all(FreeList::is_empty_list));
 }
 
+/// A drain or a park whose upkeep re-homes the thread (it migrated to another node) still
+/// gives the objects it cut from the list back to their own node, not the new home: the
+/// node heap refuses foreign objects and aborts naming one.
 #[test]
 fn a_drain_that_re_homes_the_thread_returns_its_batch_to_the_old_node() {
     use crate::os::cpuset::CpuSet;
