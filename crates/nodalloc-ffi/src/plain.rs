@@ -128,16 +128,30 @@ pub(crate) fn set_errno(value: c_int) {
 /// An allocation at `align` for a call from `site` (with the caller's `frame` pointer; see `callsite.rs`),
 /// without secure mode's trailer (its callers add it).
 pub(crate) fn allocate_at(size: usize, align: usize, site: usize, frame: usize) -> *mut c_void {
-    let mut heap = heap_or_create();
-    if let Some(heap) = heap.as_deref_mut() {
-        heap.enter_call_site(callsite::resolve(site, frame));
-        heap.enter_caller(nodalloc_core::raw::Caller {
-            ret: site,
-            frame,
-            size,
-        });
-    }
-    handed_out(raw::alloc(heap, size, align))
+    handed_out(raw::alloc(entered_heap(size, site, frame), size, align))
+}
+
+/// [`allocate_at`] as a large block whatever `size` is (`realloc`'s growing blocks, see
+/// [`raw::alloc_span`]).
+pub(crate) fn span_at(size: usize, site: usize, frame: usize) -> *mut c_void {
+    handed_out(raw::alloc_span(
+        entered_heap(size, site, frame),
+        size,
+        MALLOC_ALIGN,
+    ))
+}
+
+/// The thread's heap (created if need be) with the call site and the caller of an allocation
+/// of `size` from `site` entered.
+fn entered_heap(size: usize, site: usize, frame: usize) -> Option<&'static mut ThreadHeap> {
+    let heap = heap_or_create()?;
+    heap.enter_call_site(callsite::resolve(site, frame));
+    heap.enter_caller(nodalloc_core::raw::Caller {
+        ret: site,
+        frame,
+        size,
+    });
+    Some(heap)
 }
 
 /// `malloc` for a call from `site`, for the entry points that allocate a block of their own

@@ -85,6 +85,17 @@ pub fn alloc(heap: Option<&mut ThreadHeap>, size: usize, align: usize) -> *mut u
     }
 }
 
+/// Allocates `size` bytes at `align` as a large block, a span of its own, whatever its size:
+/// for a block that `realloc` keeps growing, which a span lets grow in place into the units
+/// after it, where an object of a class moves to the next class at every step and leaves a
+/// freed object in each class it passed through. Null when no memory is left.
+pub fn alloc_span(heap: Option<&mut ThreadHeap>, size: usize, align: usize) -> *mut u8 {
+    match Instance::get() {
+        Some(instance) => instance.alloc_large(heap, size, align),
+        None => null_mut(),
+    }
+}
+
 /// Has every object of the bags created (small objects) or carved (big ones) from now on carry
 /// `mark` in its second word until it is handed out, as a freed block of the C face does (its
 /// double-free screen, see `node::bags::CARVE_MARK`); 0 turns it off. Not in secure mode,

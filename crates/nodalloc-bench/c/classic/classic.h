@@ -169,6 +169,7 @@ void wl_glibc_simple(void);  /* stress.c */
 void wl_glibc_thread(void);  /* stress.c */
 void wl_malloc_large(void);  /* stress.c */
 void wl_fill_walk(void);     /* stress.c */
+void wl_grow(void);          /* stress.c */
 void wl_frag(void);          /* profiles.c */
 void wl_latency(void);       /* profiles.c */
 void wl_rss_time(void);      /* profiles.c */

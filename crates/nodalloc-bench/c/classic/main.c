@@ -72,6 +72,10 @@
  *                 fill every block, read them all back in allocation order,
  *                 free them.  Rewards blocks handed out in address order and
  *                 memory kept from one round to the next.
+ *   grow          (THREADS is ignored) 100 buffers (x SCALE), one after the
+ *                 other, each grown by realloc an eighth at a time from 1 KiB
+ *                 to 4 MiB and filled as it grows; ops = reallocs.  Rewards
+ *                 growing a block in place over copying it at every step.
  *   frag          Internal fragmentation: single thread allocates a fixed
  *                 sequence of log-uniform sizes 1 B..64 KiB, keeps all live,
  *                 sums requested and malloc_usable_size bytes, frees all.
@@ -131,6 +135,7 @@ static const struct {
     {"glibc-thread", wl_glibc_thread},
     {"malloc-large", wl_malloc_large},
     {"fill-walk", wl_fill_walk},
+    {"grow", wl_grow},
     {"frag", wl_frag},
     {"latency", wl_latency},
     {"rss-time", wl_rss_time},

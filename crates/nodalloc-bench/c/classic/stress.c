@@ -361,3 +361,44 @@ void wl_fill_walk(void)
     }
     print_result(ops, now_ns() - t0, 1, NULL);
 }
+
+/* ------------------------------------------------------------------------ */
+/* grow                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Buffers that realloc grows by an eighth at a time, as a string built piece by piece or an
+ * array appended to grows: from 1 KiB to 4 MiB, each step filled before the next, the whole
+ * buffer checked at the end; 100 buffers (x SCALE) one after the other. */
+void wl_grow(void)
+{
+    uint64_t buffers = scaled(100), ops = 0;
+    uint64_t t0 = now_ns();
+    for (uint64_t r = 0; r < buffers; r++) {
+        size_t size = 1024;
+        unsigned char *p = xmalloc(size);
+        memset(p, (int)(r & 0xff), size);
+        while (size < ((size_t)4 << 20)) {
+            size_t next = size + size / 8;
+            unsigned char *q = realloc(p, next);
+            if (q == NULL)
+                die("realloc(%zu) returned NULL", next);
+            memset(q + size, (int)((r + next) & 0xff), next - size);
+            p = q;
+            size = next;
+            ops++;
+        }
+        size_t filled = 1024;
+        for (size_t k = 0; k < filled; k++)
+            if (p[k] != (unsigned char)(r & 0xff))
+                die("a grown buffer lost its first bytes at %zu", k);
+        for (size_t from = 1024; from < size;) {
+            size_t next = from + from / 8;
+            for (size_t k = from; k < next; k += 4096)
+                if (p[k] != (unsigned char)((r + next) & 0xff))
+                    die("a grown buffer lost byte %zu of %zu", k, size);
+            from = next;
+        }
+        free(p);
+    }
+    print_result(ops, now_ns() - t0, 1, NULL);
+}

@@ -132,7 +132,7 @@ impl ClassicCase {
 }
 
 /// The timed workloads of the classic program.
-pub const TIMED: [&str; 13] = [
+pub const TIMED: [&str; 14] = [
     "larson",
     "xmalloc",
     "cache-thrash",
@@ -142,6 +142,7 @@ pub const TIMED: [&str; 13] = [
     "glibc-thread",
     "malloc-large",
     "fill-walk",
+    "grow",
     "xthread",
     "churn",
     "alloc-test",
@@ -164,7 +165,7 @@ pub fn classic_cases(mode: Mode, threads: Option<&[usize]>) -> Vec<ClassicCase> 
     let counts = threads.unwrap_or(default);
     let mut out = Vec::new();
     for w in TIMED {
-        let single = matches!(w, "glibc-simple" | "malloc-large" | "fill-walk");
+        let single = matches!(w, "glibc-simple" | "malloc-large" | "fill-walk" | "grow");
         // tstress is mimalloc's stress test, which runs 32 threads whatever the machine: the
         // point is more threads than cores.
         if w == "tstress" {

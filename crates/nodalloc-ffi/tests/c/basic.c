@@ -224,6 +224,49 @@ static void realloc_between_small_classes_hands_the_old_block_back(void) {
     }
 }
 
+/* A block that realloc grows to 32 KiB or more becomes a block of its own pages, which later
+ * growth extends in place while the pages after it are free: a buffer that keeps growing (a
+ * string built piece by piece) is neither copied at every step nor leaves a freed block in each
+ * size class it passed through. Shrunk below 32 KiB again, it moves back into a size class. Run
+ * first, while the heap's frontier follows the block. */
+static void realloc_grows_a_big_block_in_place(void) {
+    /* The classes the block passes through hold free blocks, which a realloc through the
+     * classes would move it into. */
+    for (size_t warm = 40 * KIB; warm <= 240 * KIB; warm += 8 * KIB) {
+        free(malloc(opaque_size(warm)));
+    }
+    size_t size = 20 * KIB;
+    unsigned char *block = malloc(opaque_size(size));
+    CHECK(block != NULL, "malloc(%zu) failed", size);
+    fill(block, size, 40);
+    size_t moves = 0;
+    for (size_t next = 40 * KIB, step = 41; next <= 240 * KIB; next += 8 * KIB, step++) {
+        uintptr_t address = (uintptr_t)block;
+        unsigned char *grown = realloc(block, opaque_size(next));
+        CHECK(grown != NULL, "realloc(%#lx, %zu) failed", (unsigned long)address, next);
+        CHECK_PATTERN(grown, size, step - 1);
+        CHECK(malloc_usable_size(grown) >= next, "realloc to %zu left %zu usable bytes", next,
+              malloc_usable_size(grown));
+        if ((uintptr_t)grown != address) {
+            moves++;
+        }
+        fill(grown, next, step);
+        block = grown;
+        size = next;
+    }
+    /* The move out of the 20 KiB class, and at most one more (if something took the pages
+     * after the block); through the size classes it moved at every one of the 26 steps. */
+    CHECK(moves <= 2, "growing a block from 40 to 240 KiB by 8 KiB moved it %zu times", moves);
+    uintptr_t address = (uintptr_t)block;
+    unsigned char *small = realloc(block, opaque_size(100));
+    CHECK(small != NULL && (uintptr_t)small != address, "realloc(%#lx, 100) gave %p",
+          (unsigned long)address, (void *)small);
+    CHECK_PATTERN(small, 100, 40 + 26);
+    CHECK(malloc_usable_size(small) < 32 * KIB, "a block shrunk to 100 bytes keeps %zu usable",
+          malloc_usable_size(small));
+    free(small);
+}
+
 static void failed_realloc_leaves_the_block_intact(void) {
     static const size_t sizes[] = {100, 5000, LARGEST_SMALL + 1, 2 * MIB};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
@@ -349,6 +392,7 @@ static void random_churn_keeps_every_live_block_intact(void) {
 
 int main(void) {
     require_nodalloc();
+    realloc_grows_a_big_block_in_place();
     malloc_gives_distinct_aligned_usable_blocks();
     malloc_zero_returns_a_unique_freeable_pointer();
     impossible_sizes_fail_with_enomem();
