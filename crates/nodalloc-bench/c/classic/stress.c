@@ -387,8 +387,7 @@ void wl_grow(void)
             size = next;
             ops++;
         }
-        size_t filled = 1024;
-        for (size_t k = 0; k < filled; k++)
+        for (size_t k = 0; k < 1024; k++)
             if (p[k] != (unsigned char)(r & 0xff))
                 die("a grown buffer lost its first bytes at %zu", k);
         for (size_t from = 1024; from < size;) {

@@ -267,6 +267,41 @@ static void realloc_grows_a_big_block_in_place(void) {
     free(small);
 }
 
+/* realloc's hit path (a block of the thread's cache, moved into a cached block of the new
+ * class) leaves a growing block to the span too: with the classes of 40 to 64 KiB holding
+ * several freed blocks each, a 20 KiB block grown to 40 KiB becomes a span of two 32 KiB units,
+ * and growing it to 48, 56 and 64 KiB keeps it where it is. Moved into the cached blocks, it
+ * would move at each of those steps. */
+static void realloc_of_a_growing_block_passes_the_cached_classes_by(void) {
+    for (int round = 0; round < 3; round++) {
+        for (size_t warm = 40 * KIB; warm <= 64 * KIB; warm += 8 * KIB) {
+            void *blocks[8];
+            for (size_t i = 0; i < 8; i++) {
+                blocks[i] = malloc(opaque_size(warm));
+                CHECK(blocks[i] != NULL, "malloc(%zu) failed", warm);
+            }
+            for (size_t i = 0; i < 8; i++) {
+                free(blocks[i]);
+            }
+        }
+    }
+    unsigned char *block = malloc(opaque_size(20 * KIB));
+    CHECK(block != NULL, "malloc(20 KiB) failed");
+    fill(block, 20 * KIB, 70);
+    block = realloc(block, opaque_size(40 * KIB));
+    CHECK(block != NULL, "realloc(20 KiB -> 40 KiB) failed");
+    CHECK_PATTERN(block, 20 * KIB, 70);
+    for (size_t next = 48 * KIB; next <= 64 * KIB; next += 8 * KIB) {
+        uintptr_t address = (uintptr_t)block;
+        unsigned char *grown = realloc(block, opaque_size(next));
+        CHECK((uintptr_t)grown == address, "realloc(%#lx, %zu) moved the block to %p",
+              (unsigned long)address, next, (void *)grown);
+        CHECK_PATTERN(grown, 20 * KIB, 70);
+        block = grown;
+    }
+    free(block);
+}
+
 static void failed_realloc_leaves_the_block_intact(void) {
     static const size_t sizes[] = {100, 5000, LARGEST_SMALL + 1, 2 * MIB};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
@@ -404,6 +439,7 @@ int main(void) {
     realloc_to_zero_frees_and_returns_null();
     realloc_keeps_the_common_prefix_across_sizes();
     realloc_between_small_classes_hands_the_old_block_back();
+    realloc_of_a_growing_block_passes_the_cached_classes_by();
     failed_realloc_leaves_the_block_intact();
     reallocarray_multiplies_and_refuses_overflow();
     libc_internal_allocations_are_served_and_freed();
