@@ -606,7 +606,7 @@ fn the_span_freed_last_is_held_inaccessible_and_handed_out_only_after_the_next()
     unsafe { arena.free_span(c, big) };
     assert_eq!(sparse.held().0, b);
     assert_eq!(arena.alloc_span(0, big, 1, SpanUse::Large).unwrap().0, c);
-    // Frees in a loop: held (and guarded) at the hold's rate (a burst, then one a millisecond;
+    // Frees in a loop: held (and guarded) at the hold's rate (a burst, then one a refill;
     // `a` and `b` took two); past it a span goes to the free lists open, as without the hold,
     // and the span held last stays held.
     let mut guarded = 2;
@@ -620,7 +620,7 @@ fn the_span_freed_last_is_held_inaccessible_and_handed_out_only_after_the_next()
         guarded += u64::from(held == span);
     }
     // The pool's clock is the coarse one (ticks of up to 4 ms): allow two ticks more.
-    let earned = started.elapsed().as_millis() as u64 + 1 + 8;
+    let earned = (started.elapsed().as_nanos() as u64 + 8_000_000) / region::GUARD_REFILL_NS + 1;
     assert!(guarded <= region::GUARD_BURST + earned, "{guarded} guarded");
     assert!(guarded >= region::GUARD_BURST, "{guarded} guarded");
 }

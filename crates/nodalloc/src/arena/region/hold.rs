@@ -10,7 +10,7 @@
 //! when the pool runs short, or by the decommit rule; a guarded one gives its pages back in
 //! place and stays guarded), two `mprotect` calls and a release's bookkeeping. The rate is
 //! bounded by tokens ([`GUARD_BURST`], one more per [`GUARD_REFILL_NS`]): a program that frees
-//! such spans in a loop pays for a thousand a second at most; its other frees go to the free
+//! such spans in a loop pays for a hundred a second at most; its other frees go to the free
 //! lists at once, as without the hold (the span held last stays held). A held span keeps its
 //! tags `UNUSED` and is in no list: nothing can hand it out, merge with it, or free it (a
 //! second free of it is an invalid pointer).
@@ -26,8 +26,14 @@ pub const HOLD_MAX_UNITS: usize = CHUNK_UNITS;
 /// eight covers a program that frees a few big blocks now and then; a loop of frees pays two
 /// `mprotect` calls a hold (some 20 µs with the faults of the span it turns to meanwhile), which
 /// a burst of 64 made 1.3 ms of a 1 024-pair loop of 1 MiB blocks (1.9× glibc's time, 1.2× at 8).
+/// Both calls run under the pool's span lock, and each takes the process's memory map for
+/// writing: at a token a millisecond, mimalloc-bench's mstress (two threads that free such
+/// blocks all the time) made 2 996 `mprotect` calls and waited 1 271 times on a futex, where it
+/// made 47 and 258 without the hold; at a token every 10 ms, 404 and 434 (docs/JOURNAL.md,
+/// "Thirty-third round"). glibc, whose `munmap` at a free the hold stands in for, stops
+/// unmapping a size after its first free of it (its mmap threshold rises to the freed size).
 pub const GUARD_BURST: u64 = 8;
-pub const GUARD_REFILL_NS: u64 = 1_000_000;
+pub const GUARD_REFILL_NS: u64 = 10_000_000;
 
 /// Whether a pool that holds spans (default mode) holds a span of `units`.
 pub fn holds_units(units: usize) -> bool {

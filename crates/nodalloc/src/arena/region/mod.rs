@@ -30,7 +30,7 @@ pub use decommit::DecommitPolicy;
 use decommit::Purge;
 pub use hold::{holds_units, GUARD_BURST};
 #[cfg(test)]
-pub use hold::{HOLD_MAX_UNITS, HOLD_MIN_UNITS};
+pub use hold::{GUARD_REFILL_NS, HOLD_MAX_UNITS, HOLD_MIN_UNITS};
 pub use prepare::PREPARE_WINDOW_NS;
 use spans::bucket_of;
 pub(crate) use spans::{canary_of, check_canary};
