@@ -101,6 +101,20 @@ __attribute__((unused)) static int is_aligned(const void *pointer, size_t alignm
     return ((uintptr_t)pointer & (alignment - 1)) == 0;
 }
 
+/* A field of /proc/self/status in KiB (as "VmRSS:"), or -1 when it cannot be read. */
+__attribute__((unused)) static long status_kib(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    size_t length = strlen(field);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, field, length))
+            sscanf(line + length, " %ld", &kib);
+    if (f)
+        fclose(f);
+    return kib;
+}
+
 /* A byte pattern that differs between blocks (seed) and along a block (index), so that two
  * blocks sharing memory, or a copy shifted by some bytes, are both seen. */
 __attribute__((unused)) static unsigned char pattern_byte(size_t seed, size_t index) {

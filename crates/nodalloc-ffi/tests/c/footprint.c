@@ -33,19 +33,6 @@ static long own_stack_kib(void) {
 
 static long thread_stack_kib = -1;
 
-static long status_kib(const char *field) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kib = -1;
-    size_t length = strlen(field);
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, field, length))
-            sscanf(line + length, " %ld", &kib);
-    if (f)
-        fclose(f);
-    return kib;
-}
-
 /* Whether a library whose file name starts with `name` (as "/libm." or "/libm-") is mapped. */
 static int maps_library(const char *name) {
     FILE *f = fopen("/proc/self/maps", "r");

@@ -236,6 +236,57 @@ fn a_small_program_pays_little_for_loading_nodalloc() {
     );
 }
 
+/// Resident memory a thread may cost beyond glibc's, in KiB, idle and holding a block: its
+/// heap's first page, which holds the heap's fields, its class tables and the lists of the
+/// small classes, and (holding a block) the page of objects its first refill of the class
+/// takes. A heap written whole at its thread's start, with every list configured, cost 17 KiB
+/// more than glibc's idle thread and 19–20 more than one holding a block; one page-aligned,
+/// with its lists configured at their class's first use, 6–7 and 11–13 (docs/JOURNAL.md,
+/// "Thirty-fourth round").
+const THREAD_EXTRA_KIB: [(bool, u64); 2] = [(true, 10), (false, 16)];
+
+/// The KiB a thread costs, from `tests/c/thread_footprint.c` (64 threads waiting on a barrier,
+/// each holding a block or, `idle`, none): the least of three runs.
+fn thread_kib(preloaded: bool, idle: bool) -> u64 {
+    (0..3)
+        .map(|_| {
+            let mut run = clean_command(program("thread_footprint", Mode::Preloaded));
+            if idle {
+                run.arg("idle");
+            }
+            if preloaded {
+                run.env("LD_PRELOAD", library());
+            }
+            let finished = run_passing_result(
+                "thread_footprint",
+                Mode::Preloaded,
+                run_bounded(&mut run, TIME_LIMIT),
+            );
+            let label = format!("preloaded {preloaded}, idle {idle}");
+            report_of(&finished, "thread_footprint", &label)["kib_per_thread"]
+        })
+        .min()
+        .unwrap_or(u64::MAX)
+}
+
+/// A thread costs little more than glibc's (release builds): its heap is written up to its
+/// lists, and a list only once its class is used, whether the thread allocates or not.
+#[test]
+fn a_thread_costs_a_page_or_two_of_heap() {
+    if cfg!(debug_assertions) {
+        return;
+    }
+    for (idle, bound) in THREAD_EXTRA_KIB {
+        let ours = thread_kib(true, idle);
+        let glibc = thread_kib(false, idle);
+        assert!(
+            ours <= glibc + bound,
+            "a thread ({}) costs {ours} KiB against glibc's {glibc} KiB, bound {bound} KiB more",
+            if idle { "idle" } else { "holding a block" }
+        );
+    }
+}
+
 /// The most bytes of thread-local storage the library may declare. glibc gives every thread a
 /// copy of it (and the main thread one at start), the initial image copied in as the thread is
 /// created: the crate face's thread heap (16 KiB) in there cost each thread four pages.

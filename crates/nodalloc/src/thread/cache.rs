@@ -31,6 +31,13 @@
 //! thread took any of its class was allocated by another thread, and the thread heap puts it
 //! behind a batch of its own (see `ThreadHeap::first_free`).
 //!
+//! Before that, a list of a new heap is **unconfigured**: all zero bits, as the heap was mapped
+//! (see `ThreadHeap::init`). Its head is null, so a pop misses; its threshold is 0, so a push
+//! takes the slow path; its `start_magic` is 0, so the C face's `free` hit never matches it.
+//! The class's first slow path configures it ([`FreeList::configure`] at a refill,
+//! [`FreeList::configure_at_push`] at a push), so a thread's heap writes the lists of the
+//! classes it uses and leaves the other lists' pages untouched.
+//!
 //! The fast paths keep one statistics counter, of frees; the allocations are what the count
 //! and `book` say (see `book`).
 
@@ -208,6 +215,26 @@ impl FreeList {
         if self.count == 0 && self.limit != 0 {
             self.threshold = FRESH_THRESHOLD;
         }
+    }
+
+    /// True once the list was configured (see the module's doc): an unconfigured list's `rest`
+    /// is 0, a configured one's at least 1.
+    pub(super) fn is_configured(&self) -> bool {
+        self.rest != 0
+    }
+
+    /// Configures an unconfigured list that a push just reached (its zero threshold sent the
+    /// push to the slow path; `count` includes the pushed objects): fresh, like a list the
+    /// thread has not refilled, outside secure mode. True when the push still needs the slow
+    /// path of a list that reached its threshold (an uncached class's park, a fresh list's
+    /// first free); false when it is done (secure mode's list, below its threshold).
+    pub(super) fn configure_at_push(&mut self, class: SizeClass, secure: bool) -> bool {
+        debug_assert!(!self.is_configured());
+        self.configure(class);
+        if !secure && self.limit != 0 {
+            self.threshold = FRESH_THRESHOLD;
+        }
+        self.count >= self.threshold
     }
 
     /// True for a fresh list (see [`FreeList::make_fresh`]). An unconfigured list's `rest` is

@@ -43,6 +43,8 @@ mod guard_tests;
 #[cfg(test)]
 mod large_tests;
 #[cfg(test)]
+mod lazy_tests;
+#[cfg(test)]
 mod partition_tests;
 #[cfg(test)]
 mod tests;
@@ -86,6 +88,13 @@ const HOLDS_PER_UPKEEP: u16 = crate::node::GUARD_BURST as u16;
 /// A thread's heap: per-class caches of free objects, outboxes for other nodes' objects, and
 /// what the free fast path needs to recognise objects of the home node. Its thread alone uses
 /// it; faces reach it through a thread-local pointer.
+///
+/// Laid out in declaration order (`repr(C)`): the fields a fresh heap must write, the class
+/// tables, then the per-class arrays whose fresh value is zero bits (the lists first). A heap
+/// on fresh memory writes only what comes before the lists (`ThreadHeap::init`), and a list
+/// is configured at its class's first slow path, so a thread's heap costs the pages of the
+/// classes it uses, not all of its 15 KiB.
+#[repr(C)]
 pub struct ThreadHeap {
     /// The home region and, for `free` without a size, the page map (see [`HomeView`]). Never
     /// matching until the heap is attached, once retired, and in secure mode.
@@ -104,16 +113,11 @@ pub struct ThreadHeap {
     /// [`crate::ds::LINK_KEY`], read from here by the fast paths: an operand in memory beside
     /// the range, it holds no register across the loops they are inlined into.
     link_key: usize,
-    lists: [FreeList; NUM_CLASSES],
-    /// The class lookups' tables, a copy in every heap: the faces' fast paths look a size up
-    /// at the heap's address, which they have, with no load of a table's address first.
-    slots: SlotTables,
     /// Per class, the cuts since its last refill (up to `adapt::CUTS_TO_SHRINK`) and whether
     /// the list was cut since its limit was reset (`adapt.rs`).
     cuts: [u8; NUM_CLASSES],
     /// Bytes the grown limits add to the base limits (bounded by `THREAD_GROWN_BYTES`).
     grown_bytes: usize,
-    outboxes: [Outbox; MAX_NODES],
     outbox_mask: u32,
     /// The one object of a class above `MAX_CACHED` this thread keeps (the last it freed, if
     /// not handed out again since), and its class: such classes are not cached beyond it.
@@ -199,6 +203,14 @@ pub struct ThreadHeap {
     /// In lean mode while attached, the home view the free fast path would use (its own is
     /// empty, so that frees come to the slow path); `NONE` otherwise.
     lean_home: HomeView,
+    /// The last large objects the thread freed, for its next large allocations (`large.rs`).
+    kept_large: large::KeptLarge,
+    /// The class lookups' tables, a copy in every heap: the faces' fast paths look a size up
+    /// at the heap's address, which they have, with no load of a table's address first.
+    slots: SlotTables,
+    /// Per class, the list of free objects; zero bits (unconfigured: see `cache.rs`) until the
+    /// class's first slow path.
+    lists: [FreeList; NUM_CLASSES],
     /// Per class, in lean mode: allocations left up to and including the next sampled one.
     budget: [u32; NUM_CLASSES],
     /// Per class, in lean mode: the list's pops since publication when last counted.
@@ -209,39 +221,20 @@ pub struct ThreadHeap {
     /// Per class of the sparse pool: the untouched objects the last refill took from a bag,
     /// handed out before the next refill (`refill_sparse`), given back by the flush.
     runs: [crate::node::Run; NUM_CLASSES],
-    /// The last large objects the thread freed, for its next large allocations (`large.rs`).
-    kept_large: large::KeptLarge,
+    /// Per node, the frees of that node's objects on their way to its inbox (several nodes).
+    outboxes: [Outbox; MAX_NODES],
 }
 
-/// The CPU word of a heap that does not follow its thread's CPU: it never changes.
-static NO_CPU: u32 = 0;
-
-/// Reports a list whose head [`ThreadHeap::alloc_cached`] refused: not null (then the list is
-/// empty) but outside the arena, a link some write after free replaced. The pops return null
-/// for both and the refill path tells them apart (a call on the fast path would cost it a
-/// stack frame). `block` held the word that decoded to `head`.
-#[cold]
-#[inline(never)]
-pub(crate) fn corrupted_list(heap: &ThreadHeap, block: *mut u8, head: *mut u8) -> ! {
-    let stored = crate::ds::stored_link(head);
-    match heap.heaps() {
-        Some(heaps) => heaps.report_damaged_link(block, stored),
-        None => crate::os::fatal(|w| {
-            w.str("corrupted free list: freed block ")
-                .hex(block as usize)
-                .str(" held ")
-                .hex(stored);
-        }),
-    }
-}
-
-impl ThreadHeap {
-    /// A fresh heap that attaches through `attach_hook` on its first slow path.
-    pub(crate) const fn with_attach_hook(
-        attach_hook: Option<fn(&mut ThreadHeap) -> bool>,
-    ) -> ThreadHeap {
-        ThreadHeap {
-            attach_hook,
+/// A fresh heap's fields, written once for both ways of making one: [`ThreadHeap::with_attach_hook`]
+/// (a value: `literal`) and [`ThreadHeap::init`] (in place on memory that reads as zero bits:
+/// `in_place`). The fields before the lists get their values; the per-class arrays after them
+/// (listed last) are zero bits, which is their empty value: the unconfigured list (a test holds
+/// it equal to `FreeList::EMPTY`), `Batch::EMPTY`, `Run::EMPTY`, no budget, empty outboxes. The
+/// literal names every field, so a field added to the heap fails to compile until it is listed
+/// here, with a value or among the zero arrays.
+macro_rules! fresh_heap {
+    ($how:ident, $($target:expr),+) => {
+        fresh_heap!(@$how [$($target),+]
             home: HomeView::NONE,
             state: HeapState::Fresh,
             secure: false,
@@ -250,16 +243,8 @@ impl ThreadHeap {
             arena_base: 0,
             arena_words: 0,
             link_key: crate::ds::LINK_KEY,
-            // All zero bits, which is `FreeList::EMPTY` (a test holds them equal): written so,
-            // the lists are cleared where the heap lies, where an array of `EMPTY`s was built
-            // on the stack and copied (7.5 KiB, two pages of every new thread's stack).
-            // SAFETY: a FreeList's fields are raw pointers and integers, for which all zero
-            // bits are a value.
-            lists: unsafe { core::mem::zeroed() },
-            slots: SlotTables::TABLES,
             cuts: [0; NUM_CLASSES],
             grown_bytes: 0,
-            outboxes: [Outbox::EMPTY; MAX_NODES],
             outbox_mask: 0,
             parked: null_mut(),
             parked_class: SizeClass(0),
@@ -295,12 +280,73 @@ impl ThreadHeap {
             stack: (0, 0),
             lean: false,
             lean_home: HomeView::NONE,
-            budget: [0; NUM_CLASSES],
-            seen: [0; NUM_CLASSES],
-            stash: [crate::node::Batch::EMPTY; NUM_CLASSES],
-            runs: [crate::node::Run::EMPTY; NUM_CLASSES],
             kept_large: large::KeptLarge::EMPTY,
+            slots: SlotTables::TABLES;
+            lists, budget, seen, stash, runs, outboxes)
+    };
+    (@literal [$hook:expr] $($field:ident: $value:expr),+; $($zero:ident),+) => {
+        ThreadHeap {
+            attach_hook: $hook,
+            $($field: $value,)+
+            // SAFETY: the zero arrays' elements are raw pointers, integers and booleans, for
+            // which zero bits are a value (their empty one).
+            $($zero: unsafe { core::mem::zeroed() },)+
         }
+    };
+    (@in_place [$heap:expr, $hook:expr] $($field:ident: $value:expr),+; $($zero:ident),+) => {{
+        let heap: *mut ThreadHeap = $heap;
+        // SAFETY: the caller's contract: `heap` is valid for writes and the zero arrays read as
+        // zero bits already.
+        unsafe {
+            core::ptr::addr_of_mut!((*heap).attach_hook).write($hook);
+            $(core::ptr::addr_of_mut!((*heap).$field).write($value);)+
+        }
+    }};
+}
+
+/// The CPU word of a heap that does not follow its thread's CPU: it never changes.
+static NO_CPU: u32 = 0;
+
+/// Reports a list whose head [`ThreadHeap::alloc_cached`] refused: not null (then the list is
+/// empty) but outside the arena, a link some write after free replaced. The pops return null
+/// for both and the refill path tells them apart (a call on the fast path would cost it a
+/// stack frame). `block` held the word that decoded to `head`.
+#[cold]
+#[inline(never)]
+pub(crate) fn corrupted_list(heap: &ThreadHeap, block: *mut u8, head: *mut u8) -> ! {
+    let stored = crate::ds::stored_link(head);
+    match heap.heaps() {
+        Some(heaps) => heaps.report_damaged_link(block, stored),
+        None => crate::os::fatal(|w| {
+            w.str("corrupted free list: freed block ")
+                .hex(block as usize)
+                .str(" held ")
+                .hex(stored);
+        }),
+    }
+}
+
+impl ThreadHeap {
+    /// A fresh heap that attaches through `attach_hook` on its first slow path.
+    pub(crate) const fn with_attach_hook(
+        attach_hook: Option<fn(&mut ThreadHeap) -> bool>,
+    ) -> ThreadHeap {
+        fresh_heap!(literal, attach_hook)
+    }
+
+    /// Writes a fresh heap that attaches through `attach_hook` at `heap`, in place: every field
+    /// before the lists. The lists and the per-class arrays after them are left as they are:
+    /// their fresh value is zero bits (empty lists, batches and outboxes, no run, no budget),
+    /// so on fresh memory (a new mapping) their pages stay untouched until a class is used.
+    ///
+    /// # Safety
+    /// `heap` is valid for writes of a `ThreadHeap`, aligned, used by nothing else, and its
+    /// memory from the lists on reads as zero bits.
+    pub(crate) unsafe fn init(
+        heap: *mut ThreadHeap,
+        attach_hook: Option<fn(&mut ThreadHeap) -> bool>,
+    ) {
+        fresh_heap!(in_place, heap, attach_hook)
     }
 
     /// A heap that never attaches: empty caches, a home region no address matches. A face may
@@ -376,15 +422,29 @@ impl ThreadHeap {
             // The lists, their limits and what they grew by stay as the last thread left them.
             return;
         }
-        for (index, list) in self.lists.iter_mut().enumerate() {
-            list.configure(SizeClass(index as u8));
-            // Secure mode's lists keep their own order (encoded links, the bitmap's checks).
-            if !self.secure {
-                list.make_fresh();
+        // The lists an earlier thread (or the home this heap left) used are set up again; the
+        // others stay unconfigured until their class's first slow path (`configure_list`), so
+        // a new heap's lists are not written, nor their pages touched, at its thread's start.
+        for index in 0..NUM_CLASSES {
+            if self.lists[index].is_configured() {
+                self.configure_list(SizeClass(index as u8));
             }
         }
         self.cuts = [0; NUM_CLASSES];
         self.grown_bytes = 0;
+    }
+
+    /// Sets up `class`'s list for this heap (its constants and base limit, fresh: see
+    /// `cache.rs`), keeping what it holds: at attach for a list already in use, and at the
+    /// class's first refill for one still unconfigured (zero bits, which sends its pops and
+    /// pushes to the slow paths).
+    pub(super) fn configure_list(&mut self, class: SizeClass) {
+        let list = &mut self.lists[class.index()];
+        list.configure(class);
+        // Secure mode's lists keep their own order (encoded links, the bitmap's checks).
+        if !self.secure {
+            list.make_fresh();
+        }
     }
 
     /// True once the heap is attached to a node (and until it is retired).

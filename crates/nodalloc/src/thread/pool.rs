@@ -1,7 +1,8 @@
 //! Thread heaps for faces that keep their own thread-local pointer (the C library): mapped
 //! sixteen at a time, recycled when a thread exits, so waves of short threads reuse the same
 //! few heaps, and the caches they filled (see [`recycle`]). A heap not yet handed out is never
-//! written, so it costs no resident page.
+//! written, so it costs no resident page, and a new one is written only up to its lists
+//! ([`ThreadHeap::init`]): its thread makes resident the lists of the classes it uses.
 //!
 //! The pool's lock is a spin lock held for a few instructions; the instance's fork handlers
 //! hold it across `fork` ([`lock`], [`unlock`]).
@@ -35,6 +36,12 @@ static POOL_LOCK: SpinLock = SpinLock::new();
 /// Heaps mapped at once when the pool is empty (a heap is about 16 KiB).
 const HEAPS_PER_MAPPING: usize = 16;
 
+/// Bytes from one heap of a mapping to the next: whole pages, so that each heap starts a page.
+/// A new heap writes its first fields and class tables, and the lists of the classes its
+/// thread uses (see [`ThreadHeap::init`]): one page for a thread that uses a few small
+/// classes, where a heap straddling pages made two of it.
+const HEAP_STRIDE: usize = core::mem::size_of::<ThreadHeap>().next_multiple_of(os::PAGE_SIZE);
+
 /// A fresh heap that attaches through `attach_hook` on its first slow path. `None` if no
 /// memory can be mapped.
 pub(crate) fn take(attach_hook: fn(&mut ThreadHeap) -> bool) -> Option<&'static mut ThreadHeap> {
@@ -48,16 +55,17 @@ pub(crate) fn take(attach_hook: fn(&mut ThreadHeap) -> bool) -> Option<&'static 
         heap
     } else {
         if pool.fresh_left == 0 {
-            let bytes = HEAPS_PER_MAPPING * core::mem::size_of::<ThreadHeap>();
+            let bytes = HEAPS_PER_MAPPING * HEAP_STRIDE;
             pool.fresh = os::reserve(bytes)? as *mut ThreadHeap;
             pool.fresh_left = HEAPS_PER_MAPPING;
         }
         let heap = pool.fresh;
-        // SAFETY: `fresh_left` heaps remain in the mapping from `fresh` on; this one is written
-        // before anyone sees it.
+        // SAFETY: `fresh_left` heaps remain in the mapping from `fresh` on, a stride apart
+        // (page-aligned, so aligned for a heap) and never written (the mapping reads as zero
+        // bits); this one is initialised before anyone sees it.
         unsafe {
-            pool.fresh = heap.add(1);
-            heap.write(ThreadHeap::with_attach_hook(Some(attach_hook)));
+            pool.fresh = heap.byte_add(HEAP_STRIDE);
+            ThreadHeap::init(heap, Some(attach_hook));
         }
         pool.fresh_left -= 1;
         heap
@@ -133,10 +141,14 @@ pub(super) fn release_kept() {
 /// hook) first with `fresh`.
 fn push(heap: *mut ThreadHeap, fresh: bool) {
     let _guard = POOL_LOCK.lock();
-    // SAFETY: POOL_LOCK is held; the heap is no longer used by any thread.
+    // SAFETY: POOL_LOCK is held; the heap is no longer used by any thread, and it reads as
+    // zero bits when `init` writes it (its contract).
     unsafe {
         if fresh {
-            heap.write(ThreadHeap::with_attach_hook((*heap).attach_hook));
+            let hook = (*heap).attach_hook;
+            // Resident already: cleared whole, then initialised as a new heap.
+            core::ptr::write_bytes(heap, 0, 1);
+            ThreadHeap::init(heap, hook);
         }
         let pool = &mut *POOL.0.get();
         (*heap).pool_next = pool.free;

@@ -216,6 +216,9 @@ impl ThreadHeap {
         if !object.is_null() {
             return object;
         }
+        if !self.lists[class.index()].is_configured() {
+            self.configure_list(class);
+        }
         self.refill_duties(heaps);
         self.publish(class);
         let want = self.refill_want(Partition::DEFAULT, class);
@@ -267,6 +270,9 @@ impl ThreadHeap {
     /// The upkeep due on a refill, then a batch from the node heap installed as the class's
     /// (empty) list. False when none was left.
     pub(super) fn refill(&mut self, heaps: &'static NodeHeaps, class: SizeClass) -> bool {
+        if !self.lists[class.index()].is_configured() {
+            self.configure_list(class);
+        }
         self.refill_duties(heaps);
         self.publish(class);
         let Some(batch) = self.take_refill(heaps, Partition::DEFAULT, class) else {
@@ -368,6 +374,9 @@ impl ThreadHeap {
         let Some(heaps) = self.heaps() else { return };
         let secure = self.secure;
         let list = &mut self.lists[class.index()];
+        if !list.is_configured() && !list.configure_at_push(class, secure) {
+            return;
+        }
         if list.is_uncached() {
             return self.park(heaps, class);
         }

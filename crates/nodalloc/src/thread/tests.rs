@@ -445,7 +445,8 @@ fn assert_list_consistent(heap: &ThreadHeap, class: SizeClass) {
 fn grown_bytes(heap: &ThreadHeap) -> usize {
     (0..NUM_CLASSES)
         .map(|index| SizeClass(index as u8))
-        .filter(|class| class.cache_limit() != 0)
+        // An unconfigured list (a class the heap has not used) has grown nothing.
+        .filter(|class| class.cache_limit() != 0 && heap.lists[class.index()].is_configured())
         .map(|class| (heap.lists[class.index()].limit() - class.cache_limit()) * class.size())
         .sum()
 }

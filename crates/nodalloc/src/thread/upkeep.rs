@@ -122,6 +122,12 @@ impl ThreadHeap {
 
     /// Empties one class's list (and lean mode's stash) into its bags.
     fn return_list(&mut self, heaps: &'static NodeHeaps, index: usize) {
+        if !self.lists[index].is_configured() {
+            // Never used (see `cache.rs`): nothing to return, and its page left untouched. A
+            // class's run and stash are only ever filled after its list is configured.
+            debug_assert!(self.runs[index].left == 0 && self.stash[index].count == 0);
+            return;
+        }
         let batch = self.lists[index].take_all(self.secure);
         let class = SizeClass(index as u8);
         self.reset_limit(class);

@@ -1,0 +1,160 @@
+//! Tests of a heap's lists configured at their class's first use (`cache.rs`, "unconfigured"),
+//! and of a heap written in place up to its lists (`ThreadHeap::init`).
+
+use super::tests::{allocate, attached, heaps};
+use super::*;
+use crate::arena::tests::test_arena_secure;
+use crate::size_class::class_of;
+
+/// The classes whose lists are configured.
+fn configured(heap: &ThreadHeap) -> Vec<usize> {
+    (0..NUM_CLASSES)
+        .filter(|&index| heap.lists[index].is_configured())
+        .collect()
+}
+
+/// An attach configures no list; an allocation configures its class's list, fresh (its first
+/// refill takes a page's worth of objects, not a batch), and no other.
+#[test]
+fn an_attach_configures_no_list_and_an_allocation_only_its_class_s() {
+    let heaps = heaps(1);
+    let mut heap = attached(heaps, NodeId(0));
+    assert!(heap.lists.iter().all(FreeList::is_empty_list));
+    let class = class_of(64, 8).unwrap();
+    let object = allocate(&mut heap, class);
+    assert!(!object.is_null());
+    assert_eq!(configured(&heap), vec![class.index()]);
+    let list = &heap.lists[class.index()];
+    assert_eq!(list.start_magic, class.start_magic());
+    assert_eq!(list.limit(), class.cache_limit());
+    // A page's worth of objects, one handed out.
+    let page = (crate::os::PAGE_SIZE / class.size())
+        .max(4)
+        .min(class.batch());
+    assert_eq!(list.len(), page - 1);
+    // SAFETY: allocated above, freed once.
+    unsafe { heap.free(object, class) };
+    assert_eq!(heap.lists[class.index()].len(), page);
+}
+
+/// A thread that only frees a class (a consumer of another thread's objects) configures its
+/// list at the first free, which then goes behind a batch of the thread's own, as a fresh
+/// list's does (`first_free`); an uncached class's list, configured the same way, parks.
+#[test]
+fn a_free_into_an_unconfigured_list_configures_it_and_goes_behind_a_batch() {
+    let heaps = heaps(1);
+    let mut producer = attached(heaps, NodeId(0));
+    let mut consumer = attached(heaps, NodeId(0));
+    let class = class_of(128, 8).unwrap();
+    let objects: Vec<*mut u8> = (0..3).map(|_| allocate(&mut producer, class)).collect();
+    // SAFETY: allocated by the producer, freed once, by the consumer.
+    unsafe { consumer.free(objects[0], class) };
+    assert_eq!(configured(&consumer), vec![class.index()]);
+    let list = &consumer.lists[class.index()];
+    assert!(
+        list.len() > 1,
+        "the first free took no batch of the thread's own"
+    );
+    assert_eq!(
+        list.tail(),
+        objects[0],
+        "the freed object is not behind the batch"
+    );
+    // SAFETY: as above.
+    unsafe {
+        consumer.free(objects[1], class);
+        consumer.free(objects[2], class);
+    }
+    assert_eq!(consumer.lists[class.index()].head, objects[2]);
+    // A class threads do not cache: configured at its first free, which parks the object.
+    let big = (0..NUM_CLASSES)
+        .map(|index| SizeClass(index as u8))
+        .find(|class| class.cache_limit() == 0)
+        .unwrap();
+    let block = allocate(&mut producer, big);
+    assert!(!block.is_null());
+    // SAFETY: allocated by the producer, freed once.
+    unsafe { consumer.free(block, big) };
+    let list = &consumer.lists[big.index()];
+    assert!(list.is_configured() && list.is_uncached());
+    assert_eq!((list.len(), consumer.parked), (1, block));
+}
+
+/// Secure mode: a free into an unconfigured list configures it without arming its marker (a
+/// secure list is never fresh), and the heap allocates and frees on as before.
+#[test]
+fn a_secure_heap_configures_its_lists_at_first_use_too() {
+    let heaps = NodeHeaps::create(test_arena_secure(1, false)).unwrap();
+    let mut producer = attached(heaps, NodeId(0));
+    let mut consumer = attached(heaps, NodeId(0));
+    assert!(consumer.lists.iter().all(FreeList::is_empty_list));
+    let class = class_of(48, 8).unwrap();
+    let objects: Vec<*mut u8> = (0..40).map(|_| allocate(&mut producer, class)).collect();
+    for &object in &objects {
+        // SAFETY: allocated by the producer, freed once, by the consumer.
+        unsafe { consumer.free(object, class) };
+    }
+    assert_eq!(configured(&consumer), vec![class.index()]);
+    assert!(!consumer.lists[class.index()].is_fresh());
+    let again: Vec<*mut u8> = (0..80).map(|_| allocate(&mut consumer, class)).collect();
+    assert!(again.iter().all(|object| !object.is_null()));
+    for &object in &again {
+        // SAFETY: allocated above, freed once.
+        unsafe { consumer.free(object, class) };
+    }
+}
+
+/// A flush (thread exit, re-homing) leaves unconfigured lists untouched, and a re-attach sets up
+/// again only the lists that were in use.
+#[test]
+fn a_flush_and_a_re_attach_leave_unused_lists_unconfigured() {
+    let heaps = heaps(1);
+    let mut heap = attached(heaps, NodeId(0));
+    let class = class_of(256, 8).unwrap();
+    let object = allocate(&mut heap, class);
+    // SAFETY: allocated above, freed once.
+    unsafe { heap.free(object, class) };
+    heap.flush();
+    assert_eq!(configured(&heap), vec![class.index()]);
+    heap.attach(heaps, NodeId(0));
+    assert_eq!(configured(&heap), vec![class.index()]);
+    assert!(heap.lists[class.index()].is_fresh());
+    let unused = (0..NUM_CLASSES).filter(|&index| index != class.index());
+    assert!(unused
+        .map(|index| &heap.lists[index])
+        .all(FreeList::is_empty_list));
+}
+
+/// `ThreadHeap::init` on memory that reads as zero bits makes the heap `with_attach_hook`
+/// makes, field for field where it matters to the paths: compared through a heap that
+/// attaches and serves on both.
+#[test]
+fn a_heap_written_in_place_works_as_one_built_whole() {
+    let layout = std::alloc::Layout::new::<ThreadHeap>();
+    // SAFETY: a zeroed allocation of a heap's layout, written by `init` before use, freed at the
+    // end (a heap has nothing to drop).
+    unsafe {
+        let memory = std::alloc::alloc_zeroed(layout) as *mut ThreadHeap;
+        assert!(!memory.is_null());
+        ThreadHeap::init(memory, None);
+        let heap = &mut *memory;
+        let whole = ThreadHeap::with_attach_hook(None);
+        assert!(heap.state == whole.state && heap.state == HeapState::Fresh);
+        assert_eq!(heap.link_key, whole.link_key);
+        assert_eq!(heap.holds_left, whole.holds_left);
+        assert!(heap.lists.iter().all(FreeList::is_empty_list));
+        assert!(heap
+            .runs
+            .iter()
+            .all(|run| run.next.is_null() && run.left == 0));
+        assert!(heap.stash.iter().all(|stash| stash.count == 0));
+        let heaps = heaps(1);
+        heap.attach(heaps, NodeId(0));
+        let class = class_of(32, 8).unwrap();
+        let object = allocate(heap, class);
+        assert!(!object.is_null());
+        heap.free(object, class);
+        heap.retire();
+        std::alloc::dealloc(memory as *mut u8, layout);
+    }
+}
