@@ -241,9 +241,9 @@ fn a_small_program_pays_little_for_loading_nodalloc() {
 /// small classes, and (holding a block) the page of objects its first refill of the class
 /// takes. A heap written whole at its thread's start, with every list configured, cost 17 KiB
 /// more than glibc's idle thread and 19–20 more than one holding a block; one page-aligned,
-/// with its lists configured at their class's first use, 6–7 and 11–13 (docs/JOURNAL.md,
+/// with its lists configured at their class's first use, 6–7 and 9–11 (docs/JOURNAL.md,
 /// "Thirty-fourth round").
-const THREAD_EXTRA_KIB: [(bool, u64); 2] = [(true, 10), (false, 16)];
+const THREAD_EXTRA_KIB: [(bool, u64); 2] = [(true, 10), (false, 14)];
 
 /// The KiB a thread costs, from `tests/c/thread_footprint.c` (64 threads waiting on a barrier,
 /// each holding a block or, `idle`, none): the least of three runs.

@@ -126,9 +126,12 @@ impl ThreadHeap {
         }
     }
 
-    /// The lists' counts were published: their pop counts start from zero.
+    /// The lists' counts were published: their pop counts start from zero. Outside the lean
+    /// mode, nothing (the array's page stays untouched: see `ThreadHeap::init`).
     pub(super) fn lean_after_publish(&mut self, class: SizeClass) {
-        self.seen[class.index()] = 0;
+        if self.lean {
+            self.seen[class.index()] = 0;
+        }
     }
 
     /// Lean mode, a slow entry of an allocation of `class`: true when it is the sample (its
