@@ -124,15 +124,21 @@ const FOOTPRINT_EXTRA_KIB: u64 = 1280;
 /// The `key=N` figures of the report line of `tests/c/NAME.c` in three runs, with nodalloc
 /// preloaded or without it (glibc).
 fn three_reports(name: &str, preloaded: bool) -> Vec<HashMap<String, u64>> {
+    three_reports_with(name, &[], preloaded)
+}
+
+/// [`three_reports`] of `tests/c/NAME.c` run with `args`.
+fn three_reports_with(name: &str, args: &[&str], preloaded: bool) -> Vec<HashMap<String, u64>> {
     (0..3)
         .map(|_| {
             let mut run = clean_command(program(name, Mode::Preloaded));
+            run.args(args);
             if preloaded {
                 run.env("LD_PRELOAD", library());
             }
             let finished =
                 run_passing_result(name, Mode::Preloaded, run_bounded(&mut run, TIME_LIMIT));
-            report_of(&finished, name, &format!("preloaded {preloaded}"))
+            report_of(&finished, name, &format!("preloaded {preloaded} {args:?}"))
         })
         .collect()
 }
@@ -248,23 +254,10 @@ const THREAD_EXTRA_KIB: [(bool, u64); 2] = [(true, 10), (false, 14)];
 /// The KiB a thread costs, from `tests/c/thread_footprint.c` (64 threads waiting on a barrier,
 /// each holding a block or, `idle`, none): the least of three runs.
 fn thread_kib(preloaded: bool, idle: bool) -> u64 {
-    (0..3)
-        .map(|_| {
-            let mut run = clean_command(program("thread_footprint", Mode::Preloaded));
-            if idle {
-                run.arg("idle");
-            }
-            if preloaded {
-                run.env("LD_PRELOAD", library());
-            }
-            let finished = run_passing_result(
-                "thread_footprint",
-                Mode::Preloaded,
-                run_bounded(&mut run, TIME_LIMIT),
-            );
-            let label = format!("preloaded {preloaded}, idle {idle}");
-            report_of(&finished, "thread_footprint", &label)["kib_per_thread"]
-        })
+    let args: &[&str] = if idle { &["idle"] } else { &[] };
+    three_reports_with("thread_footprint", args, preloaded)
+        .iter()
+        .map(|figures| figures["kib_per_thread"])
         .min()
         .unwrap_or(u64::MAX)
 }
