@@ -146,7 +146,6 @@ const _: () = assert!(core::mem::size_of::<FreeList>() == crate::size_class::SLO
 impl FreeList {
     /// A list with nothing in it, unconfigured: every field zero, so a fresh heap writes its
     /// lists as zero bits (`ThreadHeap::with_attach_hook`), and the tests hold the two equal.
-    #[cfg(test)]
     pub(super) const EMPTY: FreeList = FreeList {
         head: null_mut(),
         tail: null_mut(),
@@ -164,7 +163,6 @@ impl FreeList {
 
     /// True when every field is [`FreeList::EMPTY`]'s (a fresh heap's lists are written as
     /// zero bits instead; the destructuring makes a new field fail to compile here).
-    #[cfg(test)]
     pub(super) fn is_empty_list(&self) -> bool {
         let FreeList {
             head,

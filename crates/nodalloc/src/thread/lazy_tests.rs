@@ -158,3 +158,70 @@ fn a_heap_written_in_place_works_as_one_built_whole() {
         std::alloc::dealloc(memory as *mut u8, layout);
     }
 }
+
+/// Pages of `[start, start + bytes)` written to: present and mapped by this process alone
+/// (`/proc/self/pagemap` bits 63 and 56). A page only read maps the shared zero page, which is
+/// present but not exclusive (and which `mincore` would count as resident).
+fn written_pages(start: *mut u8, bytes: usize) -> usize {
+    use std::io::{Read, Seek, SeekFrom};
+    let page = crate::os::PAGE_SIZE;
+    let mut file = std::fs::File::open("/proc/self/pagemap").expect("pagemap");
+    file.seek(SeekFrom::Start((start as usize / page * 8) as u64))
+        .unwrap();
+    let mut entries = vec![0u8; bytes / page * 8];
+    file.read_exact(&mut entries).unwrap();
+    entries
+        .chunks(8)
+        .map(|entry| u64::from_le_bytes(entry.try_into().unwrap()))
+        .filter(|entry| entry >> 63 & 1 == 1 && entry >> 56 & 1 == 1)
+        .count()
+}
+
+/// A heap's thread that used one small class, and exited, wrote only the pages up to that
+/// class's list (its flush leaves the empty runs and stashes, on pages of their own, alone);
+/// the heap written over in place for the next thread (`ThreadHeap::reset`: the pool
+/// recycling a heap whose caches are not kept) writes no other page, and is a new heap again:
+/// attached anew, it serves classes on every page of its lists.
+#[test]
+fn a_used_heap_and_its_reset_write_only_the_pages_its_classes_need() {
+    let page = crate::os::PAGE_SIZE;
+    let bytes = core::mem::size_of::<ThreadHeap>().next_multiple_of(page);
+    let memory = crate::os::reserve(bytes).expect("mapping") as *mut ThreadHeap;
+    let heaps = heaps(1);
+    let class = class_of(32, 8).unwrap();
+    // SAFETY: a fresh mapping (zero bits) of a heap's size, page-aligned; the heap is used by
+    // this test alone and unmapped at its end.
+    unsafe {
+        let list_end = core::ptr::addr_of!((*memory).lists[class.index() + 1]) as usize;
+        let needed = (list_end - memory as usize).div_ceil(page);
+        assert!(
+            needed < bytes / page,
+            "the class's list on the heap's last page"
+        );
+        ThreadHeap::init(memory, None);
+        let heap = &mut *memory;
+        heap.attach(heaps, NodeId(0));
+        let object = allocate(heap, class);
+        heap.free(object, class);
+        heap.retire();
+        assert_eq!(written_pages(memory as *mut u8, bytes), needed);
+        ThreadHeap::reset(memory, None);
+        assert_eq!(written_pages(memory as *mut u8, bytes), needed);
+        let heap = &mut *memory;
+        assert_eq!(heap.state, HeapState::Fresh);
+        assert!(heap.lists.iter().all(FreeList::is_empty_list));
+        heap.attach(heaps, NodeId(0));
+        let biggest = (0..NUM_CLASSES)
+            .rev()
+            .map(|index| SizeClass(index as u8))
+            .find(|class| class.cache_limit() != 0)
+            .unwrap();
+        for class in [class, biggest] {
+            let object = allocate(heap, class);
+            assert!(!object.is_null());
+            heap.free(object, class);
+        }
+        heap.retire();
+        crate::os::unmap(memory as *mut u8, bytes);
+    }
+}

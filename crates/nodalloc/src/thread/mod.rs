@@ -293,6 +293,20 @@ macro_rules! fresh_heap {
             $($zero: unsafe { core::mem::zeroed() },)+
         }
     };
+    (@reset [$heap:expr, $hook:expr] $($field:ident: $value:expr),+; $($zero:ident),+) => {{
+        let heap: *mut ThreadHeap = $heap;
+        // SAFETY: the caller's contract: `heap` is a valid heap that nothing else uses. Zero
+        // bits are each zero array element's fresh value (see above).
+        unsafe {
+            $(for element in (*heap).$zero.iter_mut() {
+                if !FreshValue::is_fresh_value(element) {
+                    core::ptr::write_bytes(element, 0, 1);
+                }
+            })+
+        }
+        // The zero arrays now read as zero bits, as the in-place write requires.
+        fresh_heap!(in_place, heap, $hook)
+    }};
     (@in_place [$heap:expr, $hook:expr] $($field:ident: $value:expr),+; $($zero:ident),+) => {{
         let heap: *mut ThreadHeap = $heap;
         // SAFETY: the caller's contract: `heap` is valid for writes and the zero arrays read as
@@ -302,6 +316,43 @@ macro_rules! fresh_heap {
             $(core::ptr::addr_of_mut!((*heap).$field).write($value);)+
         }
     }};
+}
+
+/// An element of a heap's per-class arrays (see `fresh_heap!`), whose fresh value is zero bits:
+/// [`ThreadHeap::reset`] asks each whether it still holds it, and clears only those that do not.
+trait FreshValue {
+    /// True when the element holds its fresh (zero-bits) value, compared field by field.
+    fn is_fresh_value(&self) -> bool;
+}
+
+impl FreshValue for FreeList {
+    fn is_fresh_value(&self) -> bool {
+        self.is_empty_list()
+    }
+}
+
+impl FreshValue for u32 {
+    fn is_fresh_value(&self) -> bool {
+        *self == 0
+    }
+}
+
+impl FreshValue for crate::node::Batch {
+    fn is_fresh_value(&self) -> bool {
+        self.head.is_null() && self.tail.is_null() && self.count == 0
+    }
+}
+
+impl FreshValue for crate::node::Run {
+    fn is_fresh_value(&self) -> bool {
+        self.next.is_null() && self.left == 0 && !self.zeroed
+    }
+}
+
+impl FreshValue for Outbox {
+    fn is_fresh_value(&self) -> bool {
+        self.is_empty_value()
+    }
 }
 
 /// The CPU word of a heap that does not follow its thread's CPU: it never changes.
@@ -347,6 +398,22 @@ impl ThreadHeap {
         attach_hook: Option<fn(&mut ThreadHeap) -> bool>,
     ) {
         fresh_heap!(in_place, heap, attach_hook)
+    }
+
+    /// Writes a fresh heap that attaches through `attach_hook` over a used one at `heap`, in
+    /// place: each element of the per-class arrays that no longer holds its fresh value (zero
+    /// bits) is cleared, then [`Self::init`] writes the rest. Elements that were never written
+    /// are only read, so the pages of the classes the heap's last thread never used stay
+    /// untouched: a recycled heap costs its next thread what a new one does (cleared whole, it
+    /// cost all four of its pages).
+    ///
+    /// # Safety
+    /// `heap` is a valid heap (initialised, aligned) that nothing else uses.
+    pub(crate) unsafe fn reset(
+        heap: *mut ThreadHeap,
+        attach_hook: Option<fn(&mut ThreadHeap) -> bool>,
+    ) {
+        fresh_heap!(reset, heap, attach_hook)
     }
 
     /// A heap that never attaches: empty caches, a home region no address matches. A face may

@@ -35,6 +35,12 @@ impl Outbox {
         chain.count >= OUTBOX_FLUSH
     }
 
+    /// True when the outbox is [`Outbox::EMPTY`], field for field.
+    pub(super) fn is_empty_value(&self) -> bool {
+        let chain = &self.0;
+        chain.head.is_null() && chain.tail.is_null() && chain.count == 0
+    }
+
     /// Empties the outbox, returning its chain if it held anything.
     pub(super) fn take(&mut self) -> Option<Batch> {
         let chain = core::mem::replace(self, Outbox::EMPTY).0;

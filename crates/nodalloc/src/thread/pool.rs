@@ -138,17 +138,14 @@ pub(super) fn release_kept() {
 }
 
 /// Puts `heap` on the pool's free list, written over with a fresh heap (of the same attach
-/// hook) first with `fresh`.
+/// hook) first with `fresh`: in place, touching only the pages its last thread wrote
+/// ([`ThreadHeap::reset`]).
 fn push(heap: *mut ThreadHeap, fresh: bool) {
     let _guard = POOL_LOCK.lock();
-    // SAFETY: POOL_LOCK is held; the heap is no longer used by any thread, and it reads as
-    // zero bits when `init` writes it (its contract).
+    // SAFETY: POOL_LOCK is held; the heap is initialised and no longer used by any thread.
     unsafe {
         if fresh {
-            let hook = (*heap).attach_hook;
-            // Resident already: cleared whole, then initialised as a new heap.
-            core::ptr::write_bytes(heap, 0, 1);
-            ThreadHeap::init(heap, hook);
+            ThreadHeap::reset(heap, (*heap).attach_hook);
         }
         let pool = &mut *POOL.0.get();
         (*heap).pool_next = pool.free;

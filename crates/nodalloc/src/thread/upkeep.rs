@@ -132,10 +132,17 @@ impl ThreadHeap {
         let class = SizeClass(index as u8);
         self.reset_limit(class);
         self.give_back(heaps, Partition::DEFAULT, class, batch, true);
-        let run = core::mem::replace(&mut self.runs[index], crate::node::Run::EMPTY);
-        heaps.return_run(class, run);
-        let stash = core::mem::replace(&mut self.stash[index], crate::node::Batch::EMPTY);
-        self.give_back(heaps, Partition::DEFAULT, class, stash, true);
+        // The run and the stash are written only when they hold objects: their arrays lie on
+        // pages of their own, which a heap whose classes never had a run or a stash leaves
+        // untouched (written empty, every thread's exit made two more pages resident).
+        if self.runs[index].left != 0 {
+            let run = core::mem::replace(&mut self.runs[index], crate::node::Run::EMPTY);
+            heaps.return_run(class, run);
+        }
+        if self.stash[index].count != 0 {
+            let stash = core::mem::replace(&mut self.stash[index], crate::node::Batch::EMPTY);
+            self.give_back(heaps, Partition::DEFAULT, class, stash, true);
+        }
     }
 
     /// True when this heap's caches may wait in the pool for the next thread at its thread's
