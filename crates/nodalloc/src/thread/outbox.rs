@@ -35,10 +35,9 @@ impl Outbox {
         chain.count >= OUTBOX_FLUSH
     }
 
-    /// True when the outbox is [`Outbox::EMPTY`], field for field.
+    /// True when the outbox is [`Outbox::EMPTY`], field for field (its chain's fresh value).
     pub(super) fn is_empty_value(&self) -> bool {
-        let chain = &self.0;
-        chain.head.is_null() && chain.tail.is_null() && chain.count == 0
+        super::FreshValue::is_fresh_value(&self.0)
     }
 
     /// Empties the outbox, returning its chain if it held anything.
