@@ -11,12 +11,13 @@
 //!   included ([`crate::secure::check_write`]).
 //!
 //! The library exports the three symbols in every mode, so that neither needs another library.
-//! Each is a jump through one word, set when the library loads and finds the next library's
-//! function with `dlsym(RTLD_NEXT, …)`: to that function (4 instructions more per call), or to
-//! the bounded form; the checked form replaces either once the C face has decided it runs in
-//! secure mode ([`check_copies`]). Before the word is set (copies of constructors that run
-//! before the library's), glibc's `__*_chk` entry is called with an unbounded size; it calls
-//! glibc's implementation directly, never back through the symbol.
+//! Each is one indirect jump through a word, set when the library loads and finds the next
+//! library's function with `dlsym(RTLD_NEXT, …)`: to that function (one instruction more per
+//! call), or to the bounded form; the checked form replaces either once the C face has decided
+//! it runs in secure mode ([`check_copies`]). Until the word is set (copies of constructors that
+//! run before the library's) it holds the early form, which calls glibc's `__*_chk` entry with
+//! an unbounded size; that calls glibc's implementation directly, never back through the
+//! symbol.
 //!
 //! The library's own writes into blocks (a bag zeroed, a freed block filled, `realloc`'s copy,
 //! canaries) never come here: they use `raw::fill_unchecked` and `raw::copy_unchecked`.
@@ -27,17 +28,18 @@
 //! block; sources (reads).
 
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use nodalloc_core::raw;
 
 type CopyFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> *mut c_void;
 type SetFn = unsafe extern "C" fn(*mut c_void, c_int, usize) -> *mut c_void;
 
-/// Where each symbol jumps (0: not yet known, see the module's doc), and the next library's
-/// function, which the checked forms call.
-static MEMCPY: AtomicUsize = AtomicUsize::new(0);
-static MEMMOVE: AtomicUsize = AtomicUsize::new(0);
-static MEMSET: AtomicUsize = AtomicUsize::new(0);
+/// Where each symbol jumps (a function of the symbol's type: the early form until the library
+/// has loaded, see the module's doc), and the next library's function (0: not yet known),
+/// which the bounded and checked forms call.
+static MEMCPY: AtomicPtr<()> = AtomicPtr::new(memcpy_early as CopyFn as *mut ());
+static MEMMOVE: AtomicPtr<()> = AtomicPtr::new(memmove_early as CopyFn as *mut ());
+static MEMSET: AtomicPtr<()> = AtomicPtr::new(memset_early as SetFn as *mut ());
 static NEXT_MEMCPY: AtomicUsize = AtomicUsize::new(0);
 static NEXT_MEMMOVE: AtomicUsize = AtomicUsize::new(0);
 static NEXT_MEMSET: AtomicUsize = AtomicUsize::new(0);
@@ -58,24 +60,39 @@ pub(crate) fn resolve() {
         }
     }
     let bound = raw::copy_checks_requested();
-    for (next, target, bounded) in [
-        (&NEXT_MEMCPY, &MEMCPY, memcpy_bounded as CopyFn as usize),
-        (&NEXT_MEMMOVE, &MEMMOVE, memmove_bounded as CopyFn as usize),
-        (&NEXT_MEMSET, &MEMSET, memset_bounded as SetFn as usize),
+    for (next, target, early, bounded) in [
+        (
+            &NEXT_MEMCPY,
+            &MEMCPY,
+            memcpy_early as CopyFn as *mut (),
+            memcpy_bounded as CopyFn as *mut (),
+        ),
+        (
+            &NEXT_MEMMOVE,
+            &MEMMOVE,
+            memmove_early as CopyFn as *mut (),
+            memmove_bounded as CopyFn as *mut (),
+        ),
+        (
+            &NEXT_MEMSET,
+            &MEMSET,
+            memset_early as SetFn as *mut (),
+            memset_bounded as SetFn as *mut (),
+        ),
     ] {
         let address = next.load(Ordering::Acquire);
         if address != 0 {
-            let to = if bound { bounded } else { address };
-            let _ = target.compare_exchange(0, to, Ordering::AcqRel, Ordering::Acquire);
+            let to = if bound { bounded } else { address as *mut () };
+            let _ = target.compare_exchange(early, to, Ordering::AcqRel, Ordering::Acquire);
         }
     }
 }
 
 /// Turns the checks on (secure mode decided).
 pub(crate) fn check_copies() {
-    MEMCPY.store(memcpy_checked as CopyFn as usize, Ordering::Release);
-    MEMMOVE.store(memmove_checked as CopyFn as usize, Ordering::Release);
-    MEMSET.store(memset_checked as SetFn as usize, Ordering::Release);
+    MEMCPY.store(memcpy_checked as CopyFn as *mut (), Ordering::Release);
+    MEMMOVE.store(memmove_checked as CopyFn as *mut (), Ordering::Release);
+    MEMSET.store(memset_checked as SetFn as *mut (), Ordering::Release);
 }
 
 extern "C" {
@@ -100,13 +117,9 @@ fn unbounded() -> usize {
 #[no_mangle]
 pub unsafe extern "C" fn memcpy(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
     let target = MEMCPY.load(Ordering::Relaxed);
-    if target != 0 {
-        // SAFETY: the word holds the address of a function of `memcpy`'s type (`resolve`,
-        // `check_copies`); C's `memcpy` contract, forwarded.
-        return unsafe { core::mem::transmute::<usize, CopyFn>(target)(dst, src, n) };
-    }
-    // SAFETY: C's `memcpy` contract, forwarded.
-    unsafe { __memcpy_chk(dst, src, n, unbounded()) }
+    // SAFETY: the word always holds a function of `memcpy`'s type (its initial value,
+    // `resolve`, `check_copies`); C's `memcpy` contract, forwarded.
+    unsafe { core::mem::transmute::<*mut (), CopyFn>(target)(dst, src, n) }
 }
 
 /// # Safety
@@ -114,12 +127,8 @@ pub unsafe extern "C" fn memcpy(dst: *mut c_void, src: *const c_void, n: usize) 
 #[no_mangle]
 pub unsafe extern "C" fn memmove(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
     let target = MEMMOVE.load(Ordering::Relaxed);
-    if target != 0 {
-        // SAFETY: as in `memcpy`, for `memmove`'s type and contract.
-        return unsafe { core::mem::transmute::<usize, CopyFn>(target)(dst, src, n) };
-    }
-    // SAFETY: C's `memmove` contract, forwarded.
-    unsafe { __memmove_chk(dst, src, n, unbounded()) }
+    // SAFETY: as in `memcpy`, for `memmove`'s type and contract.
+    unsafe { core::mem::transmute::<*mut (), CopyFn>(target)(dst, src, n) }
 }
 
 /// # Safety
@@ -127,10 +136,24 @@ pub unsafe extern "C" fn memmove(dst: *mut c_void, src: *const c_void, n: usize)
 #[no_mangle]
 pub unsafe extern "C" fn memset(dst: *mut c_void, byte: c_int, n: usize) -> *mut c_void {
     let target = MEMSET.load(Ordering::Relaxed);
-    if target != 0 {
-        // SAFETY: as in `memcpy`, for `memset`'s type and contract.
-        return unsafe { core::mem::transmute::<usize, SetFn>(target)(dst, byte, n) };
-    }
+    // SAFETY: as in `memcpy`, for `memset`'s type and contract.
+    unsafe { core::mem::transmute::<*mut (), SetFn>(target)(dst, byte, n) }
+}
+
+// The early forms: the symbols' targets until the library has found the next library's
+// functions (see the module's doc).
+
+unsafe extern "C" fn memcpy_early(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
+    // SAFETY: C's `memcpy` contract, forwarded.
+    unsafe { __memcpy_chk(dst, src, n, unbounded()) }
+}
+
+unsafe extern "C" fn memmove_early(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
+    // SAFETY: C's `memmove` contract, forwarded.
+    unsafe { __memmove_chk(dst, src, n, unbounded()) }
+}
+
+unsafe extern "C" fn memset_early(dst: *mut c_void, byte: c_int, n: usize) -> *mut c_void {
     // SAFETY: C's `memset` contract, forwarded.
     unsafe { __memset_chk(dst, byte, n, unbounded()) }
 }
