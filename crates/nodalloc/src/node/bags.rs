@@ -289,7 +289,7 @@ impl NodeHeaps {
                         }
                         object
                     } else if (*bag).role.bag.sweep.released != 0 {
-                        self.restore_granule(node, class, bag, start);
+                        self.restore_granule(node, part, class, bag, start);
                         continue;
                     } else {
                         break;

@@ -27,7 +27,7 @@
 //! Layer: calls `arena`; used by `thread` and the faces.
 
 use crate::arena::pagemap::{Kind, UnitMeta};
-use crate::arena::region::SpanUse;
+use crate::arena::region::{SpanUse, Stretch};
 use crate::arena::secure::{carve_order, guarded_layout, Expect, Refusal};
 use crate::arena::Arena;
 pub(crate) use crate::arena::{region::DecommitPolicy, ArenaConfig};
@@ -295,6 +295,11 @@ pub struct NodeHeap {
     classes: [ClassHeap; NUM_CLASSES],
     /// The class heaps' transfer rings (shard 0), by class.
     rings: [RingShard; NUM_CLASSES],
+    /// By class, how long the default partition's bags must have been quiet before the sweep
+    /// releases their free pages, stretched when the pages it released are listed again soon
+    /// after (`sweep.rs`; under the class lock of `classes[c]`; zero bits: not stretched).
+    /// Kept out of the class heaps, which fill their two cache lines.
+    sweep_stretch: [UnsafeCell<Stretch>; NUM_CLASSES],
 }
 
 // SAFETY: the UnsafeCell fields are only touched with the class lock held.

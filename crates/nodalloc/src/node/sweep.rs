@@ -18,14 +18,25 @@
 //! upkeep pass, so a bag under churn is not emptied and refaulted on every pass. `purge`
 //! sweeps every bag. Secure mode, which carves in a random order, does not sweep.
 //!
+//! **The quiet time stretches with demand**, per class, as a pool's decommit delay does
+//! (`arena/region/decommit.rs`, `Stretch`): when a quarter of what a round of sweeps released
+//! is listed again (`restore_granule`, whose objects then fault their pages back in) within
+//! the stretched time, the program only paused between two rounds of the same work (a
+//! benchmark's repetitions, a server's bursts), and the class's bags must then stay quiet
+//! twice that pause (at most 10 s) before the next sweep. Each later round that waited the
+//! whole stretched time unused halves it again. mimalloc-bench's rptest released 9–10 MiB of
+//! granules between its bursts, 1 184 `madvise` calls, and faulted them in again in the next
+//! burst (docs/JOURNAL.md, "Thirty-sixth round"). `purge` still sweeps every bag at once.
+//!
 //! The sweep also gives back the spans of the classes' spares (empty bags kept for a class's
 //! next new bag, `bags.rs`) emptied before the pass fell due, and `purge` every spare.
 //!
 //! Layer: part of the node heap; calls `arena`.
 
-use super::{NodeHeaps, NodeId};
+use super::{NodeHeaps, NodeId, Partition};
 use crate::arena::pagemap::UnitMeta;
-use crate::os::PAGE_SIZE;
+use crate::arena::region::{Stretch, MAX_STRETCHED_NS};
+use crate::os::{self, PAGE_SIZE};
 use crate::size_class::SizeClass;
 use core::ops::Range;
 use core::sync::atomic::Ordering;
@@ -94,12 +105,17 @@ impl NodeHeaps {
             return;
         }
         let mut budget = PASS_BUDGET;
-        self.for_each_class_heap(node, |_, class, class_heap| {
+        let base = super::upkeep::upkeep_period(self.arena.decommit.delay_ns);
+        self.for_each_class_heap(node, |part, class, class_heap| {
             if !force && !class_heap.to_sweep.load(Ordering::Relaxed) {
                 return;
             }
             let _guard = class_heap.lock_counted(&self.node(node).ops);
             class_heap.to_sweep.store(false, Ordering::Relaxed);
+            // SAFETY: the class lock is held for the rest of this iteration.
+            let mut stretch = unsafe { self.sweep_stretch(node, part, class) };
+            // How much longer than one period the class's bags must have been quiet.
+            let extra = stretch.as_ref().map_or(0, |s| s.delay(base) - base);
             // SAFETY: the class lock is held for the rest of this iteration.
             let mut bag = unsafe { *class_heap.partial.get() };
             let mut waiting = false;
@@ -107,9 +123,16 @@ impl NodeHeaps {
                 // SAFETY: the class lock is held and `bag` is on this class's partial list.
                 unsafe {
                     let returned_at = (*bag).role.bag.sweep.returned_at;
-                    if budget > 0 && (force || (returned_at != 0 && returned_at < due)) {
-                        let walked = self.sweep_bag(node, class, bag);
+                    let quiet = returned_at != 0 && returned_at.saturating_add(extra) < due;
+                    if budget > 0 && (force || quiet) {
+                        let (walked, released) = self.sweep_bag(node, class, bag);
                         budget = budget.saturating_sub(walked);
+                        if let Some(stretch) = stretch.as_mut().filter(|_| released != 0 && !force)
+                        {
+                            // A round of releases by age: the evidence `restore_granule`
+                            // weighs.
+                            stretch.decommitted(base, due, returned_at, released);
+                        }
                     } else if returned_at != 0 {
                         waiting = true;
                         if budget == 0 {
@@ -131,11 +154,17 @@ impl NodeHeaps {
     }
 
     /// Releases the granules of `bag` that hold no live object, and clears the free bits of the
-    /// objects that start in them. Returns how many objects were listed (the work's measure).
+    /// objects that start in them. Returns how many objects were listed (the work's measure)
+    /// and the bytes released.
     ///
     /// # Safety
     /// The class lock is held and `bag` is a live bag of `class` on `node` (not secure mode).
-    unsafe fn sweep_bag(&self, node: NodeId, class: SizeClass, bag: *mut UnitMeta) -> usize {
+    unsafe fn sweep_bag(
+        &self,
+        node: NodeId,
+        class: SizeClass,
+        bag: *mut UnitMeta,
+    ) -> (usize, usize) {
         let map = self.arena.map();
         let start = map.address_of(map.unit_of_meta(bag));
         let size = class.size();
@@ -153,7 +182,7 @@ impl NodeHeaps {
         if (carved - bag.live as usize) * size < granule
             || bag.live as usize * per_granule > 4 * carved
         {
-            return 0;
+            return (0, 0);
         }
         // Which carved objects are free in the bag: their bits.
         let count = bag.listed as usize;
@@ -182,7 +211,7 @@ impl NodeHeaps {
             }
         }
         if newly == 0 {
-            return count;
+            return (count, 0);
         }
         // The objects that start in the granules about to go are free, but not to be handed
         // out (their pages are not there): their bits are cleared.
@@ -210,21 +239,24 @@ impl NodeHeaps {
             // free and no longer listed or reachable (see above).
             unsafe { self.arena.release_in_use(start + bytes.start, bytes.len()) };
         }
+        let released = granules.bytes(newly);
         self.node(node)
             .released_in_bags
-            .fetch_add(granules.bytes(newly), Ordering::Relaxed);
-        count
+            .fetch_add(released, Ordering::Relaxed);
+        (count, released)
     }
 
     /// Lists again (sets the free bits of) the objects that start in `bag`'s lowest released
-    /// granule (the bag has no listed or uncarved object left).
+    /// granule (the bag has no listed or uncarved object left), and notes it as released
+    /// memory taken back in the class's sweep stretch.
     ///
     /// # Safety
-    /// The class lock is held and `bag` is a live bag of `class` on `node` starting at `start`,
-    /// with a released granule.
+    /// The class lock of (`node`, `part`, `class`) is held and `bag` is a live bag of it
+    /// starting at `start`, with a released granule.
     pub(super) unsafe fn restore_granule(
         &self,
         node: NodeId,
+        part: Partition,
         class: SizeClass,
         bag: *mut UnitMeta,
         start: usize,
@@ -257,6 +289,35 @@ impl NodeHeaps {
         self.node(node)
             .released_in_bags
             .fetch_sub(bytes.len(), Ordering::Relaxed);
+        // SAFETY: the class lock is held (forwarded contract).
+        if let Some(stretch) = unsafe { self.sweep_stretch(node, part, class) } {
+            if stretch.watching() {
+                // Any pause up to the longest stretch counts: a pool's rule (a retake within
+                // the current delay) would never see a pause ten times the upkeep period.
+                stretch.retaken_within(os::monotonic_ns(), bytes.len(), MAX_STRETCHED_NS);
+            }
+        }
+    }
+
+    /// The sweep stretch of (`node`, `part`, `class`): the default partition's (other
+    /// partitions' bags are swept after one quiet period).
+    ///
+    /// # Safety
+    /// The class lock of (`node`, `part`, `class`) is held for as long as the result lives,
+    /// and no other reference to the stretch is.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn sweep_stretch(
+        &self,
+        node: NodeId,
+        part: Partition,
+        class: SizeClass,
+    ) -> Option<&mut Stretch> {
+        if part != Partition::DEFAULT {
+            return None;
+        }
+        let cell = &self.node(node).sweep_stretch[class.index()];
+        // SAFETY: the cell is guarded by that class lock, which the caller holds (contract).
+        Some(unsafe { &mut *cell.get() })
     }
 
     /// Accounts for the released granules of a bag that goes back to its region.
@@ -506,6 +567,52 @@ pub(super) mod tests {
             heaps.class(NodeId(0), class).bags.load(Ordering::Relaxed),
             0
         );
+        assert_eq!(released(), 0);
+    }
+
+    #[test]
+    fn a_class_whose_released_pages_come_back_after_a_pause_waits_out_twice_the_pause() {
+        let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
+        let class = class_of(8192, 8).unwrap();
+        let node = heaps.node(NodeId(0));
+        let released = || node.released_in_bags.load(Ordering::Relaxed);
+        const SECOND: u64 = 1_000_000_000;
+        // The objects came back a second ago; the next pass sweeps them.
+        let then = os::monotonic_ns() - SECOND;
+        node.next_upkeep.store(then, Ordering::Relaxed);
+        let (kept, freed) = sparse_bag(heaps, class, 4);
+        heaps.sweep_node(NodeId(0), then + 1, false);
+        assert!(released() > 0, "a quiet bag was not swept");
+        // Now, after the pause, the program takes every freed object again: the released
+        // granules are listed again and fault back in.
+        let again = take(heaps, class, freed.len() + 1);
+        assert_eq!(released(), 0);
+        let now = os::monotonic_ns();
+        node.next_upkeep.store(now, Ordering::Relaxed);
+        give_back(heaps, class, &again);
+        // One quiet period no longer does: the class waits twice the pause (about 2 s).
+        heaps.sweep_node(NodeId(0), now + 2, false);
+        heaps.sweep_node(NodeId(0), now + SECOND, false);
+        assert_eq!(released(), 0, "swept within the pause the program showed");
+        heaps.sweep_node(NodeId(0), now + 5 * SECOND, false);
+        assert!(released() > 0, "the stretched wait never ended");
+        // A class whose releases nobody takes back keeps one period (another class, whose
+        // stretch is its own).
+        let other = class_of(16384, 8).unwrap();
+        node.next_upkeep.store(now, Ordering::Relaxed);
+        let before = released();
+        let (other_kept, _) = sparse_bag(heaps, other, 4);
+        heaps.sweep_node(NodeId(0), now + 2, false);
+        assert!(released() > before, "a class without evidence waited");
+        for &object in &kept {
+            assert!(intact(object, class.size()));
+        }
+        let all = take(heaps, class, class.capacity());
+        give_back(heaps, class, &all);
+        give_back(heaps, class, &kept);
+        let all = take(heaps, other, other.capacity());
+        give_back(heaps, other, &all);
+        give_back(heaps, other, &other_kept);
         assert_eq!(released(), 0);
     }
 

@@ -166,7 +166,8 @@ impl PeakWindow {
     }
 }
 
-/// How far a pool stretches its decommit delay: the delay follows the pool's demand.
+/// How far a pool stretches its decommit delay: the delay follows the pool's demand. (The
+/// node heaps' sweep stretches its own the same way, per class: `node/sweep.rs`.)
 ///
 /// A span decommitted because it waited the whole delay, whose memory the pool hands out
 /// again soon after (a quarter of the bytes that went, within the delay), went too early: the
@@ -182,7 +183,7 @@ impl PeakWindow {
 /// program goes quiet the maintenance thread returns free memory after the policy's own delay
 /// ([`Region::purge_quiet`]).
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Stretch {
+pub(crate) struct Stretch {
     /// The delay is the policy's doubled this many times (capped).
     shift: u32,
     /// The current round of decommits by age: when its last one happened, the bytes it
@@ -197,14 +198,14 @@ pub(super) struct Stretch {
 }
 
 /// The longest a stretched delay grows (the policy's delay, when that is longer).
-pub(super) const MAX_STRETCHED_NS: u64 = 10_000_000_000;
+pub(crate) const MAX_STRETCHED_NS: u64 = 10_000_000_000;
 
 /// A round of decommits went too early once 1/RETAKE_SHARE of its bytes is handed out again.
 const RETAKE_SHARE: usize = 4;
 
 impl Stretch {
     /// The pool's delay, stretched from the policy's `base`.
-    pub(super) fn delay(&self, base: u64) -> u64 {
+    pub(crate) fn delay(&self, base: u64) -> u64 {
         if self.shift == 0 {
             return base;
         }
@@ -214,13 +215,13 @@ impl Stretch {
 
     /// True while decommitted memory handed out again may still prove the round early (the
     /// caller reads the clock only then).
-    pub(super) fn watching(&self) -> bool {
+    pub(crate) fn watching(&self) -> bool {
         self.returned != 0
     }
 
     /// Notes that `bytes`, freed at `freed_at`, went back to the OS at `now` because they
     /// waited the whole delay.
-    pub(super) fn decommitted(&mut self, base: u64, now: u64, freed_at: u64, bytes: usize) {
+    pub(crate) fn decommitted(&mut self, base: u64, now: u64, freed_at: u64, bytes: usize) {
         if now.saturating_sub(self.last_at) > self.delay(base) {
             // A new round: the memory of the last one waited the whole delay unused.
             self.shift = self.shift.saturating_sub(1);
@@ -234,10 +235,17 @@ impl Stretch {
         self.newest_freed = self.newest_freed.max(freed_at);
     }
 
-    /// Notes that `bytes` of decommitted memory were handed out again at `now`.
-    pub(super) fn retaken(&mut self, now: u64, bytes: usize) {
+    /// Notes that `bytes` of decommitted memory were handed out again at `now`: evidence
+    /// within the delay after the round's last decommit.
+    pub(crate) fn retaken(&mut self, now: u64, bytes: usize) {
+        self.retaken_within(now, bytes, self.delay(self.base));
+    }
+
+    /// [`Self::retaken`], as evidence when it comes within `window` ns after the round's last
+    /// decommit (the sweep's: any pause up to [`MAX_STRETCHED_NS`]).
+    pub(crate) fn retaken_within(&mut self, now: u64, bytes: usize, window: u64) {
         let base = self.base;
-        if self.returned == 0 || now.saturating_sub(self.last_at) > self.delay(base) {
+        if self.returned == 0 || now.saturating_sub(self.last_at) > window {
             return;
         }
         self.retaken += bytes;
