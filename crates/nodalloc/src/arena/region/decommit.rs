@@ -49,7 +49,8 @@ pub(super) enum Purge {
     /// Those [`decommit_now`] says are due, with the pool's stretched delay.
     Due,
     /// The maintenance thread's, for a pool that handed out nothing since its last pass: those
-    /// due with the policy's own delay, as if it had never been stretched.
+    /// due with the policy's own delay, as if demand had never stretched it, or with the
+    /// delay pauses stretched (below).
     Quiet,
     /// All of them.
     All,
@@ -67,11 +68,16 @@ impl Region {
     ) {
         let force = how == Purge::All;
         let stretched = state.stretch.delay(decommit.delay_ns);
+        // Pauses: what quiet purges returned came back after the program's pause, so the pool
+        // keeps its free memory (within the recent peak, whose window this is too) over a
+        // pause twice as long, whether the pass finds it quiet or still busy with the end of
+        // a burst.
+        let paused = state.quiet_stretch.delay(decommit.delay_ns);
         let policy = DecommitPolicy {
-            delay_ns: if how == Purge::Due {
-                stretched
-            } else {
-                decommit.delay_ns
+            delay_ns: match how {
+                Purge::Due => stretched.max(paused),
+                Purge::Quiet => paused,
+                Purge::All => decommit.delay_ns,
             },
             ..decommit
         };
@@ -117,6 +123,12 @@ impl Region {
                     .stretch
                     .decommitted(decommit.delay_ns, now, freed_at, bytes);
             }
+            if how == Purge::Quiet {
+                // By age or past the cap: either way the program had paused.
+                state
+                    .quiet_stretch
+                    .decommitted(decommit.delay_ns, now, freed_at, bytes);
+            }
             // SAFETY: the span is free (no live object) and inside our region.
             unsafe { os::decommit(address as *mut u8, bytes) };
             self.uncharge(bytes);
@@ -127,11 +139,29 @@ impl Region {
         }
     }
 
-    /// Notes that `bytes` of decommitted memory are handed out again (the stretch's evidence);
-    /// reads the clock only while the stretch watches. The span lock must be held.
+    /// Notes that `bytes` of decommitted memory are handed out again (the stretches'
+    /// evidence); reads the clock only while a stretch watches. The span lock must be held.
+    ///
+    /// What a quiet purge returned counts as taken back after any pause up to the longest
+    /// stretch: the pause that made the pool quiet was longer than the policy's delay by
+    /// definition, and the pool's own rule (a retake within the current delay) would not see
+    /// it. A program of bursts and pauses (a server between requests, a benchmark between
+    /// rounds) then keeps its memory over pauses of that length; one that goes quiet for good
+    /// gets it back after twice its longest such pause, at most [`MAX_STRETCHED_NS`].
     pub(super) fn note_retaken(state: &mut PoolState, bytes: usize) {
-        if state.stretch.watching() {
-            state.stretch.retaken(os::monotonic_ns(), bytes);
+        let pool = state.stretch.watching();
+        let quiet = state.quiet_stretch.watching();
+        if !pool && !quiet {
+            return;
+        }
+        let now = os::monotonic_ns();
+        if pool {
+            state.stretch.retaken(now, bytes);
+        }
+        if quiet {
+            state
+                .quiet_stretch
+                .retaken_within(now, bytes, MAX_STRETCHED_NS);
         }
     }
 }

@@ -128,6 +128,9 @@ struct PoolState {
     hold: hold::Hold,
     /// How far the decommit delay is stretched to follow demand (`decommit.rs`).
     stretch: decommit::Stretch,
+    /// How far pauses stretch it: quiet purges whose memory the program took back after its
+    /// pause (`decommit.rs`, [`Purge::Quiet`]).
+    quiet_stretch: decommit::Stretch,
     /// Spans handed out so far, and as of the maintenance thread's last pass: a pool whose
     /// count did not move between two passes is quiet ([`Region::purge_quiet`]).
     handouts: u64,
@@ -479,9 +482,10 @@ impl Region {
 
     /// The maintenance thread's purge: a pool that handed out no span since the last one is
     /// quiet, and returns the free memory that waited the policy's own delay, however far
-    /// demand stretched it (`decommit.rs`, [`decommit::Stretch`]); a busy pool purges as a
-    /// free does. A program that goes quiet gets its memory back within a pass or two of the
-    /// delay.
+    /// demand stretched it (`decommit.rs`, [`decommit::Stretch`]), unless the program took
+    /// back what earlier quiet purges returned (then the delay its pauses stretched); a busy
+    /// pool purges as a free does. A program that goes quiet gets its memory back within a
+    /// pass or two of that delay.
     pub fn purge_quiet(&self, map: &PageMap, decommit: DecommitPolicy) {
         let now = os::monotonic_ns().max(1);
         let _guard = self.lock_span();
