@@ -35,7 +35,7 @@
 
 use super::{NodeHeaps, NodeId, Partition};
 use crate::arena::pagemap::UnitMeta;
-use crate::arena::region::{Stretch, MAX_STRETCHED_NS};
+use crate::arena::region::Stretch;
 use crate::os::{self, PAGE_SIZE};
 use crate::size_class::SizeClass;
 use core::ops::Range;
@@ -292,9 +292,7 @@ impl NodeHeaps {
         // SAFETY: the class lock is held (forwarded contract).
         if let Some(stretch) = unsafe { self.sweep_stretch(node, part, class) } {
             if stretch.watching() {
-                // Any pause up to the longest stretch counts: a pool's rule (a retake within
-                // the current delay) would never see a pause ten times the upkeep period.
-                stretch.retaken_within(os::monotonic_ns(), bytes.len(), MAX_STRETCHED_NS);
+                stretch.retaken_after_pause(os::monotonic_ns(), bytes.len());
             }
         }
     }

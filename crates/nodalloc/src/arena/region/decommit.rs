@@ -142,12 +142,11 @@ impl Region {
     /// Notes that `bytes` of decommitted memory are handed out again (the stretches'
     /// evidence); reads the clock only while a stretch watches. The span lock must be held.
     ///
-    /// What a quiet purge returned counts as taken back after any pause up to the longest
-    /// stretch: the pause that made the pool quiet was longer than the policy's delay by
-    /// definition, and the pool's own rule (a retake within the current delay) would not see
-    /// it. A program of bursts and pauses (a server between requests, a benchmark between
-    /// rounds) then keeps its memory over pauses of that length; one that goes quiet for good
-    /// gets it back after twice its longest such pause, at most [`MAX_STRETCHED_NS`].
+    /// What a quiet purge returned counts as taken back after a pause
+    /// ([`Stretch::retaken_after_pause`]): a program of bursts and pauses (a server between
+    /// requests, a benchmark between rounds) then keeps its memory over pauses of that length;
+    /// one that goes quiet for good gets it back after twice its longest such pause, at most
+    /// [`MAX_STRETCHED_NS`].
     pub(super) fn note_retaken(state: &mut PoolState, bytes: usize) {
         let pool = state.stretch.watching();
         let quiet = state.quiet_stretch.watching();
@@ -159,9 +158,7 @@ impl Region {
             state.stretch.retaken(now, bytes);
         }
         if quiet {
-            state
-                .quiet_stretch
-                .retaken_within(now, bytes, MAX_STRETCHED_NS);
+            state.quiet_stretch.retaken_after_pause(now, bytes);
         }
     }
 }
@@ -211,7 +208,8 @@ impl PeakWindow {
 /// The stretch never lets a pool hold more than the rule allows ([`decommit_now`]: the recent
 /// peak of use beyond what is in use now, or a share of it), only for longer; and once the
 /// program goes quiet the maintenance thread returns free memory after the policy's own delay
-/// ([`Region::purge_quiet`]).
+/// ([`Region::purge_quiet`]), or after the pool's second stretch, which learns from quiet
+/// purges taken back after a pause ([`Self::retaken_after_pause`]).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Stretch {
     /// The delay is the policy's doubled this many times (capped).
@@ -228,7 +226,7 @@ pub(crate) struct Stretch {
 }
 
 /// The longest a stretched delay grows (the policy's delay, when that is longer).
-pub(crate) const MAX_STRETCHED_NS: u64 = 10_000_000_000;
+pub(super) const MAX_STRETCHED_NS: u64 = 10_000_000_000;
 
 /// A round of decommits went too early once 1/RETAKE_SHARE of its bytes is handed out again.
 const RETAKE_SHARE: usize = 4;
@@ -271,9 +269,17 @@ impl Stretch {
         self.retaken_within(now, bytes, self.delay(self.base));
     }
 
-    /// [`Self::retaken`], as evidence when it comes within `window` ns after the round's last
-    /// decommit (the sweep's: any pause up to [`MAX_STRETCHED_NS`]).
-    pub(crate) fn retaken_within(&mut self, now: u64, bytes: usize, window: u64) {
+    /// [`Self::retaken`] for releases made because the program paused (a quiet pool's purge,
+    /// the sweep of quiet bags): evidence within [`MAX_STRETCHED_NS`] after the round's last
+    /// release. The pause was longer than the delay by definition, and a retake within the
+    /// current delay would never see one ten times as long.
+    pub(crate) fn retaken_after_pause(&mut self, now: u64, bytes: usize) {
+        self.retaken_within(now, bytes, MAX_STRETCHED_NS);
+    }
+
+    /// Counts `bytes` handed out again at `now` when they come within `window` ns after the
+    /// round's last release, and stretches the delay once they prove the round early.
+    fn retaken_within(&mut self, now: u64, bytes: usize, window: u64) {
         let base = self.base;
         if self.returned == 0 || now.saturating_sub(self.last_at) > window {
             return;

@@ -28,7 +28,7 @@ mod spans;
 pub use budget::CommitBudget;
 pub use decommit::DecommitPolicy;
 use decommit::Purge;
-pub(crate) use decommit::{Stretch, MAX_STRETCHED_NS};
+pub(crate) use decommit::Stretch;
 pub use hold::{holds_units, GUARD_BURST};
 #[cfg(test)]
 pub use hold::{GUARD_REFILL_NS, HOLD_MAX_UNITS, HOLD_MIN_UNITS};
