@@ -34,7 +34,7 @@ fn top(pprof: &Path, profile: &Path, sample: &str) -> HashMap<String, u64> {
     bytes
 }
 
-/// Runs `program` (`profile` or a build of it) with profiling on, sampled every 8 KiB on
+/// Runs `program` (`profile` or a build of it) with profiling on, sampled every [`RATE`] on
 /// average, its profile written on demand to a scratch directory named after `case`; returns
 /// the profile's path and the true bytes of each site and of the array holding the kept blocks.
 fn profiled_run(
@@ -52,7 +52,7 @@ fn profiled_run(
     command
         .arg(&profile)
         .env("NODALLOC_PROFILE", "1")
-        .env("NODALLOC_PROFILE_RATE", "8K")
+        .env("NODALLOC_PROFILE_RATE", RATE)
         .envs(env.iter().copied());
     let finished = run_passing(program, mode, &mut command);
     let truths = finished
@@ -66,6 +66,14 @@ fn profiled_run(
     (profile, truths)
 }
 
+/// The mean bytes between samples in these tests: 2 KiB. A site's estimate strays from its
+/// true bytes by the sampling's spread alone, which shrinks with the number of samples. At 8 KiB
+/// the spread of `keep_medium` (8 MiB of 700-byte blocks, about 1 000 samples) was 3.0 % in 300
+/// runs, so a ±10 % bound was 3.3 standard deviations and failed about once in a thousand
+/// checks (one CI run found 10.0 %). At 2 KiB it was 1.4 % in 100 runs (at most 3.4 %), and
+/// ±10 % is seven standard deviations.
+const RATE: &str = "2K";
+
 /// Within ±10 % of `truth`.
 fn assert_near(what: &str, found: Option<&u64>, truth: u64, listing: &HashMap<String, u64>) {
     let found = *found.unwrap_or_else(|| panic!("{what}: not in the profile: {listing:?}"));
@@ -77,8 +85,8 @@ fn assert_near(what: &str, found: Option<&u64>, truth: u64, listing: &HashMap<St
     );
 }
 
-/// Three call sites with known totals (`tests/c/profile.c`), sampled every 8 KiB on average
-/// (about 2 000 samples for each kept site): pprof names the two kept sites with their live
+/// Three call sites with known totals (`tests/c/profile.c`), sampled every [`RATE`] on average
+/// (4 000 to 8 000 samples for each kept site): pprof names the two kept sites with their live
 /// bytes within ±10 %, not the freed one, which it names with its allocated bytes. The same
 /// for the profile written on demand while another thread allocates and for the one written
 /// at exit (`%p` in its name); a dump to a missing directory is refused with ENOENT and the
@@ -105,7 +113,7 @@ fn pprof_names_the_kept_call_sites_with_their_live_bytes() {
             .arg(&on_demand)
             .arg(&child)
             .env("NODALLOC_PROFILE", "1")
-            .env("NODALLOC_PROFILE_RATE", "8K")
+            .env("NODALLOC_PROFILE_RATE", RATE)
             .env("NODALLOC_PROFILE_OUT", dir.join("exit.%p.pb"));
         let finished = run_passing("profile", mode, &mut program);
         let truth = |site: &str| -> u64 {
@@ -257,7 +265,7 @@ fn a_program_without_frame_pointers_gets_shallow_stacks_that_name_its_sites() {
 }
 
 /// `NODALLOC_PROFILE_LEAKS=1`: at exit, one line says what is still live (the kept sites and
-/// their array, ±10 %, sampled every 8 KiB), then the sites holding most of it, largest first,
+/// their array, ±10 %, sampled every [`RATE`]), then the sites holding most of it, largest first,
 /// each frame as `file+offset`: `addr2line` turns the first site's first frame into
 /// `keep_small` (16 of the 27 MiB), the second's into `keep_medium`.
 #[test]
@@ -270,7 +278,7 @@ fn a_leak_report_at_exit_names_what_is_still_live() {
         let mut command = command("profile", mode);
         command
             .env("NODALLOC_PROFILE", "1")
-            .env("NODALLOC_PROFILE_RATE", "8K")
+            .env("NODALLOC_PROFILE_RATE", RATE)
             .env("NODALLOC_PROFILE_LEAKS", "1");
         let finished = run_passing("profile", mode, &mut command);
         let truth = |site: &str| -> u64 {
