@@ -392,8 +392,9 @@ fn sparse_patterns_cost_the_pages_they_touch() {
     }
 }
 
-/// Blocks of 1-64 KiB written whole, 90 % freed at random, then an idle second (allocating a
-/// little): only the survivors' pages may stay (`holes_bound_kib`).
+/// Blocks of 1-64 KiB written whole, 90 % freed at random, then at most two idle seconds
+/// (allocating a little; the sweep waits for bags a second quiet): only the survivors' pages
+/// may stay (`holes_bound_kib`).
 fn holes() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut blocks = Vec::with_capacity(8192);
@@ -419,19 +420,23 @@ fn holes() {
             true
         }
     });
-    for _ in 0..20 {
+    let live_kib = (live >> 10) as u64;
+    let kept_kib = || (rss_bytes().saturating_sub(before) >> 10) as u64;
+    let mut idle_ms = 0;
+    while idle_ms < 2000 && kept_kib() > holes_bound_kib(live_kib) {
         std::thread::sleep(Duration::from_millis(50));
+        idle_ms += 50;
         for size in [1 << 20, 64] {
             let layout = Layout::from_size_align(size, 8).unwrap();
             // SAFETY: a valid layout; freed at once.
             unsafe { GLOBAL.dealloc(GLOBAL.alloc(layout), layout) };
         }
     }
-    let kept_kib = (rss_bytes().saturating_sub(before) >> 10) as u64;
-    let live_kib = (live >> 10) as u64;
+    let kept_kib = kept_kib();
     let released = nodalloc::stats().released_in_bags;
     eprintln!(
-        "holes: {kept_kib} KiB kept for {live_kib} KiB live, {released} bytes released in bags"
+        "holes: {kept_kib} KiB kept for {live_kib} KiB live after {idle_ms} ms idle, \
+         {released} bytes released in bags"
     );
     assert!(
         kept_kib <= holes_bound_kib(live_kib),

@@ -6,8 +6,8 @@
  *
  * One workload family per file: handoff.c (larson, xmalloc), cache.c
  * (cache-thrash, cache-scratch), stress.c (mstress, glibc-simple,
- * glibc-thread, malloc-large), profiles.c (frag, latency, rss-time), traffic.c
- * (xthread, churn, alloc-test), tstress.c (tstress), server.c (server-model); helpers
+ * glibc-thread, malloc-large, fill-walk, grow, bursts), profiles.c (frag,
+ * latency, rss-time), traffic.c (xthread, churn, alloc-test), tstress.c (tstress), server.c (server-model); helpers
  * that are not inline live in common.c.  main.c describes the program and its
  * output protocol.  Small helpers are `static inline` here so that every
  * workload's hot loop compiles as it did when the program was one file.
@@ -170,6 +170,7 @@ void wl_glibc_thread(void);  /* stress.c */
 void wl_malloc_large(void);  /* stress.c */
 void wl_fill_walk(void);     /* stress.c */
 void wl_grow(void);          /* stress.c */
+void wl_bursts(void);        /* stress.c */
 void wl_frag(void);          /* profiles.c */
 void wl_latency(void);       /* profiles.c */
 void wl_rss_time(void);      /* profiles.c */

@@ -76,6 +76,13 @@
  *                 other, each grown by realloc an eighth at a time from 1 KiB
  *                 to 4 MiB and filled as it grows; ops = reallocs.  Rewards
  *                 growing a block in place over copying it at every step.
+ *   bursts        Bursts with pauses: each thread keeps 4096 blocks (x SCALE)
+ *                 of 1..16 KiB, filled; a round frees three in four, sleeps
+ *                 250 ms, then allocates and fills the freed slots again.
+ *                 Four rounds; only the refills are timed (elapsed = the
+ *                 slowest thread's).  Rewards memory kept over a pause that
+ *                 the program takes back at once.  (SCALE=0: two rounds,
+ *                 10 ms pauses.)
  *   frag          Internal fragmentation: single thread allocates a fixed
  *                 sequence of log-uniform sizes 1 B..64 KiB, keeps all live,
  *                 sums requested and malloc_usable_size bytes, frees all.
@@ -105,6 +112,7 @@
  *   all:       workers=N  (threads actually running the workload)
  *   frag:      requested=BYTES usable=BYTES
  *   latency:   p50=NS p90=NS p99=NS p999=NS max=NS clock_overhead_ns=NS
+ *   bursts:    refill_faults=N  (the threads' minor page faults in the refills)
  *   rss-time:  peak_rss_kib=K final_rss_kib=K peak_live_bytes=B
  *   server-model: rss_after_kib=K rss_idle_kib=K cache_bytes=B rss_per_cache_byte=X
  * Before the result line:
@@ -136,6 +144,7 @@ static const struct {
     {"malloc-large", wl_malloc_large},
     {"fill-walk", wl_fill_walk},
     {"grow", wl_grow},
+    {"bursts", wl_bursts},
     {"frag", wl_frag},
     {"latency", wl_latency},
     {"rss-time", wl_rss_time},

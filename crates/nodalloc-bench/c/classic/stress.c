@@ -1,10 +1,12 @@
 /*
  * stress.c -- timed mixes of malloc, free and realloc: mstress, glibc-simple,
- * glibc-thread and malloc-large.
+ * glibc-thread, malloc-large, fill-walk, grow and bursts.
  *
  * Each workload is described in main.c, which calls it through its table.
  */
 #include "classic.h"
+
+#include <sys/resource.h>
 
 /* ------------------------------------------------------------------------ */
 /* mstress                                                                  */
@@ -360,6 +362,110 @@ void wl_fill_walk(void)
         ops += n;
     }
     print_result(ops, now_ns() - t0, 1, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* bursts                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Bursts with pauses, as a server or a batch job that wakes, works and waits: every thread
+ * keeps 4096 blocks (x SCALE) of 1..16 KiB, each filled.  A round frees three blocks in four
+ * (checking each), sleeps (250 ms; 10 ms at SCALE=0), then allocates and fills the freed
+ * slots again.  Only the refills are timed: they reward memory kept over a pause that the
+ * program takes back at once, and show the page faults of memory returned during it.  Four
+ * rounds (two at SCALE=0). */
+typedef struct {
+    int id;
+    size_t slots;
+    int rounds;
+    unsigned pause_ms;
+    uint64_t timed_ns, ops, faults;
+} bu_arg_t;
+
+static void bu_fill(unsigned char *p, size_t size, uint64_t tag)
+{
+    memset(p, (int)(tag & 0xff), size);
+    put64(p, 0, tag);
+    put64(p, size - 8, tag ^ size);
+}
+
+static long bu_thread_faults(void)
+{
+    struct rusage usage;
+    return getrusage(RUSAGE_THREAD, &usage) == 0 ? usage.ru_minflt : 0;
+}
+
+static void *bu_thread(void *arg)
+{
+    bu_arg_t *a = arg;
+    rng_t rng = rng_seed(11, (uint64_t)a->id);
+    unsigned char **blocks = xmmap(sizeof(void *) * a->slots);
+    size_t *sizes = xmmap(sizeof(size_t) * a->slots);
+    uint64_t *tags = xmmap(sizeof(uint64_t) * a->slots);
+    for (size_t i = 0; i < a->slots; i++) {
+        sizes[i] = rng_range(&rng, 1024, 16384);
+        tags[i] = rng_next(&rng);
+        blocks[i] = xmalloc(sizes[i]);
+        bu_fill(blocks[i], sizes[i], tags[i]);
+    }
+    gate_wait();
+    for (int round = 0; round < a->rounds; round++) {
+        for (size_t i = 0; i < a->slots; i++) {
+            if (rng_below(&rng, 4) == 0)
+                continue;
+            unsigned char *p = blocks[i];
+            if (get64(p, 0) != tags[i] || get64(p, sizes[i] - 8) != (tags[i] ^ sizes[i]) ||
+                p[sizes[i] / 2] != (unsigned char)(tags[i] & 0xff))
+                die("block %p (%zu bytes) was corrupted", (void *)p, sizes[i]);
+            free(p);
+            blocks[i] = NULL;
+        }
+        usleep(a->pause_ms * 1000u);
+        long faults = bu_thread_faults();
+        uint64_t t0 = now_ns();
+        for (size_t i = 0; i < a->slots; i++) {
+            if (blocks[i] != NULL)
+                continue;
+            sizes[i] = rng_range(&rng, 1024, 16384);
+            tags[i] = rng_next(&rng);
+            blocks[i] = xmalloc(sizes[i]);
+            bu_fill(blocks[i], sizes[i], tags[i]);
+            a->ops++;
+        }
+        a->timed_ns += now_ns() - t0;
+        a->faults += (uint64_t)(bu_thread_faults() - faults);
+    }
+    for (size_t i = 0; i < a->slots; i++)
+        free(blocks[i]);
+    xmunmap(tags, sizeof(uint64_t) * a->slots);
+    xmunmap(sizes, sizeof(size_t) * a->slots);
+    xmunmap(blocks, sizeof(void *) * a->slots);
+    return NULL;
+}
+
+void wl_bursts(void)
+{
+    int T = g_threads;
+    bu_arg_t *args = xmmap(sizeof(bu_arg_t) * (size_t)T);
+    for (int i = 0; i < T; i++) {
+        args[i].id = i;
+        args[i].slots = (size_t)scaled(4096);
+        args[i].rounds = g_scale == 0 ? 2 : 4;
+        args[i].pause_ms = g_scale == 0 ? 10 : 250;
+    }
+    run_threads(T, bu_thread, args, sizeof(bu_arg_t));
+    /* The slowest thread's refills are the run's time. */
+    uint64_t timed = 0, ops = 0, faults = 0;
+    for (int i = 0; i < T; i++) {
+        if (args[i].timed_ns > timed)
+            timed = args[i].timed_ns;
+        ops += args[i].ops;
+        faults += args[i].faults;
+    }
+    xmunmap(args, sizeof(bu_arg_t) * (size_t)T);
+    char extra[64];
+    snprintf(extra, sizeof extra, "refill_faults=%llu", (unsigned long long)faults);
+    print_result(ops, timed, T, extra);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -132,7 +132,7 @@ impl ClassicCase {
 }
 
 /// The timed workloads of the classic program.
-pub const TIMED: [&str; 14] = [
+pub const TIMED: [&str; 15] = [
     "larson",
     "xmalloc",
     "cache-thrash",
@@ -143,6 +143,7 @@ pub const TIMED: [&str; 14] = [
     "malloc-large",
     "fill-walk",
     "grow",
+    "bursts",
     "xthread",
     "churn",
     "alloc-test",

@@ -20,7 +20,7 @@
  *             first pages are resident before the program writes them (malloc writes nothing
  *             into a block carved for the first time), then writes, checks and frees them
  *   holes     8192 blocks of 1-64 KiB, every byte written, 90 % freed at random; prints, as
- *             kept_kib=N, the growth left after the program idles 1 s allocating a little, and
+ *             kept_kib=N, the growth left after the program idles 2 s allocating a little, and
  *             live_kib=N, the bytes the survivors hold (their pages must be all that stays)
  *   first     the process's first block of 1 000 B and of 2 000 B, each written whole: prints,
  *             as bag_pages=N, how many pages of the two 32 KiB units holding them are resident
@@ -254,7 +254,8 @@ static void pattern_holes(void) {
             live += sizes[i];
         }
     }
-    idle(20);
+    /* Two seconds: the sweep leaves a class the program still holds quiet for one. */
+    idle(40);
     long kept = rss_kib() - before;
     for (int i = 0; i < COUNT; i++) {
         if (blocks[i] != NULL) {

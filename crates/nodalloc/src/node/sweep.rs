@@ -14,9 +14,9 @@
 //! An object that starts before a released granule and reaches into it stays listed: when it
 //! is handed out, its tail reads as zero, as any recycled memory may.
 //!
-//! Only quiet bags are swept: no object came back to the bag since the node's previous
-//! upkeep pass, so a bag under churn is not emptied and refaulted on every pass. `purge`
-//! sweeps every bag. Secure mode, which carves in a random order, does not sweep.
+//! Only quiet bags are swept: no object came back to the bag for ten upkeep periods
+//! ([`quiet_time`], 1 s by default), so a bag under churn is not emptied and refaulted on
+//! every pass, nor one a program left over a short pause. `purge` sweeps every bag. Secure mode, which carves in a random order, does not sweep.
 //!
 //! **The quiet time stretches with demand**, per class, as a pool's decommit delay does
 //! (`arena/region/decommit.rs`, `Stretch`): when a quarter of what a round of sweeps released
@@ -45,6 +45,34 @@ use core::sync::atomic::Ordering;
 /// the rest for the next pass. It holds a class lock and runs on the slow path of whichever
 /// thread is due; it reads bits, not objects, but releasing granules is a system call each.
 const PASS_BUDGET: usize = 1 << 15;
+
+/// Upkeep periods the bags of a class the program still holds must have been quiet before the
+/// sweep releases their free pages, unless the class's stretch asks for longer.
+const QUIET_PERIODS: u64 = 10;
+
+/// How long the bags of a class the program still holds must have been quiet before they are
+/// swept (the class's stretch may lengthen it): ten upkeep periods, 1 s at the default decommit
+/// delay, 10 ms at the shortest. The free pages of bags in use are memory no peer gives back
+/// at all; released one period after a burst, they were faulted in again by the next burst of a
+/// program that paused for longer than that, and the first pause of every such program paid
+/// it before the stretch could learn (docs/JOURNAL.md, "Thirty-seventh round").
+pub(crate) fn quiet_time(delay_ns: u64) -> u64 {
+    QUIET_PERIODS * super::upkeep::upkeep_period(delay_ns)
+}
+
+/// Whether the program drained `class` on this node: the objects out of its bags (held by the
+/// program or sitting in caches) fill at most an eighth of its bags (spares aside). A program
+/// that paused mid-work still holds its working set; one that drained a class holds what its
+/// caches and a few survivors pin, one object in each of many bags, whose pages the sweep
+/// gives back after one period (a drained program's RSS falls within a few hundred ms).
+fn drained(class: SizeClass, class_heap: &super::ClassHeap) -> bool {
+    let bags = class_heap
+        .bags
+        .load(Ordering::Relaxed)
+        .saturating_sub(class_heap.spare_count.load(Ordering::Relaxed));
+    let out = class_heap.out_of_bags.load(Ordering::Relaxed);
+    out.saturating_mul(8) <= bags.saturating_mul(class.capacity())
+}
 
 /// How a class's bags are cut into granules: a page each, or the power of two that cuts the
 /// bag into at most 64; the last one ends with the bag.
@@ -105,7 +133,8 @@ impl NodeHeaps {
             return;
         }
         let mut budget = PASS_BUDGET;
-        let base = super::upkeep::upkeep_period(self.arena.decommit.delay_ns);
+        let period = super::upkeep::upkeep_period(self.arena.decommit.delay_ns);
+        let paused = quiet_time(self.arena.decommit.delay_ns);
         self.for_each_class_heap(node, |part, class, class_heap| {
             if !force && !class_heap.to_sweep.load(Ordering::Relaxed) {
                 return;
@@ -114,8 +143,16 @@ impl NodeHeaps {
             class_heap.to_sweep.store(false, Ordering::Relaxed);
             // SAFETY: the class lock is held for the rest of this iteration.
             let mut stretch = unsafe { self.sweep_stretch(node, part, class) };
-            // How much longer than one period the class's bags must have been quiet.
-            let extra = stretch.as_ref().map_or(0, |s| s.delay(base) - base);
+            // How long the class's bags must have been quiet: one period for a drained class,
+            // the quiet time for one the program still holds, or longer if the stretch says
+            // so; less the period a bag's stamp (the deadline of the pass after its last
+            // return) already counts.
+            let wait = if drained(class, class_heap) {
+                period
+            } else {
+                paused
+            };
+            let extra = stretch.as_ref().map_or(wait, |s| s.delay(period).max(wait)) - period;
             // SAFETY: the class lock is held for the rest of this iteration.
             let mut bag = unsafe { *class_heap.partial.get() };
             let mut waiting = false;
@@ -131,7 +168,7 @@ impl NodeHeaps {
                         {
                             // A round of releases by age: the evidence `restore_granule`
                             // weighs.
-                            stretch.decommitted(base, due, returned_at, released);
+                            stretch.decommitted(period, due, returned_at, released);
                         }
                     } else if returned_at != 0 {
                         waiting = true;
@@ -298,7 +335,7 @@ impl NodeHeaps {
     }
 
     /// The sweep stretch of (`node`, `part`, `class`): the default partition's (other
-    /// partitions' bags are swept after one quiet period).
+    /// partitions' bags are swept after the unstretched quiet time).
     ///
     /// # Safety
     /// The class lock of (`node`, `part`, `class`) is held for as long as the result lives,
@@ -343,7 +380,7 @@ pub(super) mod tests {
     use super::*;
     use crate::arena::tests::test_arena;
     use crate::ds::{next_of, set_next};
-    use crate::node::{Misuse, Partition};
+    use crate::node::{upkeep_period, Misuse, Partition};
     use crate::size_class::class_of;
     use core::ptr::null_mut;
     use std::collections::HashSet;
@@ -524,7 +561,7 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn only_bags_quiet_for_a_whole_upkeep_period_are_swept() {
+    fn only_bags_quiet_for_the_whole_quiet_time_are_swept() {
         let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
         let class = class_of(8192, 8).unwrap();
         let stamp = heaps
@@ -539,20 +576,28 @@ pub(super) mod tests {
                 .released_in_bags
                 .load(Ordering::Relaxed)
         };
-        // The pass whose deadline the returns saw: not quiet yet.
-        heaps.sweep_node(NodeId(0), stamp, false);
-        assert_eq!(
-            released(),
-            0,
-            "a bag swept in the period its objects came back"
-        );
-        // The next pass: quiet for a whole period.
-        heaps.sweep_node(NodeId(0), stamp + 1, false);
+        // The stamp is the deadline of the pass after the returns, a period after them.
+        let delay = heaps.arena.decommit.delay_ns;
+        let wait = quiet_time(delay) - upkeep_period(delay);
+        assert!(wait >= upkeep_period(delay));
+        // The pass whose deadline the returns saw, and the last one within the quiet time:
+        // not quiet yet.
+        for due in [stamp, stamp + wait] {
+            heaps.sweep_node(NodeId(0), due, false);
+            assert_eq!(
+                released(),
+                0,
+                "a bag swept {} ns after its objects came back",
+                due - stamp
+            );
+        }
+        // The next pass: quiet for the whole quiet time.
+        heaps.sweep_node(NodeId(0), stamp + wait + 1, false);
         assert!(released() > 0, "a quiet bag was not swept");
         // Swept once, the bag is left alone until an object comes back.
         let before = released();
         let again = take(heaps, class, 1);
-        heaps.sweep_node(NodeId(0), stamp + 2, false);
+        heaps.sweep_node(NodeId(0), stamp + wait + 2, false);
         assert!(released() <= before);
         give_back(heaps, class, &again);
         for &object in &kept {
@@ -568,6 +613,38 @@ pub(super) mod tests {
         assert_eq!(released(), 0);
     }
 
+    /// A class whose bags hold one object in sixteen (what idle caches pin after the program
+    /// freed the rest) is swept after one period; one that holds a quarter waits the quiet
+    /// time.
+    #[test]
+    fn a_drained_class_is_swept_after_one_period() {
+        let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
+        let node = heaps.node(NodeId(0));
+        let stamp = node.next_upkeep.load(Ordering::Relaxed).max(1);
+        let released = || node.released_in_bags.load(Ordering::Relaxed);
+        let held = class_of(8192, 8).unwrap();
+        let (held_kept, _) = sparse_bag(heaps, held, 4);
+        heaps.sweep_node(NodeId(0), stamp + 1, false);
+        assert_eq!(
+            released(),
+            0,
+            "a class the program holds was swept after one period"
+        );
+        let drained = class_of(1024, 8).unwrap();
+        let (drained_kept, _) = sparse_bag(heaps, drained, 16);
+        heaps.sweep_node(NodeId(0), stamp + 2, false);
+        assert!(released() > 0, "a drained class waited");
+        for (class, kept) in [(held, held_kept), (drained, drained_kept)] {
+            for &object in &kept {
+                assert!(intact(object, class.size()));
+            }
+            let all = take(heaps, class, class.capacity());
+            give_back(heaps, class, &all);
+            give_back(heaps, class, &kept);
+        }
+        assert_eq!(released(), 0);
+    }
+
     #[test]
     fn a_class_whose_released_pages_come_back_after_a_pause_waits_out_twice_the_pause() {
         let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
@@ -575,11 +652,13 @@ pub(super) mod tests {
         let node = heaps.node(NodeId(0));
         let released = || node.released_in_bags.load(Ordering::Relaxed);
         const SECOND: u64 = 1_000_000_000;
-        // The objects came back a second ago; the next pass sweeps them.
-        let then = os::monotonic_ns() - SECOND;
+        let delay = heaps.arena.decommit.delay_ns;
+        let wait = quiet_time(delay) - upkeep_period(delay);
+        // The objects came back 1.5 s ago; the next pass sweeps them.
+        let then = os::monotonic_ns() - 3 * SECOND / 2;
         node.next_upkeep.store(then, Ordering::Relaxed);
         let (kept, freed) = sparse_bag(heaps, class, 4);
-        heaps.sweep_node(NodeId(0), then + 1, false);
+        heaps.sweep_node(NodeId(0), then + wait + 1, false);
         assert!(released() > 0, "a quiet bag was not swept");
         // Now, after the pause, the program takes every freed object again: the released
         // granules are listed again and fault back in.
@@ -588,19 +667,19 @@ pub(super) mod tests {
         let now = os::monotonic_ns();
         node.next_upkeep.store(now, Ordering::Relaxed);
         give_back(heaps, class, &again);
-        // One quiet period no longer does: the class waits twice the pause (about 2 s).
-        heaps.sweep_node(NodeId(0), now + 2, false);
-        heaps.sweep_node(NodeId(0), now + SECOND, false);
+        // The quiet time no longer does: the class waits twice the pause (3 s or more).
+        heaps.sweep_node(NodeId(0), now + wait + 1, false);
+        heaps.sweep_node(NodeId(0), now + 2 * SECOND, false);
         assert_eq!(released(), 0, "swept within the pause the program showed");
-        heaps.sweep_node(NodeId(0), now + 5 * SECOND, false);
+        heaps.sweep_node(NodeId(0), now + 9 * SECOND, false);
         assert!(released() > 0, "the stretched wait never ended");
-        // A class whose releases nobody takes back keeps one period (another class, whose
+        // A class whose releases nobody takes back keeps the quiet time (another class, whose
         // stretch is its own).
         let other = class_of(16384, 8).unwrap();
         node.next_upkeep.store(now, Ordering::Relaxed);
         let before = released();
         let (other_kept, _) = sparse_bag(heaps, other, 4);
-        heaps.sweep_node(NodeId(0), now + 2, false);
+        heaps.sweep_node(NodeId(0), now + wait + 1, false);
         assert!(released() > before, "a class without evidence waited");
         for &object in &kept {
             assert!(intact(object, class.size()));
