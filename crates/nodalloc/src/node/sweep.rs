@@ -15,8 +15,10 @@
 //! is handed out, its tail reads as zero, as any recycled memory may.
 //!
 //! Only quiet bags are swept: no object came back to the bag for ten upkeep periods
-//! ([`quiet_time`], 1 s by default), so a bag under churn is not emptied and refaulted on
-//! every pass, nor one a program left over a short pause. `purge` sweeps every bag. Secure mode, which carves in a random order, does not sweep.
+//! ([`quiet_time`], 1 s by default) while the program still holds the class, or for one once
+//! it drained it (at most an eighth of its bags' objects out, [`drained`]). So a bag under churn
+//! is not emptied and refaulted on every pass, nor one a program left over a short pause.
+//! `purge` sweeps every bag. Secure mode, which carves in a random order, does not sweep.
 //!
 //! **The quiet time stretches with demand**, per class, as a pool's decommit delay does
 //! (`arena/region/decommit.rs`, `Stretch`): when a quarter of what a round of sweeps released
@@ -335,7 +337,8 @@ impl NodeHeaps {
     }
 
     /// The sweep stretch of (`node`, `part`, `class`): the default partition's (other
-    /// partitions' bags are swept after the unstretched quiet time).
+    /// partitions' bags wait the unstretched time: one period once drained, else the quiet
+    /// time).
     ///
     /// # Safety
     /// The class lock of (`node`, `part`, `class`) is held for as long as the result lives,
