@@ -201,9 +201,14 @@ impl PeakWindow {
 /// program only paused, longer than the delay, between two rounds of the same work (a request
 /// loop that grows one buffer, a batch job's phases, a benchmark's repetitions). The pool then
 /// doubles its delay until it covers twice that pause, at most [`MAX_STRETCHED_NS`]: the next
-/// pause of that length keeps the memory committed instead of faulting it in again. Each later
-/// round of decommits by age, memory that did wait the whole stretched delay unused, halves it
-/// again. A pool that never takes decommitted memory back keeps the policy's delay.
+/// pause of that length keeps the memory committed instead of faulting it in again. The bytes
+/// whose return proved the stretch are its **evidence**. A later round of decommits by age,
+/// memory that did wait the whole stretched delay unused, halves the delay once it returns a
+/// quarter of the evidence: the program stopped pausing, or pauses longer now. A smaller round
+/// (a few bags the program's rounds no longer use, while the rest of the pool comes back after
+/// every pause) halves the evidence instead, so such leftovers halve the delay only once they
+/// add up, and a stretch learned from an old, bigger phase fades. A pool that never takes
+/// decommitted memory back keeps the policy's delay.
 ///
 /// The stretch never lets a pool hold more than the rule allows ([`decommit_now`]: the recent
 /// peak of use beyond what is in use now, or a share of it), only for longer; and once the
@@ -223,6 +228,11 @@ pub(crate) struct Stretch {
     retaken: usize,
     /// The policy's delay, as of the round's decommits.
     base: u64,
+    /// The bytes of the round whose return last stretched the delay, halved by each later
+    /// round of decommits by age too small to halve the delay.
+    evidence: usize,
+    /// Whether the current round has halved the delay already.
+    halved: bool,
 }
 
 /// The longest a stretched delay grows (the policy's delay, when that is longer).
@@ -251,16 +261,29 @@ impl Stretch {
     /// waited the whole delay.
     pub(crate) fn decommitted(&mut self, base: u64, now: u64, freed_at: u64, bytes: usize) {
         if now.saturating_sub(self.last_at) > self.delay(base) {
-            // A new round: the memory of the last one waited the whole delay unused.
-            self.shift = self.shift.saturating_sub(1);
+            // A new round. The last one, if the program did not take it back, was a few
+            // leftovers when it stayed short of halving the delay: it weakens the evidence.
+            if self.returned != 0 && !self.halved {
+                self.evidence /= 2;
+            }
             self.returned = 0;
             self.retaken = 0;
             self.newest_freed = 0;
+            self.halved = false;
         }
         self.last_at = now;
         self.base = base;
         self.returned += bytes;
         self.newest_freed = self.newest_freed.max(freed_at);
+        // Memory that waited the whole stretched delay unused, as much as a quarter of what
+        // proved the stretch: the pauses it covered are over.
+        if self.shift != 0
+            && !self.halved
+            && self.returned.saturating_mul(RETAKE_SHARE) >= self.evidence
+        {
+            self.shift -= 1;
+            self.halved = true;
+        }
     }
 
     /// Notes that `bytes` of decommitted memory were handed out again at `now`: evidence
@@ -295,6 +318,7 @@ impl Stretch {
         while self.delay(base) < pause.saturating_mul(2) && self.delay(base) < cap {
             self.shift += 1;
         }
+        self.evidence = self.returned;
         self.returned = 0;
         self.retaken = 0;
         self.newest_freed = 0;
@@ -386,7 +410,8 @@ mod tests {
 
     /// The stretch: a round of decommits by age that the pool takes back within the delay
     /// stretches the delay over twice the pause; a round that waited the stretched delay
-    /// unused halves it; nothing else moves it.
+    /// unused halves it once it returns a quarter of what proved the stretch, and smaller
+    /// rounds halve that evidence; nothing else moves it.
     #[test]
     fn the_delay_stretches_over_pauses_whose_memory_comes_back() {
         const S: u64 = 1_000_000_000;
@@ -417,6 +442,35 @@ mod tests {
         // Memory taken back after the delay is no evidence (the program was away longer).
         stretch.retaken(10 * S + 1700 * MS, 32 * MIB);
         assert_eq!(stretch.delay(base), 1600 * MS);
+
+        // Leftovers: the program takes its 16 MiB back after every 1 s pause, and a few bags
+        // it no longer uses wait the stretched delay, 1 MiB a round.
+        let mut stretch = Stretch::default();
+        stretch.decommitted(base, 2 * S, S, 16 * MIB);
+        stretch.retaken(2 * S + MS, 16 * MIB);
+        assert_eq!(stretch.delay(base), 3200 * MS);
+        stretch.decommitted(base, 10 * S, 6 * S, MIB);
+        assert_eq!(
+            stretch.delay(base),
+            3200 * MS,
+            "1 MiB is not a quarter of 16"
+        );
+        // The next round finds the evidence halved to 8 MiB: still short.
+        stretch.decommitted(base, 20 * S, 16 * S, MIB);
+        assert_eq!(
+            stretch.delay(base),
+            3200 * MS,
+            "1 MiB is not a quarter of 8"
+        );
+        // At 4 MiB of evidence, a 1 MiB round halves the delay, once a round.
+        stretch.decommitted(base, 30 * S, 26 * S, MIB);
+        assert_eq!(
+            stretch.delay(base),
+            1600 * MS,
+            "leftovers that add up halve it"
+        );
+        stretch.decommitted(base, 30 * S + MS, 26 * S, 4 * MIB);
+        assert_eq!(stretch.delay(base), 1600 * MS, "once a round");
 
         // A pause beyond the longest delay stretches it to the cap, for the shorter pauses.
         let mut stretch = Stretch::default();
