@@ -756,6 +756,47 @@ fn an_exhausted_region_merges_dirty_and_clean_free_spans_before_failing() {
     assert_eq!(address, sorted[10]);
 }
 
+/// A request takes a committed (dirty) span that fits before a decommitted (clean) one, however
+/// many clean spans a purge has just listed in the same bucket: the two states have their own
+/// bucket lists. With one list, the spans the purge re-inserted at its head hid the dirty span
+/// from the search (which looks at 16 a bucket), and the request faulted in fresh pages.
+#[test]
+fn a_request_reuses_a_dirty_span_behind_many_clean_ones_of_its_size() {
+    const DELAY_NS: u64 = 100_000_000;
+    let policy = DecommitPolicy {
+        delay_ns: DELAY_NS,
+        retain_bytes: 0,
+        spare_bytes: 0,
+    };
+    let arena = test_arena_policy(1, 64 << 20, policy, false, false, ThpChoice::Auto);
+    let region = arena.pool(0, Pool::Sparse);
+    // One-unit spans, every other one freed, so no two free spans are neighbours.
+    const FREED: usize = 24;
+    let mut spans: Vec<usize> = (0..2 * FREED + 3)
+        .map(|_| arena.alloc_span(0, 1, 1, SpanUse::Large).unwrap().0)
+        .collect();
+    spans.sort();
+    for index in (1..2 * FREED).step_by(2) {
+        // SAFETY: each span is handed out once above and freed once here; it holds nothing.
+        unsafe { free_unheld(arena, spans[index], 1) };
+    }
+    std::thread::sleep(std::time::Duration::from_nanos(2 * DELAY_NS));
+    // A young dirty span, then a purge: the old ones go back to the OS and are listed again,
+    // clean, in the same bucket; the young one waits out the delay.
+    let dirty = spans[2 * FREED + 1];
+    // SAFETY: as above.
+    unsafe { free_unheld(arena, dirty, 1) };
+    arena.purge(false);
+    assert_eq!(
+        region.dirty_bytes(),
+        UNIT,
+        "only the young span is still committed"
+    );
+    let (address, _) = arena.alloc_span(0, 1, 1, SpanUse::Large).unwrap();
+    assert_eq!(address, dirty, "the committed span is reused");
+    assert_eq!(region.dirty_bytes(), 0);
+}
+
 /// A large request that no dirty span fits is served over a dirty span and its clean
 /// neighbours: the dirty memory is reused as it is and only the clean part is committed anew.
 #[test]

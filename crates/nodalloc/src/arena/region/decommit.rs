@@ -118,16 +118,24 @@ impl Region {
             map.set_tag(first + units - 1, Tag::UNUSED);
             let address = map.address_of(first);
             let bytes = units << UNIT_SHIFT;
+            // The pause the stretches measure starts at the span's free, or at the pool's last
+            // hand-out if that came first: memory freed once the program's demand had paused (a
+            // burst's bags, which reach the pool a pass after the program emptied them) waited
+            // through the whole pause, not only the part after it arrived.
+            let idle_from = match state.handout_at {
+                0 => freed_at,
+                handout_at => freed_at.min(handout_at),
+            };
             if !force && age >= stretched {
                 state
                     .stretch
-                    .decommitted(decommit.delay_ns, now, freed_at, bytes);
+                    .decommitted(decommit.delay_ns, now, idle_from, bytes);
             }
             if how == Purge::Quiet {
                 // By age or past the cap: either way the program had paused.
                 state
                     .quiet_stretch
-                    .decommitted(decommit.delay_ns, now, freed_at, bytes);
+                    .decommitted(decommit.delay_ns, now, idle_from, bytes);
             }
             // SAFETY: the span is free (no live object) and inside our region.
             unsafe { os::decommit(address as *mut u8, bytes) };
@@ -257,7 +265,8 @@ impl Stretch {
         self.returned != 0
     }
 
-    /// Notes that `bytes`, freed at `freed_at`, went back to the OS at `now` because they
+    /// Notes that `bytes`, idle since `freed_at` (their free, or the last hand-out before it:
+    /// where the pause the round may prove began), went back to the OS at `now` because they
     /// waited the whole delay.
     pub(crate) fn decommitted(&mut self, base: u64, now: u64, freed_at: u64, bytes: usize) {
         if now.saturating_sub(self.last_at) > self.delay(base) {
@@ -304,7 +313,8 @@ impl Stretch {
     /// round's last release, and stretches the delay once they prove the round early.
     fn retaken_within(&mut self, now: u64, bytes: usize, window: u64) {
         let base = self.base;
-        if self.returned == 0 || now.saturating_sub(self.last_at) > window {
+        // A zero delay (memory goes back as soon as it is free) has nothing to stretch.
+        if base == 0 || self.returned == 0 || now.saturating_sub(self.last_at) > window {
             return;
         }
         self.retaken += bytes;
@@ -487,6 +497,11 @@ mod tests {
         stretch.decommitted(base, S, S - 50 * MS, MIB);
         stretch.retaken(S, MIB);
         assert_eq!(stretch.delay(base), base);
+        // A zero delay has nothing to stretch (nor must the doubling spin on it).
+        let mut stretch = Stretch::default();
+        stretch.decommitted(0, 2 * S, S, MIB);
+        stretch.retaken_after_pause(2 * S, MIB);
+        assert_eq!(stretch.delay(0), 0);
         // A policy delay beyond the cap is never shortened.
         let mut stretch = Stretch::default();
         stretch.decommitted(20 * S, 40 * S, 15 * S, MIB);

@@ -113,9 +113,14 @@ impl Region {
                 _ => 1,
             };
             // A head that is really listed (a tag left inside a merged span would not be).
-            // SAFETY: as above.
-            let listed =
-                || unsafe { !(*meta).prev.is_null() } || state.buckets[bucket_of(length)] == meta;
+            let listed = || {
+                let bucket = bucket_of(length);
+                // SAFETY: as above.
+                let linked = unsafe { !(*meta).prev.is_null() };
+                linked
+                    || state.buckets[DIRTY][bucket] == meta
+                    || state.buckets[CLEAN][bucket] == meta
+            };
             if tag.kind() == Kind::Free && listed() {
                 first_free.get_or_insert(*unit);
                 if length >= units {

@@ -45,8 +45,12 @@ use core::cell::UnsafeCell;
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-/// Non-empty buckets searched for a dirty span after a clean one that fits was found.
+/// Non-empty buckets searched for a dirty span after the one where a clean span fits.
 const DIRTY_SEARCH_BUCKETS: usize = 3;
+
+/// The bucket sets of [`PoolState::buckets`]: free spans still committed, and decommitted.
+const DIRTY: usize = 0;
+const CLEAN: usize = 1;
 
 /// The smallest request (256 KiB, past the size classes) served over a dirty span and its clean
 /// neighbours together ([`Region::take_mixed`]), and the dirty spans looked at for it.
@@ -97,8 +101,11 @@ pub enum SpanUse {
 
 struct PoolState {
     frontier: usize,
-    buckets: [*mut UnitMeta; NUM_BUCKETS],
-    nonempty: u128,
+    /// Free spans by size, dirty ([`DIRTY`]) and clean ([`CLEAN`]) apart, so a search for
+    /// committed memory never wades through the spans a purge just decommitted; a bit per
+    /// non-empty bucket.
+    buckets: [[*mut UnitMeta; NUM_BUCKETS]; 2],
+    nonempty: [u128; 2],
     oldest: *mut UnitMeta,
     newest: *mut UnitMeta,
     dirty_bytes: usize,
@@ -135,6 +142,9 @@ struct PoolState {
     /// count did not move between two passes is quiet ([`Region::purge_quiet`]).
     handouts: u64,
     handouts_seen: u64,
+    /// When the last span was handed out (0: never): memory freed after it waits through a
+    /// pause in the program's demand from then on, not from its own free (`decommit.rs`).
+    handout_at: u64,
 }
 
 pub struct Region {
@@ -385,6 +395,7 @@ impl Region {
             state.fresh_taken += units << UNIT_SHIFT;
         }
         state.handouts += 1;
+        state.handout_at = os::monotonic_ns().max(1);
         self.tag_in_use(map, address, units, usage);
         self.count_used(state, address, units, true, fills);
         let meta = map.meta(map.unit_of(address));

@@ -90,6 +90,7 @@ impl Region {
         self.count_used(state, next, extra, true, false);
         self.add_active(state, extra);
         state.handouts += 1;
+        state.handout_at = os::monotonic_ns().max(1);
         if retaken != 0 {
             Self::note_retaken(state, retaken);
         }

@@ -13,55 +13,39 @@ impl Region {
         units: usize,
         align_units: usize,
     ) -> Option<(usize, bool)> {
-        let needed = units + align_units - 1;
-        let mut bucket = bucket_of(units);
-        // A clean fit is used only when no dirty span fits in this bucket or the next few
-        // non-empty ones: reusing committed memory costs no page faults, and dirty memory that
-        // is reused never has to be decommitted.
-        let mut clean_fit: Option<(*mut UnitMeta, usize, usize)> = None;
-        let mut buckets_after_clean = 0;
-        // In an exact bucket every span fits an unaligned request; a log bucket is scanned a little.
-        loop {
-            let mask = state.nonempty >> bucket;
-            if mask == 0 || (clean_fit.is_some() && buckets_after_clean == DIRTY_SEARCH_BUCKETS) {
-                break;
-            }
-            bucket += mask.trailing_zeros() as usize;
-            let mut candidate = state.buckets[bucket];
-            let mut scanned = 0;
-            while !candidate.is_null() && scanned < 16 {
-                // SAFETY: the span lock is held; bucket lists hold heads of free spans.
-                let span_units = unsafe { (*candidate).units };
-                let head = map.unit_of_meta(candidate);
-                if let Some(offset) = fit(map.address_of(head), span_units, units, align_units) {
-                    // SAFETY: as above.
-                    if unsafe { (*candidate).role.free.freed_at } != 0 {
-                        let address =
-                            self.carve(state, map, candidate, head, span_units, offset, units);
-                        return Some((address, false));
-                    }
-                    if clean_fit.is_none() {
-                        clean_fit = Some((candidate, span_units, offset));
-                    }
-                }
-                // SAFETY: as above.
-                candidate = unsafe { (*candidate).next };
-                scanned += 1;
-            }
-            if clean_fit.is_some() {
-                buckets_after_clean += 1;
-            }
-            if bucket + 1 >= NUM_BUCKETS || needed == 0 {
-                break;
-            }
-            bucket += 1;
+        let first = bucket_of(units);
+        let clean_fit = first_fit(
+            state,
+            map,
+            CLEAN,
+            first,
+            NUM_BUCKETS - 1,
+            units,
+            align_units,
+        );
+        // A clean fit is used only when no dirty span fits in its bucket, the ones below it, or
+        // the next few non-empty ones: reusing committed memory costs no page faults, and dirty
+        // memory that is reused never has to be decommitted.
+        let last = clean_fit.map_or(NUM_BUCKETS - 1, |(.., bucket)| {
+            search_limit(
+                state.nonempty[DIRTY] | state.nonempty[CLEAN],
+                bucket,
+                DIRTY_SEARCH_BUCKETS,
+            )
+        });
+        if let Some((candidate, span_units, offset, _)) =
+            first_fit(state, map, DIRTY, first, last, units, align_units)
+        {
+            let head = map.unit_of_meta(candidate);
+            let address = self.carve(state, map, candidate, head, span_units, offset, units);
+            return Some((address, false));
         }
         if align_units == 1 && units >= MIX_MIN_UNITS {
             if let Some(address) = self.take_mixed(state, map, units) {
                 return Some((address, false));
             }
         }
-        let (candidate, span_units, offset) = clean_fit?;
+        let (candidate, span_units, offset, _) = clean_fit?;
         if !self.charge(units << UNIT_SHIFT) {
             return None;
         }
@@ -357,17 +341,18 @@ impl Region {
     ) {
         let meta = map.meta(first);
         let bucket = bucket_of(units);
+        let set = if freed_at != 0 { DIRTY } else { CLEAN };
         self.note_free_head(map.address_of(first));
         // SAFETY: the span lock is held; the span is free and these descriptors are ours.
         unsafe {
             *meta = UnitMeta {
                 units,
-                next: state.buckets[bucket],
+                next: state.buckets[set][bucket],
                 prev: null_mut(),
                 role: Role::new_free(freed_at),
             };
-            if !state.buckets[bucket].is_null() {
-                (*state.buckets[bucket]).prev = meta;
+            if !state.buckets[set][bucket].is_null() {
+                (*state.buckets[set][bucket]).prev = meta;
             }
             if freed_at != 0 {
                 state.dirty_bytes += units << UNIT_SHIFT;
@@ -383,8 +368,8 @@ impl Region {
                 (*map.meta(first + units - 1)).units = units;
             }
         }
-        state.buckets[bucket] = meta;
-        state.nonempty |= 1 << bucket;
+        state.buckets[set][bucket] = meta;
+        state.nonempty[set] |= 1 << bucket;
         map.set_tag(first, Tag::FREE);
         if units > 1 {
             map.set_tag(first + units - 1, Tag::FREE_TAIL);
@@ -397,10 +382,15 @@ impl Region {
         // SAFETY: the span lock is held; `meta` heads a free span linked into our lists.
         unsafe {
             let bucket = bucket_of((*meta).units);
+            let set = if (*meta).role.free.freed_at != 0 {
+                DIRTY
+            } else {
+                CLEAN
+            };
             if (*meta).prev.is_null() {
-                state.buckets[bucket] = (*meta).next;
+                state.buckets[set][bucket] = (*meta).next;
                 if (*meta).next.is_null() {
-                    state.nonempty &= !(1 << bucket);
+                    state.nonempty[set] &= !(1 << bucket);
                 }
             } else {
                 (*(*meta).prev).next = (*meta).next;
@@ -430,6 +420,62 @@ impl Region {
 
 /// A free span: its descriptor, first unit and length.
 type FreeSpan = (*mut UnitMeta, usize, usize);
+
+/// The first span of bucket set `set`, in the buckets from `from` to `to`, that fits an
+/// aligned request of `units`: its descriptor, length, the request's offset in it, and its
+/// bucket. An exact bucket's every span fits an unaligned request; a log bucket's first 16 are
+/// looked at. The span lock must be held.
+fn first_fit(
+    state: &PoolState,
+    map: &PageMap,
+    set: usize,
+    from: usize,
+    to: usize,
+    units: usize,
+    align_units: usize,
+) -> Option<(*mut UnitMeta, usize, usize, usize)> {
+    let mut bucket = from;
+    while bucket <= to.min(NUM_BUCKETS - 1) {
+        let mask = state.nonempty[set] >> bucket;
+        if mask == 0 {
+            return None;
+        }
+        bucket += mask.trailing_zeros() as usize;
+        if bucket > to {
+            return None;
+        }
+        let mut candidate = state.buckets[set][bucket];
+        let mut scanned = 0;
+        while !candidate.is_null() && scanned < 16 {
+            // SAFETY: the span lock is held; bucket lists hold heads of free spans.
+            let span_units = unsafe { (*candidate).units };
+            let head = map.unit_of_meta(candidate);
+            if let Some(offset) = fit(map.address_of(head), span_units, units, align_units) {
+                return Some((candidate, span_units, offset, bucket));
+            }
+            // SAFETY: as above.
+            candidate = unsafe { (*candidate).next };
+            scanned += 1;
+        }
+        bucket += 1;
+    }
+    None
+}
+
+/// The `more`-th bucket after `bucket` set in `nonempty`, or the last bucket when fewer are.
+fn search_limit(nonempty: u128, bucket: usize, more: usize) -> usize {
+    // The bits above `bucket` (none when it is the last).
+    let mut above = nonempty & !(u128::MAX >> (NUM_BUCKETS - 1 - bucket));
+    let mut limit = bucket;
+    for _ in 0..more {
+        if above == 0 {
+            return NUM_BUCKETS - 1;
+        }
+        limit = above.trailing_zeros() as usize;
+        above &= above - 1;
+    }
+    limit
+}
 
 /// `span` if it is clean (decommitted).
 fn clean(span: Option<FreeSpan>) -> Option<FreeSpan> {
