@@ -25,9 +25,9 @@
 //! is listed again (`restore_granule`, whose objects then fault their pages back in) within
 //! the stretched time, the program only paused between two rounds of the same work (a
 //! benchmark's repetitions, a server's bursts), and the class's bags must then stay quiet
-//! twice that pause (at most 10 s) before the next sweep. A later round that waited the
-//! whole stretched time unused halves it again once it releases a quarter of what the
-//! stretching round did (smaller rounds halve that measure). mimalloc-bench's rptest released 9–10 MiB of
+//! twice that pause (at most 10 s) before the next sweep. A later round that waited the whole
+//! stretched time unused halves it again once it releases a quarter of what the stretching
+//! round did (smaller rounds halve that measure). mimalloc-bench's rptest released 9–10 MiB of
 //! granules between its bursts, 1 184 `madvise` calls, and faulted them in again in the next
 //! burst (docs/JOURNAL.md, "Thirty-sixth round"). `purge` still sweeps every bag at once.
 //!

@@ -52,6 +52,15 @@ const DIRTY_SEARCH_BUCKETS: usize = 3;
 const DIRTY: usize = 0;
 const CLEAN: usize = 1;
 
+/// The bucket set of a free span freed at `freed_at` (0: clean).
+fn set_of(freed_at: u64) -> usize {
+    if freed_at != 0 {
+        DIRTY
+    } else {
+        CLEAN
+    }
+}
+
 /// The smallest request (256 KiB, past the size classes) served over a dirty span and its clean
 /// neighbours together ([`Region::take_mixed`]), and the dirty spans looked at for it.
 const MIX_MIN_UNITS: usize = 8;

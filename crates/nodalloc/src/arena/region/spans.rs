@@ -341,7 +341,7 @@ impl Region {
     ) {
         let meta = map.meta(first);
         let bucket = bucket_of(units);
-        let set = if freed_at != 0 { DIRTY } else { CLEAN };
+        let set = set_of(freed_at);
         self.note_free_head(map.address_of(first));
         // SAFETY: the span lock is held; the span is free and these descriptors are ours.
         unsafe {
@@ -382,11 +382,7 @@ impl Region {
         // SAFETY: the span lock is held; `meta` heads a free span linked into our lists.
         unsafe {
             let bucket = bucket_of((*meta).units);
-            let set = if (*meta).role.free.freed_at != 0 {
-                DIRTY
-            } else {
-                CLEAN
-            };
+            let set = set_of((*meta).role.free.freed_at);
             if (*meta).prev.is_null() {
                 state.buckets[set][bucket] = (*meta).next;
                 if (*meta).next.is_null() {
