@@ -797,6 +797,86 @@ fn a_request_reuses_a_dirty_span_behind_many_clean_ones_of_its_size() {
     assert_eq!(region.dirty_bytes(), 0);
 }
 
+/// A busy pool that replaces big blocks of varied sizes (mimalloc-bench's `malloc-large` in
+/// miniature: twelve live, each step frees one and asks for another of 2–11 MiB) raises its cap
+/// on young dirty memory once what the cap returned comes back within the delay: in the second
+/// half of the run almost nothing goes back to the OS to be faulted in again, and the dirty
+/// memory it keeps stays within the boost's share of what is in use. With the cap alone, a
+/// sixteenth of what the second half hands out went back first (a fiftieth is allowed).
+#[test]
+fn a_busy_pool_keeps_the_young_memory_its_cap_returned_and_took_back() {
+    const DELAY_NS: u64 = 60_000_000_000;
+    let policy = DecommitPolicy {
+        delay_ns: DELAY_NS,
+        retain_bytes: 0,
+        spare_bytes: 0,
+    };
+    let arena = test_arena_policy(1, 1 << 30, policy, false, false, ThpChoice::Auto);
+    let region = arena.pool(0, Pool::Sparse);
+    let decommitted = || region.decommitted.load(Ordering::Relaxed);
+    // A fixed sequence of sizes and slots (an xorshift generator), above the hold's sizes.
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = |bound: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % bound as u64) as usize
+    };
+    const LIVE: usize = 12;
+    const STEPS: usize = 600;
+    const MIN_UNITS: usize = 64;
+    const MAX_UNITS: usize = 352;
+    let mut live: Vec<(usize, usize)> = (0..LIVE)
+        .map(|_| {
+            let units = MIN_UNITS + next(MAX_UNITS - MIN_UNITS);
+            (
+                arena.alloc_span(0, units, 1, SpanUse::Large).unwrap().0,
+                units,
+            )
+        })
+        .collect();
+    let (mut handed_out, mut returned_before) = (0, 0);
+    let mut peak = region.active.load(Ordering::Relaxed);
+    for step in 0..STEPS {
+        if step == STEPS / 2 {
+            returned_before = decommitted();
+        }
+        let slot = next(LIVE);
+        let (address, units) = live[slot];
+        // SAFETY: each span is handed out once and freed once here; it holds nothing.
+        unsafe { arena.free_span(address, units) };
+        let units = MIN_UNITS + next(MAX_UNITS - MIN_UNITS);
+        live[slot] = (
+            arena.alloc_span(0, units, 1, SpanUse::Large).unwrap().0,
+            units,
+        );
+        if step >= STEPS / 2 {
+            handed_out += units * UNIT;
+        }
+        // The rule's cap (a share of use and twice the biggest free, or the fall from the
+        // peak, which the run's delay covers whole), plus the boost: half of what is in use.
+        let active = region.active.load(Ordering::Relaxed);
+        peak = peak.max(active);
+        let cap = (active / 64 + 2 * MAX_UNITS * UNIT).max(peak - active) + active / 2;
+        assert!(
+            region.dirty_bytes() <= cap,
+            "step {step}: {} dirty bytes past the boosted cap of {cap}",
+            region.dirty_bytes()
+        );
+    }
+    let returned = decommitted() - returned_before;
+    assert!(
+        returned * 50 < handed_out,
+        "the second half returned {returned} of the {handed_out} bytes it handed out"
+    );
+    for (address, units) in live {
+        // SAFETY: as above.
+        unsafe { arena.free_span(address, units) };
+    }
+    arena.purge(true);
+    assert_eq!(region.committed.load(Ordering::Relaxed), 0);
+}
+
 /// A large request that no dirty span fits is served over a dirty span and its clean
 /// neighbours: the dirty memory is reused as it is and only the clean part is committed anew.
 #[test]

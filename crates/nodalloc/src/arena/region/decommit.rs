@@ -18,6 +18,9 @@ pub(super) struct DirtyPool {
     /// The most bytes the pool had in use within the last one or two decommit delays
     /// ([`PeakWindow`]): memory the program used that recently is likely to be used again.
     pub(super) recent_peak: usize,
+    /// Young dirty bytes the pool keeps beyond the rule's cap because the cap proved too
+    /// tight ([`CapBoost`]).
+    pub(super) boost: usize,
 }
 
 /// Whether the pool's oldest dirty span, free for `age_ns`, goes back to the OS now.
@@ -31,15 +34,17 @@ pub(super) struct DirtyPool {
 /// - a share of what is in use plus twice the largest recent free, so a heap that churns, or a
 ///   program that frees and re-allocates one big buffer, finds it committed;
 ///
-/// plus the chunks prepared for a growing heap. Past that, or once the span has waited the
-/// delay, it goes at once.
+/// plus the chunks prepared for a growing heap, plus the boost a busy pool earned by taking
+/// back what the cap returned (at most 1/BOOST_SHARE of what is in use). Past that, or once
+/// the span has waited the delay, it goes at once.
 pub(super) fn decommit_now(policy: DecommitPolicy, pool: DirtyPool, age_ns: u64) -> bool {
     if pool.dirty_bytes <= policy.retain_bytes {
         return false;
     }
     let churn = pool.active_bytes / DIRTY_SHARE + 2 * pool.recent_free;
     let fallen = pool.recent_peak.saturating_sub(pool.active_bytes);
-    let young_cap = churn.max(fallen) + pool.reserve;
+    let boost = pool.boost.min(pool.active_bytes / BOOST_SHARE);
+    let young_cap = churn.max(fallen) + pool.reserve + boost;
     age_ns >= policy.delay_ns || pool.dirty_bytes > young_cap
 }
 
@@ -95,6 +100,7 @@ impl Region {
             recent_free: state.recent_free,
             reserve: state.reserve,
             recent_peak,
+            boost: if force { 0 } else { state.boost.bytes() },
         };
         if let Some(age) = state.hold.committed_age(now) {
             if force || decommit_now(policy, pool_now(state), age) {
@@ -131,6 +137,13 @@ impl Region {
                     .stretch
                     .decommitted(decommit.delay_ns, now, idle_from, bytes);
             }
+            if !force {
+                if age >= policy.delay_ns {
+                    state.boost.aged(bytes);
+                } else {
+                    state.boost.decommitted(now, decommit.delay_ns, bytes);
+                }
+            }
             if how == Purge::Quiet {
                 // By age or past the cap: either way the program had paused.
                 state
@@ -158,10 +171,14 @@ impl Region {
     pub(super) fn note_retaken(state: &mut PoolState, bytes: usize) {
         let pool = state.stretch.watching();
         let quiet = state.quiet_stretch.watching();
-        if !pool && !quiet {
+        let cap = state.boost.watching();
+        if !pool && !quiet && !cap {
             return;
         }
         let now = os::monotonic_ns();
+        if cap {
+            state.boost.retaken(now, bytes);
+        }
         if pool {
             state.stretch.retaken(now, bytes);
         }
@@ -352,6 +369,77 @@ pub struct DecommitPolicy {
 /// while they are at most 1/DIRTY_SHARE of the bytes in use.
 pub(super) const DIRTY_SHARE: usize = 64;
 
+/// A boost of the cap on young dirty memory counts up to 1/BOOST_SHARE of the bytes in use.
+pub(super) const BOOST_SHARE: usize = 2;
+
+/// How far a busy pool raises its cap on young dirty memory ([`decommit_now`]): the cap
+/// follows demand, as the delay does ([`Stretch`]).
+///
+/// The cap returns young memory at once, before its delay, when the pool holds more dirty
+/// memory than a share of its use. A program that churns big blocks of varied sizes (buffers
+/// of 5–25 MiB, twenty live, one replaced every couple of milliseconds) leaves dirty spans too
+/// small for its next request: it takes clean memory, and the cap returns older dirty spans
+/// that the requests after it fault in again (mimalloc-bench's `malloc-large` faulted in
+/// 3.1 GiB that way). Memory the cap returned that the pool hands out again within the delay
+/// (a quarter of a round's bytes) proves the cap too tight for the program's fragmentation:
+/// the boost grows by the round's bytes. Memory that waits the whole delay unused (decommitted
+/// by age, or by the maintenance thread once the program goes quiet) shrinks it by as much, so
+/// the boost only ever keeps memory the program reuses within the delay, and never changes
+/// what a quiet program keeps.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CapBoost {
+    /// Extra young dirty bytes the cap allows.
+    boost: usize,
+    /// The current round: bytes the cap returned, decommitted bytes handed out again since,
+    /// when the cap last returned memory, and the delay then (the window of the evidence).
+    returned: usize,
+    retaken: usize,
+    last_at: u64,
+    window: u64,
+}
+
+impl CapBoost {
+    /// The extra young dirty bytes the cap allows.
+    pub(crate) fn bytes(&self) -> usize {
+        self.boost
+    }
+
+    /// True while memory handed out again may still prove the cap too tight.
+    pub(crate) fn watching(&self) -> bool {
+        self.returned != 0
+    }
+
+    /// Notes that the cap returned `bytes` at `now`, before their delay (`delay_ns`) was out.
+    pub(crate) fn decommitted(&mut self, now: u64, delay_ns: u64, bytes: usize) {
+        if now.saturating_sub(self.last_at) > self.window {
+            self.returned = 0;
+            self.retaken = 0;
+        }
+        self.returned += bytes;
+        self.last_at = now;
+        self.window = delay_ns;
+    }
+
+    /// Notes that `bytes` of decommitted memory were handed out again at `now`; a quarter of
+    /// the round, within the delay after its last return, grows the boost by the round.
+    pub(crate) fn retaken(&mut self, now: u64, bytes: usize) {
+        if self.returned == 0 || now.saturating_sub(self.last_at) > self.window {
+            return;
+        }
+        self.retaken += bytes;
+        if self.retaken.saturating_mul(RETAKE_SHARE) >= self.returned {
+            self.boost = self.boost.saturating_add(self.returned);
+            self.returned = 0;
+            self.retaken = 0;
+        }
+    }
+
+    /// Notes that `bytes` waited the whole delay unused and went back.
+    pub(crate) fn aged(&mut self, bytes: usize) {
+        self.boost = self.boost.saturating_sub(bytes);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -400,6 +488,7 @@ mod tests {
                 recent_free,
                 reserve: 0,
                 recent_peak,
+                boost: 0,
             };
             assert_eq!(decommit_now(policy(retain), pool, age), expected, "{why}");
         }
@@ -411,11 +500,70 @@ mod tests {
                 recent_free: 0,
                 reserve: 8 * MIB,
                 recent_peak: 64 * MIB,
+                boost: 0,
             };
             decommit_now(policy(0), pool, age)
         };
         assert!(!prepared(0), "a reserve of prepared chunks is kept");
         assert!(prepared(10 * MS), "an unused one goes after the delay");
+        // A boost raises the cap by what the pool earned, up to half of what is in use.
+        let boosted = |dirty_bytes, boost| {
+            let pool = DirtyPool {
+                dirty_bytes,
+                active_bytes: 1024 * MIB,
+                recent_free: 0,
+                reserve: 0,
+                recent_peak: 0,
+                boost,
+            };
+            decommit_now(policy(0), pool, 0)
+        };
+        assert!(
+            !boosted(116 * MIB, 100 * MIB),
+            "a 100 MiB boost keeps 100 MiB more"
+        );
+        assert!(boosted(117 * MIB, 100 * MIB), "and no more");
+        assert!(!boosted(528 * MIB, 600 * MIB), "half of what is in use");
+        assert!(boosted(529 * MIB, 600 * MIB), "at most");
+    }
+
+    /// The cap's boost grows by a round of the cap's returns once a quarter of it is handed out
+    /// again within the delay, and shrinks by what waits the whole delay unused.
+    #[test]
+    fn the_cap_grows_by_what_it_returned_and_the_pool_took_back() {
+        const S: u64 = 1_000_000_000;
+        let delay = 100 * MS;
+        let mut boost = CapBoost::default();
+        assert!(!boost.watching());
+        boost.retaken(S, 64 * MIB);
+        assert_eq!(boost.bytes(), 0, "nothing returned, nothing proved");
+        boost.decommitted(S, delay, 8 * MIB);
+        assert!(boost.watching());
+        boost.retaken(S + MS, 2 * MIB - 1);
+        assert_eq!(boost.bytes(), 0, "less than a quarter came back");
+        boost.retaken(S + 2 * MS, 1);
+        assert_eq!(boost.bytes(), 8 * MIB, "a quarter: the round's 8 MiB");
+        assert!(!boost.watching(), "the round is judged");
+        // Memory taken back after the delay proves nothing.
+        boost.decommitted(2 * S, delay, 4 * MIB);
+        boost.retaken(2 * S + 200 * MS, 4 * MIB);
+        assert_eq!(boost.bytes(), 8 * MIB);
+        // A round that starts after the delay forgets the one before it.
+        boost.decommitted(3 * S, delay, 4 * MIB);
+        boost.retaken(3 * S + MS, MIB);
+        assert_eq!(boost.bytes(), 12 * MIB, "the new round alone: 1 MiB of 4");
+        // Returns within the delay add up to one round.
+        boost.decommitted(4 * S, delay, 4 * MIB);
+        boost.decommitted(4 * S + 50 * MS, delay, 4 * MIB);
+        boost.retaken(4 * S + 60 * MS, MIB);
+        assert_eq!(boost.bytes(), 12 * MIB, "1 MiB of 8");
+        boost.retaken(4 * S + 70 * MS, MIB);
+        assert_eq!(boost.bytes(), 20 * MIB);
+        // Memory that waited the whole delay unused takes the boost down by as much.
+        boost.aged(5 * MIB);
+        assert_eq!(boost.bytes(), 15 * MIB);
+        boost.aged(100 * MIB);
+        assert_eq!(boost.bytes(), 0);
     }
 
     /// The stretch: a round of decommits by age that the pool takes back within the delay

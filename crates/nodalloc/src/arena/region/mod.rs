@@ -147,6 +147,8 @@ struct PoolState {
     /// How far pauses stretch it: quiet purges whose memory the program took back after its
     /// pause (`decommit.rs`, [`Purge::Quiet`]).
     quiet_stretch: decommit::Stretch,
+    /// How far a busy pool raises its cap on young dirty memory (`decommit.rs`).
+    boost: decommit::CapBoost,
     /// Spans handed out so far, and as of the maintenance thread's last pass: a pool whose
     /// count did not move between two passes is quiet ([`Region::purge_quiet`]).
     handouts: u64,

@@ -117,6 +117,8 @@ impl Region {
             );
         }
         state.fresh_taken += lacking << UNIT_SHIFT;
+        // The clean part: memory decommitted before, handed out again.
+        Self::note_retaken(state, lacking << UNIT_SHIFT);
         Some(map.address_of(head - from_before))
     }
 
