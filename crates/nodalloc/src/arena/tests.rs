@@ -798,11 +798,11 @@ fn a_request_reuses_a_dirty_span_behind_many_clean_ones_of_its_size() {
 }
 
 /// A busy pool that replaces big blocks of varied sizes (mimalloc-bench's `malloc-large` in
-/// miniature: twelve live, each step frees one and asks for another of 2–11 MiB) raises its cap
+/// miniature: twenty live, each step frees one and asks for another of 2–11 MiB) raises its cap
 /// on young dirty memory once what the cap returned comes back within the delay: in the second
 /// half of the run almost nothing goes back to the OS to be faulted in again, and the dirty
 /// memory it keeps stays within the boost's share of what is in use. With the cap alone, a
-/// sixteenth of what the second half hands out went back first (a fiftieth is allowed).
+/// twelfth of what the second half hands out went back first (a fiftieth is allowed).
 #[test]
 fn a_busy_pool_keeps_the_young_memory_its_cap_returned_and_took_back() {
     const DELAY_NS: u64 = 60_000_000_000;
@@ -822,8 +822,8 @@ fn a_busy_pool_keeps_the_young_memory_its_cap_returned_and_took_back() {
         seed ^= seed << 17;
         (seed % bound as u64) as usize
     };
-    const LIVE: usize = 12;
-    const STEPS: usize = 600;
+    const LIVE: usize = 20;
+    const STEPS: usize = 1200;
     const MIN_UNITS: usize = 64;
     const MAX_UNITS: usize = 352;
     let mut live: Vec<(usize, usize)> = (0..LIVE)
@@ -875,6 +875,35 @@ fn a_busy_pool_keeps_the_young_memory_its_cap_returned_and_took_back() {
     }
     arena.purge(true);
     assert_eq!(region.committed.load(Ordering::Relaxed), 0);
+}
+
+/// A large request takes the smallest dirty span of its bucket that fits, whatever the order
+/// of the bucket's list: the bigger span stays whole for a bigger request.
+#[test]
+fn a_large_request_takes_the_smallest_dirty_span_of_its_bucket_that_fits() {
+    const SIZES: [usize; 2] = [120, 80];
+    for order in [[0, 1], [1, 0]] {
+        let arena = test_arena(1, 64 << 20, usize::MAX);
+        // Two spans of one bucket (65–127 units), each with a live fence after it so the two
+        // never merge.
+        let spans: Vec<usize> = SIZES
+            .iter()
+            .map(|&units| {
+                let span = arena.alloc_span(0, units, 1, SpanUse::Large).unwrap().0;
+                arena.alloc_span(0, 1, 1, SpanUse::Large).unwrap();
+                span
+            })
+            .collect();
+        for index in order {
+            // SAFETY: each span is handed out once above and freed once here; it holds nothing.
+            unsafe { free_unheld(arena, spans[index], SIZES[index]) };
+        }
+        let (taken, _) = arena.alloc_span(0, 72, 1, SpanUse::Large).unwrap();
+        assert_eq!(
+            taken, spans[1],
+            "freed in the order {order:?}: the 80-unit span, not the 120-unit one"
+        );
+    }
 }
 
 /// A large request that no dirty span fits is served over a dirty span and its clean
