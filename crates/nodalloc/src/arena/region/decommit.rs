@@ -370,7 +370,7 @@ pub struct DecommitPolicy {
 pub(super) const DIRTY_SHARE: usize = 64;
 
 /// A boost of the cap on young dirty memory counts up to 1/BOOST_SHARE of the bytes in use.
-pub(super) const BOOST_SHARE: usize = 2;
+pub(super) const BOOST_SHARE: usize = 8;
 
 /// How far a busy pool raises its cap on young dirty memory ([`decommit_now`]): the cap
 /// follows demand, as the delay does ([`Stretch`]).
@@ -506,7 +506,7 @@ mod tests {
         };
         assert!(!prepared(0), "a reserve of prepared chunks is kept");
         assert!(prepared(10 * MS), "an unused one goes after the delay");
-        // A boost raises the cap by what the pool earned, up to half of what is in use.
+        // A boost raises the cap by what the pool earned, up to an eighth of what is in use.
         let boosted = |dirty_bytes, boost| {
             let pool = DirtyPool {
                 dirty_bytes,
@@ -523,8 +523,11 @@ mod tests {
             "a 100 MiB boost keeps 100 MiB more"
         );
         assert!(boosted(117 * MIB, 100 * MIB), "and no more");
-        assert!(!boosted(528 * MIB, 600 * MIB), "half of what is in use");
-        assert!(boosted(529 * MIB, 600 * MIB), "at most");
+        assert!(
+            !boosted(144 * MIB, 600 * MIB),
+            "an eighth of what is in use"
+        );
+        assert!(boosted(145 * MIB, 600 * MIB), "at most");
     }
 
     /// The cap's boost grows by a round of the cap's returns once a quarter of it is handed out
