@@ -5,6 +5,13 @@ use super::*;
 use crate::os::cpuset::CpuSet;
 use pagemap::Kind;
 
+/// One step of a xorshift generator, for the tests' random operation sequences.
+pub fn xorshift(state: &mut u64) {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+}
+
 /// A test arena on `nodes` simulated nodes with small regions.
 pub fn test_arena(nodes: usize, region_bytes: u64, retain_bytes: usize) -> &'static Arena {
     test_arena_with(nodes, region_bytes, retain_bytes, false)
@@ -818,9 +825,7 @@ fn a_busy_pool_keeps_the_young_memory_its_cap_returned_and_took_back() {
     // A fixed sequence of sizes and slots (an xorshift generator), above the hold's sizes.
     let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
     let mut next = |bound: usize| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
+        xorshift(&mut seed);
         (seed % bound as u64) as usize
     };
     const LIVE: usize = 20;

@@ -19,12 +19,8 @@ pub(super) fn allocate(heap: &mut ThreadHeap, class: SizeClass) -> *mut u8 {
     }
 }
 
-/// One step of a xorshift generator, for the random operation sequences below.
-pub(super) fn xorshift(state: &mut u64) {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-}
+/// The random operation sequences below (and `partition_tests.rs`) step a xorshift generator.
+pub(super) use crate::arena::tests::xorshift;
 
 pub(super) fn heaps(nodes: usize) -> &'static NodeHeaps {
     NodeHeaps::create(test_arena(nodes, 64 << 20, 0)).unwrap()

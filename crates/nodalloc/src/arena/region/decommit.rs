@@ -100,7 +100,7 @@ impl Region {
             recent_free: state.recent_free,
             reserve: state.reserve,
             recent_peak,
-            boost: if force { 0 } else { state.boost.bytes() },
+            boost: state.boost.bytes(),
         };
         if let Some(age) = state.hold.committed_age(now) {
             if force || decommit_now(policy, pool_now(state), age) {
