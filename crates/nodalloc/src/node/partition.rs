@@ -471,9 +471,7 @@ mod tests {
                 std::thread::spawn(move || {
                     let mut state = 0x9E37_79B9u64 + worker;
                     while !stop.load(Ordering::Relaxed) {
-                        state ^= state << 13;
-                        state ^= state >> 7;
-                        state ^= state << 17;
+                        crate::arena::tests::xorshift(&mut state);
                         let (node, part, class) = pick(state);
                         if let Some(batch) = heaps.take_from_bags(node, part, class, 4) {
                             heaps.release(node, part, class, batch);

@@ -358,9 +358,7 @@ pub(in crate::node) fn hand_over_under_contention(class: SizeClass, sweep: bool)
                 let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ t;
                 let mut held: Vec<*mut u8> = Vec::new();
                 for round in 0..rounds {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
+                    crate::arena::tests::xorshift(&mut rng);
                     if rng % 3 != 0 || held.is_empty() {
                         let want = 1 + (rng % 100) as usize;
                         let batch = heaps
@@ -1267,9 +1265,7 @@ proptest::proptest! {
         for (kind, count, seed) in steps {
             let mut random = seed | 1;
             let mut next = || {
-                random ^= random << 13;
-                random ^= random >> 7;
-                random ^= random << 17;
+                crate::arena::tests::xorshift(&mut random);
                 random as usize
             };
             match kind {

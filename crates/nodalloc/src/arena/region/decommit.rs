@@ -244,13 +244,10 @@ impl PeakWindow {
 pub(crate) struct Stretch {
     /// The delay is the policy's doubled this many times (capped).
     shift: u32,
-    /// The current round of decommits by age: when its last one happened, the bytes it
-    /// returned, the newest time one of them had been freed at, and the bytes of decommitted
-    /// memory handed out again since.
-    last_at: u64,
-    returned: usize,
+    /// The current round of decommits by age, and the newest time one of them had been freed
+    /// at.
+    round: Round,
     newest_freed: u64,
-    retaken: usize,
     /// The policy's delay, as of the round's decommits.
     base: u64,
     /// The bytes of the round whose return last stretched the delay, halved by each later
@@ -266,6 +263,57 @@ pub(super) const MAX_STRETCHED_NS: u64 = 10_000_000_000;
 /// A round of decommits went too early once 1/RETAKE_SHARE of its bytes is handed out again.
 const RETAKE_SHARE: usize = 4;
 
+/// A round of memory returned to the OS and the part of it handed out again soon after: what
+/// the delay's stretch ([`Stretch`]) and the cap's boost ([`CapBoost`]) learn from. A round
+/// proves its returns early once a quarter of its bytes comes back within a window after its
+/// last return.
+#[derive(Clone, Copy, Debug, Default)]
+struct Round {
+    /// Bytes returned, bytes handed out again since, and when the last return happened.
+    returned: usize,
+    retaken: usize,
+    last_at: u64,
+}
+
+impl Round {
+    /// True while the round holds returned bytes that a retake may still prove early.
+    fn watching(&self) -> bool {
+        self.returned != 0
+    }
+
+    /// True when a return at `now` is more than `window` ns after the round's last one.
+    fn is_over(&self, now: u64, window: u64) -> bool {
+        now.saturating_sub(self.last_at) > window
+    }
+
+    /// Forgets the round's bytes (its last return's time stays, for [`Self::is_over`]).
+    fn clear(&mut self) {
+        self.returned = 0;
+        self.retaken = 0;
+    }
+
+    /// Notes that `bytes` went back to the OS at `now`.
+    fn returned(&mut self, now: u64, bytes: usize) {
+        self.returned = self.returned.saturating_add(bytes);
+        self.last_at = now;
+    }
+
+    /// Counts `bytes` handed out again at `now` when they come within `window` ns after the
+    /// round's last return. Once they prove the round early, returns its bytes and clears it.
+    fn retaken(&mut self, now: u64, bytes: usize, window: u64) -> Option<usize> {
+        if !self.watching() || self.is_over(now, window) {
+            return None;
+        }
+        self.retaken = self.retaken.saturating_add(bytes);
+        if self.retaken.saturating_mul(RETAKE_SHARE) < self.returned {
+            return None;
+        }
+        let returned = self.returned;
+        self.clear();
+        Some(returned)
+    }
+}
+
 impl Stretch {
     /// The pool's delay, stretched from the policy's `base`.
     pub(crate) fn delay(&self, base: u64) -> u64 {
@@ -279,33 +327,31 @@ impl Stretch {
     /// True while decommitted memory handed out again may still prove the round early (the
     /// caller reads the clock only then).
     pub(crate) fn watching(&self) -> bool {
-        self.returned != 0
+        self.round.watching()
     }
 
     /// Notes that `bytes`, idle since `freed_at` (their free, or the last hand-out before it:
     /// where the pause the round may prove began), went back to the OS at `now` because they
     /// waited the whole delay.
     pub(crate) fn decommitted(&mut self, base: u64, now: u64, freed_at: u64, bytes: usize) {
-        if now.saturating_sub(self.last_at) > self.delay(base) {
+        if self.round.is_over(now, self.delay(base)) {
             // A new round. The last one, if the program did not take it back, was a few
             // leftovers when it stayed short of halving the delay: it weakens the evidence.
-            if self.returned != 0 && !self.halved {
+            if self.round.watching() && !self.halved {
                 self.evidence /= 2;
             }
-            self.returned = 0;
-            self.retaken = 0;
+            self.round.clear();
             self.newest_freed = 0;
             self.halved = false;
         }
-        self.last_at = now;
+        self.round.returned(now, bytes);
         self.base = base;
-        self.returned += bytes;
         self.newest_freed = self.newest_freed.max(freed_at);
         // Memory that waited the whole stretched delay unused, as much as a quarter of what
         // proved the stretch: the pauses it covered are over.
         if self.shift != 0
             && !self.halved
-            && self.returned.saturating_mul(RETAKE_SHARE) >= self.evidence
+            && self.round.returned.saturating_mul(RETAKE_SHARE) >= self.evidence
         {
             self.shift -= 1;
             self.halved = true;
@@ -331,13 +377,12 @@ impl Stretch {
     fn retaken_within(&mut self, now: u64, bytes: usize, window: u64) {
         let base = self.base;
         // A zero delay (memory goes back as soon as it is free) has nothing to stretch.
-        if base == 0 || self.returned == 0 || now.saturating_sub(self.last_at) > window {
+        if base == 0 {
             return;
         }
-        self.retaken += bytes;
-        if self.retaken.saturating_mul(RETAKE_SHARE) < self.returned {
+        let Some(returned) = self.round.retaken(now, bytes, window) else {
             return;
-        }
+        };
         // The round went too early: stretch the delay over twice the pause it ended (at most
         // to the cap, which still keeps the memory over the program's shorter pauses).
         let pause = now.saturating_sub(self.newest_freed);
@@ -345,9 +390,7 @@ impl Stretch {
         while self.delay(base) < pause.saturating_mul(2) && self.delay(base) < cap {
             self.shift += 1;
         }
-        self.evidence = self.returned;
-        self.returned = 0;
-        self.retaken = 0;
+        self.evidence = returned;
         self.newest_freed = 0;
     }
 }
@@ -390,11 +433,9 @@ pub(super) const BOOST_SHARE: usize = 8;
 pub(crate) struct CapBoost {
     /// Extra young dirty bytes the cap allows.
     boost: usize,
-    /// The current round: bytes the cap returned, decommitted bytes handed out again since,
-    /// when the cap last returned memory, and the delay then (the window of the evidence).
-    returned: usize,
-    retaken: usize,
-    last_at: u64,
+    /// The current round of the cap's returns, and the delay as of its last one (the window
+    /// of the evidence).
+    round: Round,
     window: u64,
 }
 
@@ -406,31 +447,23 @@ impl CapBoost {
 
     /// True while memory handed out again may still prove the cap too tight.
     pub(crate) fn watching(&self) -> bool {
-        self.returned != 0
+        self.round.watching()
     }
 
     /// Notes that the cap returned `bytes` at `now`, before their delay (`delay_ns`) was out.
     pub(crate) fn decommitted(&mut self, now: u64, delay_ns: u64, bytes: usize) {
-        if now.saturating_sub(self.last_at) > self.window {
-            self.returned = 0;
-            self.retaken = 0;
+        if self.round.is_over(now, self.window) {
+            self.round.clear();
         }
-        self.returned += bytes;
-        self.last_at = now;
+        self.round.returned(now, bytes);
         self.window = delay_ns;
     }
 
     /// Notes that `bytes` of decommitted memory were handed out again at `now`; a quarter of
     /// the round, within the delay after its last return, grows the boost by the round.
     pub(crate) fn retaken(&mut self, now: u64, bytes: usize) {
-        if self.returned == 0 || now.saturating_sub(self.last_at) > self.window {
-            return;
-        }
-        self.retaken += bytes;
-        if self.retaken.saturating_mul(RETAKE_SHARE) >= self.returned {
-            self.boost = self.boost.saturating_add(self.returned);
-            self.returned = 0;
-            self.retaken = 0;
+        if let Some(returned) = self.round.retaken(now, bytes, self.window) {
+            self.boost = self.boost.saturating_add(returned);
         }
     }
 
@@ -528,6 +561,40 @@ mod tests {
             "an eighth of what is in use"
         );
         assert!(boosted(145 * MIB, 600 * MIB), "at most");
+    }
+
+    /// A round is proved early by a quarter of its bytes handed out again within the window
+    /// after its last return, and gives its bytes once; retakes after the window, or before
+    /// any return, count for nothing.
+    #[test]
+    fn a_round_is_proved_early_by_a_quarter_of_its_bytes_within_its_window() {
+        const S: u64 = 1_000_000_000;
+        let mut round = Round::default();
+        assert_eq!(
+            round.retaken(S, MIB, 100 * MS),
+            None,
+            "nothing returned yet"
+        );
+        round.returned(S, 4 * MIB);
+        round.returned(S + 50 * MS, 4 * MIB);
+        assert!(round.watching());
+        // The window runs from the last return.
+        assert!(!round.is_over(S + 150 * MS, 100 * MS));
+        assert!(round.is_over(S + 151 * MS, 100 * MS));
+        assert_eq!(round.retaken(S + 60 * MS, 2 * MIB - 1, 100 * MS), None);
+        assert_eq!(
+            round.retaken(S + 70 * MS, 1, 100 * MS),
+            Some(8 * MIB),
+            "a quarter of the round's eight MiB"
+        );
+        assert!(!round.watching(), "a proven round starts again");
+        assert_eq!(round.retaken(S + 80 * MS, 8 * MIB, 100 * MS), None);
+        // Retakes after the window do not count.
+        round.returned(2 * S, 4 * MIB);
+        assert_eq!(round.retaken(2 * S + 101 * MS, 4 * MIB, 100 * MS), None);
+        assert!(round.watching());
+        round.clear();
+        assert!(!round.watching());
     }
 
     /// The cap's boost grows by a round of the cap's returns once a quarter of it is handed out

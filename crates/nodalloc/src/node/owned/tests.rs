@@ -147,9 +147,7 @@ fn threads_share_a_heap_within_its_limit() {
                 let mut state = 0x9E37_79B9u64 + t;
                 let mut mine = Vec::new();
                 for round in 0..20_000u32 {
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
+                    crate::arena::tests::xorshift(&mut state);
                     let size = 8 + (state % 2000) as usize;
                     let p = heaps.owned_alloc(id, size, 8, false);
                     if !p.is_null() {
