@@ -774,6 +774,8 @@ pub(crate) fn round_up(value: usize, to: usize) -> usize {
 }
 
 #[cfg(test)]
+mod reuse_tests;
+#[cfg(test)]
 mod stretch_tests;
 #[cfg(test)]
 pub(crate) mod tests;
