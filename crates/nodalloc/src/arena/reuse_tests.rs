@@ -5,6 +5,17 @@
 use super::tests::{free_unheld, test_arena, test_arena_policy, xorshift};
 use super::*;
 
+/// A one-node test arena of `region_bytes` whose pools decommit free memory after `delay_ns`,
+/// retaining none and keeping no spares.
+fn arena_with_delay(region_bytes: u64, delay_ns: u64) -> &'static Arena {
+    let policy = DecommitPolicy {
+        delay_ns,
+        retain_bytes: 0,
+        spare_bytes: 0,
+    };
+    test_arena_policy(1, region_bytes, policy, false, false, ThpChoice::Auto)
+}
+
 #[test]
 fn an_exhausted_region_merges_dirty_and_clean_free_spans_before_failing() {
     let arena = test_arena(1, 64 << 20, usize::MAX);
@@ -39,12 +50,7 @@ fn an_exhausted_region_merges_dirty_and_clean_free_spans_before_failing() {
 #[test]
 fn a_request_reuses_a_dirty_span_behind_many_clean_ones_of_its_size() {
     const DELAY_NS: u64 = 100_000_000;
-    let policy = DecommitPolicy {
-        delay_ns: DELAY_NS,
-        retain_bytes: 0,
-        spare_bytes: 0,
-    };
-    let arena = test_arena_policy(1, 64 << 20, policy, false, false, ThpChoice::Auto);
+    let arena = arena_with_delay(64 << 20, DELAY_NS);
     let region = arena.pool(0, Pool::Sparse);
     // One-unit spans, every other one freed, so no two free spans are neighbours.
     const FREED: usize = 24;
@@ -83,12 +89,7 @@ fn a_request_reuses_a_dirty_span_behind_many_clean_ones_of_its_size() {
 #[test]
 fn a_busy_pool_keeps_the_young_memory_its_cap_returned_and_took_back() {
     const DELAY_NS: u64 = 60_000_000_000;
-    let policy = DecommitPolicy {
-        delay_ns: DELAY_NS,
-        retain_bytes: 0,
-        spare_bytes: 0,
-    };
-    let arena = test_arena_policy(1, 1 << 30, policy, false, false, ThpChoice::Auto);
+    let arena = arena_with_delay(1 << 30, DELAY_NS);
     let region = arena.pool(0, Pool::Sparse);
     let decommitted = || region.decommitted.load(Ordering::Relaxed);
     // A fixed sequence of sizes and slots (an xorshift generator), above the hold's sizes.
