@@ -1,7 +1,7 @@
 /* Frees that nodalloc must refuse by aborting, with a one-line message naming the pointer.
  *
  * Usage: misuse MODE (stack, middle, double, double-small, double-medium, double-big,
- * double-handed-on, poison, middle-small, unused, overflow-freed-large, underflow-freed-large,
+ * double-handed-on, poison, middle-small, usable-middle-small, unused, overflow-freed-large, underflow-freed-large,
  * overflow-freed-large-realloc, write-freed-large, write-held-large, read-held-large, forged-link,
  * forged-link-handed-on). The
  * program prints
@@ -136,6 +136,14 @@ int main(int argc, char **argv) {
         void *pointer = opaque_pointer(block + 16);
         announce(pointer);
         free(pointer);
+    } else if (strcmp(mode, "usable-middle-small") == 0) {
+        /* malloc_usable_size of a pointer into a small block: its hit must not size it. */
+        char *block = malloc(opaque_size(200));
+        CHECK(block != NULL, "malloc(200) failed");
+        void *pointer = opaque_pointer(block + 16);
+        announce(pointer);
+        size_t usable = malloc_usable_size(pointer);
+        fprintf(stderr, "misuse usable-middle-small: malloc_usable_size returned %zu\n", usable);
     } else if (strcmp(mode, "unused") == 0) {
         /* Inside the thread's own region (a terabyte by default, at least 64 MiB) but far past
          * anything handed out: metadata nothing ever wrote, possibly never committed. */

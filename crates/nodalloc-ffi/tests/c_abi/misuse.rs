@@ -159,6 +159,13 @@ fn free_of_a_pointer_inside_a_small_block_aborts_naming_the_pointer() {
     assert_bad_free_aborts("middle-small", "invalid pointer");
 }
 
+/// `malloc_usable_size` sizes a small block of the thread's node on a hit of its own, which must
+/// refuse a pointer into a block as `free`'s does and leave it to the general path's report.
+#[test]
+fn malloc_usable_size_of_a_pointer_inside_a_small_block_aborts_naming_the_pointer() {
+    assert_bad_free_aborts("usable-middle-small", "invalid pointer");
+}
+
 #[test]
 fn free_of_an_unused_address_of_the_region_aborts_naming_the_pointer() {
     // Both commit modes: with `demand`, the page map past the frontier was never committed (the
