@@ -1,12 +1,12 @@
-/* Frees that nodalloc must refuse by aborting, with a one-line message naming the pointer.
+/* Frees (and a malloc_usable_size) that nodalloc must refuse by aborting, with a one-line
+ * message naming the pointer.
  *
  * Usage: misuse MODE (stack, middle, double, double-small, double-medium, double-big,
- * double-handed-on, poison, middle-small, usable-middle-small, unused, overflow-freed-large, underflow-freed-large,
- * overflow-freed-large-realloc, write-freed-large, write-held-large, read-held-large, forged-link,
- * forged-link-handed-on). The
- * program prints
- * "pointer 0x…" (the pointer it is about to free, as %p prints it) on stdout, then makes the
- * bad call; the harness expects SIGABRT and the message on stderr. Reaching the end is a failure (exit 1).
+ * double-handed-on, poison, middle-small, usable-middle-small, unused, overflow-freed-large,
+ * underflow-freed-large, overflow-freed-large-realloc, write-freed-large, write-held-large,
+ * read-held-large, forged-link, forged-link-handed-on). The program prints "pointer 0x…" (the
+ * pointer it is about to free, as %p prints it) on stdout, then makes the bad call; the harness
+ * expects SIGABRT and the message on stderr. Reaching the end is a failure (exit 1).
  */
 #include "check.h"
 
