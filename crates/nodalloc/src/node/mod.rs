@@ -677,9 +677,13 @@ pub fn report(object: *mut u8, misuse: Misuse) -> ! {
 }
 
 #[cfg(test)]
+mod ring_tests;
+#[cfg(test)]
 mod spare_tests;
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod tier_tests;
 
 // A class heap without its ring fits in two cache lines: a node's 105 fill four pages.
 const _: () = assert!(core::mem::size_of::<ClassHeap>() <= 128);
