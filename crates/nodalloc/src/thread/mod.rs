@@ -37,6 +37,8 @@ mod tier;
 mod upkeep;
 
 #[cfg(test)]
+mod adapt_tests;
+#[cfg(test)]
 mod free_list_tests;
 #[cfg(test)]
 mod guard_tests;
