@@ -15,7 +15,7 @@ use crate::callsite::entry_stub;
 use crate::secure::{self, Kind};
 use core::ffi::{c_void, CStr};
 use core::sync::atomic::{AtomicUsize, Ordering};
-use nodalloc_core::raw::{class_of_malloc, ThreadHeap};
+use nodalloc_core::raw::{class_of_malloc, ClassSlot, ThreadHeap};
 
 /// The next library's definition of one operator, looked up on first use.
 struct Next {
@@ -206,35 +206,59 @@ new_operators! {
         => nodalloc_new_array_aligned_nothrow_entry;
 }
 
-/// `free` for a sized `delete` (`kind` [`Kind::New`]) or C23's `free_sized` ([`Kind::Malloc`]):
-/// a block of the thread's node (found by the `free` fast path) must have `size` in its class,
-/// else the process aborts naming the block. Other blocks are not checked.
+/// The hit of a `delete` operator or of C23's `free_sized`: `free`'s hit, and for a sized one
+/// (`check`) a block whose class does not hold the size aborts naming it (`kind`: the
+/// operator's family, for the message). False, touching nothing, for everything the hit
+/// refuses (null, other nodes, large blocks), in secure mode and before the process decides
+/// it (no heap's home view matches then), for the caller's miss.
 ///
 /// # Safety
-/// The caller's contract: `ptr` is null or a live block of `size` bytes it gives up.
+/// The caller's contract: `ptr` is null or a live block (of `check` bytes) it gives up.
 #[inline(always)]
-pub(crate) unsafe fn free_sized(ptr: *mut c_void, size: usize, kind: Kind) {
-    if ptr.is_null() {
-        return;
-    }
-    let check = |class| {
-        if class_of_malloc(size) != Some(class) {
+pub(crate) unsafe fn sized_free_hit(ptr: *mut c_void, check: Option<usize>, kind: Kind) -> bool {
+    let heap = crate::tls::get();
+    let Some(size) = check else {
+        // SAFETY: the slot holds this thread's heap or the detached one; the caller gives the
+        // block up.
+        return unsafe { ThreadHeap::free_hit(heap, ptr as *mut u8, crate::screen::SCREEN) };
+    };
+    let check = |slot: ClassSlot| {
+        // SAFETY: the hit matched, so `heap` is the thread's own (the detached heap matches
+        // nothing), and only its lookup table is read.
+        let fits = match unsafe { &*heap }.slots().slot_of_small_malloc(size) {
+            // The heap's own table for sizes up to 1 KiB, as `malloc`'s hit reads it.
+            Some(found) => found == slot,
+            None => class_of_malloc(size) == Some(slot.class()),
+        };
+        if !fits {
             wrong_size(ptr, kind);
         }
     };
-    // SAFETY: the slot holds this thread's heap or the detached one; the caller gives the
-    // block up.
-    if !unsafe {
-        ThreadHeap::free_hit_checked(
-            crate::tls::get(),
-            ptr as *mut u8,
-            crate::screen::SCREEN,
-            check,
-        )
-    } {
+    // SAFETY: as above.
+    unsafe { ThreadHeap::free_hit_checked(heap, ptr as *mut u8, crate::screen::SCREEN, check) }
+}
+
+/// What [`sized_free_hit`] refused: secure mode checks the block (`kind`, and `sized`, the
+/// size it checks), deciding secure mode first if the process has not; otherwise `free`'s
+/// slow path, which checks no size. `extern "C"` (never called from C: its arguments need no C
+/// layout) so that it unwinds into no caller and the operators reach it by a tail jump, with
+/// no frame of their own.
+///
+/// # Safety
+/// As for [`sized_free_hit`].
+#[allow(improper_ctypes_definitions)]
+#[inline(never)]
+pub(crate) unsafe extern "C" fn sized_free_miss(
+    ptr: *mut c_void,
+    kind: Kind,
+    sized: Option<usize>,
+) {
+    if secure::on() {
         // SAFETY: forwarded contract.
-        unsafe { crate::free_slow(ptr as *mut u8) }
+        return unsafe { secure::free(ptr, kind, sized) };
     }
+    // SAFETY: forwarded contract.
+    unsafe { crate::free_slow(ptr as *mut u8) }
 }
 
 #[cold]
@@ -267,53 +291,14 @@ macro_rules! delete_operators {
         /// C++'s contract for this operator: `ptr` is null or a live block from `new`.
         #[no_mangle]
         pub unsafe extern "C" fn $name(ptr: *mut c_void, $($arg: $ty),*) {
-            if !secure::known_off() {
-                // SAFETY: forwarded contract.
-                return unsafe { delete_unless_off(ptr, $kind, $sized, checked_size!($($check)?)) };
-            }
             // SAFETY: forwarded contract.
-            unsafe { delete_outside_secure_mode(ptr, checked_size!($($check)?)) }
+            if unsafe { sized_free_hit(ptr, checked_size!($($check)?), $kind) } {
+                return;
+            }
+            // SAFETY: forwarded contract (a tail call).
+            unsafe { sized_free_miss(ptr, $kind, $sized) }
         }
     )*};
-}
-
-/// What a `delete` operator does outside secure mode: a sized one (`check`) checks the size
-/// against the block's class (see [`free_sized`]), the others free as `free` does.
-///
-/// # Safety
-/// C++'s contract for the operator: `ptr` is null or a live block from `new`.
-#[inline(always)]
-unsafe fn delete_outside_secure_mode(ptr: *mut c_void, check: Option<usize>) {
-    match check {
-        // SAFETY: forwarded contract.
-        Some(size) => unsafe { free_sized(ptr, size, Kind::New) },
-        // SAFETY: forwarded contract.
-        None => unsafe { crate::free_inline(ptr) },
-    }
-}
-
-/// A `delete` operator before secure mode is decided, or in secure mode: what the operator
-/// does in either (`sized`: the size secure mode checks; `check`: the size checked outside it).
-///
-/// # Safety
-/// C++'s contract for the operator: `ptr` is null or a live block from `new`.
-// `extern "C"` (never called from C: its arguments need no C layout) so that it unwinds into no
-// caller and the operators reach it by a tail jump, with no frame of their own.
-#[allow(improper_ctypes_definitions)]
-#[cold]
-#[inline(never)]
-unsafe extern "C" fn delete_unless_off(
-    ptr: *mut c_void,
-    kind: Kind,
-    sized: Option<usize>,
-    check: Option<usize>,
-) {
-    if secure::on() {
-        // SAFETY: forwarded contract.
-        return unsafe { secure::free(ptr, kind, sized) };
-    }
-    // SAFETY: forwarded contract.
-    unsafe { delete_outside_secure_mode(ptr, check) }
 }
 
 delete_operators! {

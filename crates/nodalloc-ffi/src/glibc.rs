@@ -271,12 +271,12 @@ unsafe fn write_totals(
 /// `ptr` is null or a live block of `size` bytes the caller gives up.
 #[no_mangle]
 pub unsafe extern "C" fn free_sized(ptr: *mut c_void, size: usize) {
-    if secure::on() {
-        // SAFETY: forwarded contract.
-        return unsafe { secure::free(ptr, Kind::Malloc, Some(size)) };
-    }
     // SAFETY: forwarded contract.
-    unsafe { crate::cxx::free_sized(ptr, size, Kind::Malloc) }
+    if unsafe { crate::cxx::sized_free_hit(ptr, Some(size), Kind::Malloc) } {
+        return;
+    }
+    // SAFETY: forwarded contract (a tail call).
+    unsafe { crate::cxx::sized_free_miss(ptr, Kind::Malloc, Some(size)) }
 }
 
 /// C23's `free_aligned_sized`: `free` for a block from `aligned_alloc(align, size)`. Secure

@@ -80,13 +80,6 @@ impl Kind {
 /// 0: not decided yet; 1: off; 2: on.
 static STATE: AtomicU8 = AtomicU8::new(0);
 
-/// True when secure mode is decided and off: one load and one compare, for entry points whose
-/// other case goes to a cold function of its own (so that the common case keeps no frame).
-#[inline(always)]
-pub(crate) fn known_off() -> bool {
-    STATE.load(Ordering::Relaxed) == 1
-}
-
 /// True in secure mode. Decided from the environment at the first call (before the allocator
 /// starts, so every block of the process has a trailer).
 #[inline]

@@ -819,7 +819,8 @@ impl ThreadHeap {
     }
 
     /// [`Self::free_hit`], with `check` run on the block's class first (a sized `delete`
-    /// checks its size there, with the class the hit finds anyway).
+    /// checks its size there, with the class the hit finds anyway, as the slot a lookup by
+    /// size returns).
     ///
     /// # Safety
     /// As for [`Self::free_hit`].
@@ -828,13 +829,13 @@ impl ThreadHeap {
         heap: *mut ThreadHeap,
         ptr: *mut u8,
         screen: Screen,
-        check: impl FnOnce(SizeClass),
+        check: impl FnOnce(ClassSlot),
     ) -> bool {
         // SAFETY: either kind of heap may be read (contract above).
         let Some(class) = unsafe { &*heap }.home_class_of(ptr) else {
             return false;
         };
-        check(class.class());
+        check(class);
         // A thread that moved to another node still caches its old home's objects here: its
         // next allocation follows the move and sends them home first (`alloc_cached`).
         // SAFETY: the block matched the heap's home region, so the heap is the thread's own
