@@ -1,11 +1,12 @@
 //! The aligned entry points: `posix_memalign`, `aligned_alloc`, `memalign`, `valloc` and
-//! `pvalloc`, each with glibc's checks of its alignment. At an alignment `malloc` already meets
-//! (16 or less) they take its fast path (`pop_small`) before their call-site stubs; past it, or
-//! on a miss, [`allocate_aligned`] serves them (and C++'s aligned `new`).
+//! `pvalloc`, each with glibc's checks of its alignment. A valid power-of-two alignment first
+//! tries the thread's cache (`pop_aligned`: `malloc`'s fast path at 16 or less, the list of the
+//! class whose objects are aligned above) before the call-site stub; on a miss
+//! [`allocate_aligned`] serves them (and C++'s aligned `new`).
 
 use crate::callsite::entry_stub;
 use crate::plain::{allocate_at, malloc_at, set_errno, MALLOC_ALIGN};
-use crate::{pop_small, secure};
+use crate::{pop_aligned, pop_small, secure};
 use core::ffi::{c_int, c_void};
 use core::ptr::null_mut;
 
@@ -31,9 +32,9 @@ pub(crate) fn allocate_aligned(
 /// POSIX `posix_memalign`: `out` must be writable.
 #[no_mangle]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-    // 8 and 16, the valid alignments `malloc` already meets.
-    if align == 8 || align == MALLOC_ALIGN {
-        let p = pop_small(size);
+    // The valid alignments: powers of two, multiples of a pointer.
+    if align.is_power_of_two() && align >= core::mem::size_of::<*mut c_void>() {
+        let p = pop_aligned(align, size);
         if !p.is_null() {
             // SAFETY: the caller's contract: `out` is writable.
             unsafe { *out = p as *mut c_void };
@@ -79,9 +80,8 @@ fn errno() -> c_int {
 /// C11 `aligned_alloc` (glibc: any power-of-two alignment, any size).
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
-    // The powers of two up to 16, which `malloc` meets.
-    if align.is_power_of_two() && align <= MALLOC_ALIGN {
-        let p = pop_small(size);
+    if align.is_power_of_two() {
+        let p = pop_aligned(align, size);
         if !p.is_null() {
             return p as *mut c_void;
         }
@@ -110,12 +110,17 @@ pub(crate) extern "C" fn aligned_alloc_at(
 /// glibc's `memalign`: a non-power-of-two alignment is rounded up to one.
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-    // Up to 16 (rounded up to a power of two as below), which `malloc` meets.
-    if align <= MALLOC_ALIGN {
-        let p = pop_small(size);
-        if !p.is_null() {
-            return p as *mut c_void;
-        }
+    // Up to 16 (rounded up to a power of two as below), which `malloc` meets; above, the
+    // powers of two.
+    let p = if align <= MALLOC_ALIGN {
+        pop_small(size)
+    } else if align.is_power_of_two() {
+        pop_aligned(align, size)
+    } else {
+        null_mut()
+    };
+    if !p.is_null() {
+        return p as *mut c_void;
     }
     // SAFETY: as for `calloc`.
     unsafe { nodalloc_memalign_entry(align, size) }

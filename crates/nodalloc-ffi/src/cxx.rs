@@ -178,22 +178,32 @@ plain_new_operators! {
     _ZnamRKSt9nothrow_t(size: usize, nothrow: *const c_void) => nodalloc_new_array_nothrow_entry;
 }
 
-/// Defines exported `new` operators that tail-jump to their call-site stubs.
-macro_rules! new_operators {
-    ($($(#[$doc:meta])* $name:ident($($arg:ident: $ty:ty),*) => $stub:ident;)*) => {$(
+/// Defines exported aligned `new` operators: the thread's cache at the alignment
+/// (`pop_aligned`, as the aligned C entry points), and on a miss (or an alignment that is no
+/// power of two) a tail jump to their call-site stubs.
+macro_rules! aligned_new_operators {
+    ($($(#[$doc:meta])* $name:ident(size: usize, align: usize $(, $arg:ident: $ty:ty)*)
+        => $stub:ident;)*) => {$(
         $(#[$doc])*
         ///
         /// # Safety
         /// C++'s contract for this operator.
         #[no_mangle]
-        pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> *mut c_void {
+        pub unsafe extern "C-unwind" fn $name(size: usize, align: usize $(, $arg: $ty)*)
+            -> *mut c_void {
+            if align.is_power_of_two() {
+                let p = crate::pop_aligned(align, size);
+                if !p.is_null() {
+                    return p as *mut c_void;
+                }
+            }
             // SAFETY: the stub passes its arguments on; a tail jump, so it reads our caller.
-            unsafe { $stub($($arg),*) }
+            unsafe { $stub(size, align $(, $arg)*) }
         }
     )*};
 }
 
-new_operators! {
+aligned_new_operators! {
     /// `operator new(size_t, std::align_val_t)`.
     _ZnwmSt11align_val_t(size: usize, align: usize) => nodalloc_new_aligned_entry;
     /// `operator new[](size_t, std::align_val_t)`.

@@ -83,6 +83,27 @@ pub(crate) fn pop_small(size: usize) -> *mut u8 {
     unsafe { ThreadHeap::small_hit(tls::get(), size) }
 }
 
+/// [`pop_small`] at an alignment `align` (a power of two): `malloc`'s class at 16 or less;
+/// above, the class `raw::alloc` takes for the request, every object of which starts at a
+/// multiple of `align` (its size is one), when the request rounded up to `align` is at most
+/// 1 KiB. Null for a miss, as [`pop_small`]'s, and for every other request.
+#[inline(always)]
+pub(crate) fn pop_aligned(align: usize, size: usize) -> *mut u8 {
+    debug_assert!(align.is_power_of_two());
+    if align <= plain::MALLOC_ALIGN {
+        return pop_small(size);
+    }
+    let heap = tls::get();
+    // SAFETY: either kind of heap may be read; only its lookup tables are.
+    match unsafe { &*heap }.slots().slot_of_small(size, align) {
+        // SAFETY: the slot holds this thread's heap or the detached one.
+        Some(slot) => unsafe { ThreadHeap::class_hit(heap, slot) },
+        // Past the tables (a request above 1 KiB once rounded): the caller's stub; a call to
+        // the general lookup here would cost every hit a stack frame.
+        None => core::ptr::null_mut(),
+    }
+}
+
 /// # Safety
 /// C's `malloc`.
 #[no_mangle]

@@ -453,6 +453,14 @@ impl SlotTables {
             Some(self.by_size[size])
         } else if align == 16 {
             Some(self.aligned_16[(size + 15) >> 4])
+        } else if align <= LOOKUP_MAX {
+            // A power of two above 16: the size (one byte for none) rounded up to it. Up to
+            // 1 KiB the classes step by at most 64 and every one from 512 up is a multiple of
+            // 64, so the smallest class of a multiple of 16 at or above that multiple of
+            // `align` is a multiple of `align` too: the class `class_of_general` finds.
+            debug_assert!(align.is_power_of_two());
+            let rounded = (size.max(1) + align - 1) & !(align - 1);
+            self.aligned_16.get(rounded >> 4).copied()
         } else {
             None
         }

@@ -102,6 +102,37 @@ static void huge_alignments_up_to_a_gibibyte_are_honoured(enum aligned_function 
     }
 }
 
+/* Blocks taken from the thread's cache at an alignment above 16: each round frees every block
+ * it took, and plain mallocs of the sizes the aligned requests round to put blocks of the same
+ * classes in the cache, so the next round's requests come from cached objects of classes that
+ * `malloc` also serves. Every block must still be aligned, distinct and usable. */
+static void cached_blocks_at_alignments_above_16_are_aligned(enum aligned_function function) {
+    enum { COUNT = 64 };
+    void *blocks[COUNT];
+    for (size_t alignment = 32; alignment <= 4096; alignment *= 2) {
+        for (size_t size = 1; size <= 1200; size += 37) {
+            size_t rounded = (size + alignment - 1) & ~(alignment - 1);
+            for (int round = 0; round < 3; round++) {
+                for (int i = 0; i < COUNT; i++) {
+                    blocks[i] = allocate_checked(function, alignment, size);
+                    fill(blocks[i], size, (size_t)i + round);
+                }
+                for (int i = 0; i < COUNT; i++) {
+                    CHECK_PATTERN(blocks[i], size, (size_t)i + round);
+                    free(blocks[i]);
+                }
+                for (int i = 0; i < COUNT; i++) {
+                    blocks[i] = malloc(opaque_size(rounded));
+                    CHECK(blocks[i] != NULL, "malloc(%zu) failed", rounded);
+                }
+                for (int i = 0; i < COUNT; i++) {
+                    free(blocks[i]);
+                }
+            }
+        }
+    }
+}
+
 static void posix_memalign_rejects_bad_alignments_with_einval(void) {
     static const size_t bad[] = {0, 1, 2, 3, 4, 5, 12, 24, 48, 100, 4095, 4097,
                                  3 * MIB, SIZE_MAX, SIZE_MAX / 2, SIZE_MAX / 2 + 2};
@@ -236,6 +267,9 @@ int main(void) {
     every_alignment_gives_aligned_distinct_usable_blocks(POSIX_MEMALIGN);
     every_alignment_gives_aligned_distinct_usable_blocks(ALIGNED_ALLOC);
     every_alignment_gives_aligned_distinct_usable_blocks(MEMALIGN);
+    cached_blocks_at_alignments_above_16_are_aligned(POSIX_MEMALIGN);
+    cached_blocks_at_alignments_above_16_are_aligned(ALIGNED_ALLOC);
+    cached_blocks_at_alignments_above_16_are_aligned(MEMALIGN);
     huge_alignments_up_to_a_gibibyte_are_honoured(POSIX_MEMALIGN);
     huge_alignments_up_to_a_gibibyte_are_honoured(ALIGNED_ALLOC);
     huge_alignments_up_to_a_gibibyte_are_honoured(MEMALIGN);

@@ -71,6 +71,17 @@ int main(int argc, char **argv) {
     Aligned *aligned_array = new Aligned[opaque_size(7)];
     CHECK(((uintptr_t)aligned_array & 255) == 0, "new Aligned[] at %p", (void *)aligned_array);
     delete[] aligned_array;
+    /* Again and again: after the first, from the thread's cache, where plain blocks of the same
+     * classes (a malloc of the rounded size) go too. */
+    for (int i = 0; i < 200; i++) {
+        Aligned *again = new Aligned();
+        CHECK(((uintptr_t)again & 255) == 0, "new Aligned at %p, round %d", (void *)again, i);
+        delete again;
+        void *small = ::operator new(opaque_size(40), std::align_val_t(64));
+        CHECK(((uintptr_t)small & 63) == 0, "aligned new(40, 64) at %p, round %d", small, i);
+        ::operator delete(small, std::align_val_t(64));
+        free(malloc(opaque_size(i % 2 ? 64 : 256)));
+    }
     void *aligned_nothrow = ::operator new[](opaque_size(64), std::align_val_t(128), std::nothrow);
     CHECK(aligned_nothrow != nullptr && ((uintptr_t)aligned_nothrow & 127) == 0,
           "aligned nothrow new at %p", aligned_nothrow);

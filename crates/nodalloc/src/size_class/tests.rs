@@ -117,6 +117,26 @@ fn aligned_requests_get_aligned_classes() {
     assert_eq!(class_of(0, 1).unwrap().size(), 8);
 }
 
+/// The one-load lookup at alignments above 16 names the class the general search finds, for
+/// every size whose rounded request the table covers, and declines the rest.
+#[test]
+fn aligned_lookups_above_16_agree_with_the_general_search() {
+    for align in [32, 64, 128, 256, 512, 1024] {
+        for size in 0..=LOOKUP_MAX + 64 {
+            let rounded = (size.max(1) + align - 1) & !(align - 1);
+            let general = class_of_general(size, align).unwrap();
+            match slot_of_small(size, align) {
+                Some(slot) => {
+                    assert_eq!(slot.class(), general, "size {size} align {align}");
+                    assert_eq!(general.size() % align, 0, "size {size} align {align}");
+                }
+                None => assert!(rounded > LOOKUP_MAX, "size {size} align {align} declined"),
+            }
+        }
+    }
+    assert_eq!(slot_of_small(0, 2048), None);
+}
+
 #[test]
 fn object_starts_are_exactly_the_multiples_of_the_class_size() {
     for i in 0..NUM_CLASSES {
