@@ -232,7 +232,7 @@ pub(crate) unsafe fn sized_free_hit(ptr: *mut c_void, check: Option<usize>, kind
         // block up.
         return unsafe { ThreadHeap::free_hit(heap, ptr as *mut u8, crate::screen::SCREEN) };
     };
-    let check = |slot: ClassSlot| {
+    let check_size = |slot: ClassSlot| {
         // SAFETY: the hit matched, so `heap` is the thread's own (the detached heap matches
         // nothing), and only its lookup table is read.
         let fits = match unsafe { &*heap }.slots().slot_of_small_malloc(size) {
@@ -245,7 +245,7 @@ pub(crate) unsafe fn sized_free_hit(ptr: *mut c_void, check: Option<usize>, kind
         }
     };
     // SAFETY: as above.
-    unsafe { ThreadHeap::free_hit_checked(heap, ptr as *mut u8, crate::screen::SCREEN, check) }
+    unsafe { ThreadHeap::free_hit_checked(heap, ptr as *mut u8, crate::screen::SCREEN, check_size) }
 }
 
 /// What [`sized_free_hit`] refused: secure mode checks the block (`kind`, and `sized`, the

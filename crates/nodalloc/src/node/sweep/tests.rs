@@ -251,7 +251,7 @@ fn a_drained_class_is_swept_after_one_period() {
     let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
     let node = heaps.node(NodeId(0));
     let stamp = node.next_upkeep.load(Ordering::Relaxed).max(1);
-    let released = || node.released_in_bags.load(Ordering::Relaxed);
+    let released = || released_in_bags(heaps);
     let held = class_of(8192, 8).unwrap();
     let (held_kept, _) = sparse_bag(heaps, held, 4);
     heaps.sweep_node(NodeId(0), stamp + 1, false);
@@ -275,7 +275,7 @@ fn a_class_whose_released_pages_come_back_after_a_pause_waits_out_twice_the_paus
     let heaps = NodeHeaps::create(test_arena(1, 64 << 20, usize::MAX)).unwrap();
     let class = class_of(8192, 8).unwrap();
     let node = heaps.node(NodeId(0));
-    let released = || node.released_in_bags.load(Ordering::Relaxed);
+    let released = || released_in_bags(heaps);
     const SECOND: u64 = 1_000_000_000;
     let delay = heaps.arena.decommit.delay_ns;
     let wait = quiet_time(delay) - upkeep_period(delay);
